@@ -1,0 +1,74 @@
+"""Work each service process does on its own: expiring leases, pruning finished jobs, reading the
+metrics' database gauges, and vacuuming the jobs table where autovacuum does not (app/maintenance.py).
+
+Every replica runs these loops; the statements claim rows with SKIP LOCKED and re-check states, so
+replicas share the work instead of colliding. A failing step (database down) is logged and retried on
+the next tick; the loops end only when the app shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from app import jobs, maintenance
+from app.db import Database
+from app.errors import DATABASE_UNAVAILABLE
+from app.metrics import QueueGauges
+
+log = logging.getLogger("jobq.background")
+
+
+async def _every(interval: float, step: Callable[[], Awaitable[object]], name: str) -> None:
+    while True:
+        try:
+            await step()
+        except asyncio.CancelledError:
+            raise
+        except DATABASE_UNAVAILABLE as exc:
+            log.warning("%s: database unavailable (%r)", name, exc)
+        except Exception:
+            log.exception("%s failed", name)
+        await asyncio.sleep(interval)
+
+
+def start(db: Database) -> list[asyncio.Task]:
+    async def sweep() -> None:
+        changed = await jobs.expire_leases(db)
+        if changed:
+            log.info("returned %d expired leases", len(changed))
+
+    async def prune() -> None:
+        pruned = await jobs.prune_finished(db)
+        if pruned:
+            log.info("pruned %d finished jobs past retention", pruned)
+
+    async def refresh_gauges() -> None:
+        queues = await jobs.queue_gauges(db)
+        locks = await jobs.lock_waits(db)
+        db.metrics.refreshed(QueueGauges(queues, locks["waiting"], locks["longest_seconds"], time.time()))
+
+    async def vacuum() -> None:
+        await maintenance.vacuum_if_needed(db)
+
+    settings = db.settings
+    tasks = [
+        asyncio.create_task(_every(settings.sweep_interval, sweep, "lease expiry"), name="jobq-sweep"),
+        asyncio.create_task(_every(settings.prune_interval, prune, "retention pruning"), name="jobq-prune"),
+        asyncio.create_task(
+            _every(settings.metrics_interval, refresh_gauges, "metrics gauges"), name="jobq-gauges"
+        ),
+    ]
+    if settings.vacuum_interval > 0:
+        tasks.append(
+            asyncio.create_task(_every(settings.vacuum_interval, vacuum, "vacuum"), name="jobq-vacuum")
+        )
+    return tasks
+
+
+async def stop(tasks: list[asyncio.Task]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

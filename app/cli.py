@@ -1,0 +1,133 @@
+"""The `jobq` command: the server's commands here (serve, migrate, openapi); those that talk to a running
+service (worker, enqueue, stats, dead, queues) in app/cli_client.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from app import cli_client
+from app.settings import Settings
+
+cli = typer.Typer(
+    help="jobq: an HTTP job queue on PostgreSQL.",
+    epilog="Exit status: 0 done, 1 the service refused, 2 bad usage, 3 the service is unreachable or "
+    "unavailable.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+)
+
+
+@cli.command()
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on [default: JOBQ_HOST or 127.0.0.1]")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port [default: JOBQ_PORT or 8000]")] = None,
+    workers: Annotated[int, typer.Option(help="Service processes sharing the port")] = 1,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
+    insecure: Annotated[
+        bool,
+        typer.Option("--insecure", help="Listen beyond loopback even without tokens (JOBQ_ALLOW_INSECURE)"),
+    ] = False,
+) -> None:
+    """Run the HTTP service (migrating the schema first, and starting the embedded PostgreSQL when no
+    database is configured)."""
+    import uvicorn
+
+    from app.auth import Tokens
+
+    settings = Settings()
+    host = host or settings.host
+    if not _loopback(host) and not Tokens.load(settings.tokens, settings.tokens_file):
+        if not (insecure or settings.allow_insecure):
+            typer.echo(
+                f"refusing to listen on {host} without tokens: anyone who can reach it could take and "
+                "delete jobs. Set JOBQ_TOKENS (see the README), or pass --insecure.",
+                err=True,
+            )
+            raise typer.Exit(2)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port or settings.port,
+        workers=workers,
+        log_level=log_level,
+        log_config=_log_config(log_level),
+        # jobq writes its own access log, one JSON line per request (JOBQ_ACCESS_LOG, app/access_log.py).
+        access_log=not settings.access_log,
+        timeout_graceful_shutdown=10,
+    )
+
+
+def _log_config(level: str) -> dict:
+    """uvicorn's logging, plus jobq's own loggers at `level`: given to uvicorn (not set up here), so that
+    each of several worker processes configures it too."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["jobq"] = {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+    config["handlers"]["jobq"] = {
+        "class": "logging.StreamHandler",
+        "formatter": "jobq",
+        "stream": "ext://sys.stderr",
+    }
+    config["loggers"]["jobq"] = {"handlers": ["jobq"], "level": level.upper(), "propagate": False}
+    return config
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name that may resolve anywhere
+
+
+@cli.command()
+def migrate(
+    revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
+    down: Annotated[bool, typer.Option("--down", help="Downgrade to the revision instead")] = False,
+) -> None:
+    """Run the Alembic chain against the configured (or embedded) database."""
+    import asyncio
+
+    from app import migrations
+    from app.main import resolve_database_url
+
+    dsn = asyncio.run(resolve_database_url(Settings()))
+    if down:
+        migrations.downgrade(dsn, revision)
+    else:
+        migrations.upgrade(dsn, revision)
+    typer.echo(f"schema at {'base' if down and revision == 'base' else revision}")
+
+
+@cli.command()
+def openapi() -> None:
+    """Print the OpenAPI document the service serves (the committed openapi.json)."""
+    from app.main import create_app
+
+    json.dump(create_app(Settings()).openapi(), sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+cli_client.register(cli)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,411 @@
+"""The `jobq` commands that talk to a running service: worker, enqueue, stats, dead, queues.
+
+Each takes `--url` ($JOBQ_URL, default http://127.0.0.1:8000) and `--token` ($JOBQ_TOKEN); the ones that
+print answers take `--json` for scripts (the API's objects, one JSON document) instead of tables for
+people. Exit status: 0 done, 1 the service refused (its detail on stderr), 2 bad usage, 3 the service
+could not be reached or is unavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+
+from app.client import AsyncClient, Client, Job, JobqError, QueueDetail, QueueRow, Retry, Unavailable
+from app.worker import StatusLine, Worker, load_handler, serve
+
+EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
+
+Url = Annotated[
+    str,
+    typer.Option("--url", envvar="JOBQ_URL", help="The jobq service.", rich_help_panel="Service"),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token", envvar="JOBQ_TOKEN", help="Bearer token.", show_default=False, rich_help_panel="Service"
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the answer as JSON, for scripts.")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+# A command gives up on an unreachable service after about 2 s (the worker keeps trying).
+CLI_RETRY = Retry(attempts=4)
+
+
+# --- talking to the service and printing answers ---------------------------------------------------
+
+
+@contextmanager
+def service(url: str, token: str | None) -> Iterator[Client]:
+    """A client for one command; the service's refusals become an exit status and a line on stderr."""
+    try:
+        with Client(url, token=token, retry=CLI_RETRY) as client:
+            yield client
+    except JobqError as exc:
+        status = EXIT_UNAVAILABLE if isinstance(exc, Unavailable) else EXIT_REFUSED
+        typer.echo(f"jobq: {exc.detail} ({exc.code})", err=True)
+        raise typer.Exit(status) from None
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+def print_json(value: Any) -> None:
+    typer.echo(json.dumps(_plain(value), indent=2, ensure_ascii=False))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Aligned columns with a header; numbers to the right."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    numeric = [
+        bool(rows) and all(isinstance(r[i], int | float) and not isinstance(r[i], bool) for r in rows)
+        for i in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line([h.upper() for h in headers]), *(line(r) for r in cells)])
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, datetime):
+        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
+
+
+def _first_line(text: str | None, width: int = 72) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else "-"
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+# --- producers and operators -----------------------------------------------------------------------
+
+
+def _payload(text: str) -> Any:
+    raw = sys.stdin.read() if text == "-" else text
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD_JSON") from None
+
+
+def enqueue(
+    queue: Annotated[str, typer.Argument(help="Queue to add the job to.", show_default=False)],
+    payload_json: Annotated[
+        str,
+        typer.Argument(metavar="PAYLOAD_JSON", help="The job's payload, as JSON; - reads it from stdin."),
+    ],
+    delay: Annotated[
+        float | None, typer.Option(help="Seconds before it may run.", show_default=False)
+    ] = None,
+    priority: Annotated[
+        int | None, typer.Option(help="Lower runs first [default: 0].", show_default=False)
+    ] = None,
+    dedup_key: Annotated[
+        str | None,
+        typer.Option(help="Skip it if an active job of the queue holds this key.", show_default=False),
+    ] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Tries before it goes dead [default: the queue's].", show_default=False)
+    ] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Enqueue one job. Prints its id (or, for a taken dedup key, the job that holds it)."""
+    payload = _payload(payload_json)
+    with service(url, token) as jobq:
+        job = jobq.enqueue(
+            queue, payload, delay=delay, priority=priority, dedup_key=dedup_key, max_attempts=max_attempts
+        )
+    if as_json:
+        print_json(job)
+    elif job.duplicate:
+        typer.echo(f"job {job.id} already holds dedup key {job.dedup_key!r} ({job.status}); nothing enqueued")
+    else:
+        when = f", runs at {_cell(job.run_at)}" if delay else ""
+        typer.echo(f"enqueued job {job.id} on {job.queue}{when}")
+
+
+_QUEUE_COLUMNS = ["queue", "pending", "scheduled", "running", "dead", "completed", "lag", "paused"]
+
+
+def _queue_cells(row: QueueRow) -> list[Any]:
+    lag = _seconds(row.oldest_pending_age_seconds)
+    return [row.queue, row.pending, row.scheduled, row.running, row.dead, row.completed, lag, row.paused]
+
+
+def stats(
+    queue: Annotated[
+        str | None, typer.Argument(help="One queue, with its settings [default: all].", show_default=False)
+    ] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Counts per queue: pending (ready now), scheduled (later), running, dead, completed; lag is the
+    age of the oldest ready job."""
+    with service(url, token) as jobq:
+        answer: QueueDetail | list[QueueRow] = jobq.queue(queue) if queue else jobq.queues()
+    if as_json:
+        print_json(answer)
+    elif isinstance(answer, QueueDetail):
+        typer.echo(table(_QUEUE_COLUMNS, [_queue_cells(answer)]))
+        s = answer.settings
+        typer.echo(
+            f"\nsettings: visibility_timeout {s.visibility_timeout:g}s, max_attempts {s.max_attempts}, "
+            f"backoff {s.backoff_base:g}s doubling up to {s.backoff_cap:g}s, retention {s.retention:g}s"
+        )
+    elif answer:
+        typer.echo(table(_QUEUE_COLUMNS, [_queue_cells(r) for r in answer]))
+    else:
+        typer.echo("no queues yet")
+
+
+dead_cli = typer.Typer(
+    help="Dead jobs: list, retry, purge.", no_args_is_help=True, rich_markup_mode="markdown"
+)
+
+
+@dead_cli.command("list")
+def dead_list(
+    queue: Annotated[str | None, typer.Option(help="Only this queue's.", show_default=False)] = None,
+    limit: Annotated[int, typer.Option(help="How many (1..1000).")] = 20,
+    before_id: Annotated[
+        int | None, typer.Option(help="Older than this id (for the next page).", show_default=False)
+    ] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Dead jobs, newest first, with their attempts and last error."""
+    with service(url, token) as jobq:
+        page = jobq.dead_jobs(queue, limit=limit, before_id=before_id)
+    if as_json:
+        print_json(page)
+        return
+    if not page.jobs:
+        typer.echo("no dead jobs")
+        return
+    rows: list[Job] = page.jobs
+    typer.echo(
+        table(
+            ["id", "queue", "attempts", "died", "last error"],
+            [[j.id, j.queue, j.attempts, j.updated_at, _first_line(j.last_error)] for j in rows],
+        )
+    )
+    if page.next_before_id is not None:
+        typer.echo(f"\nmore: jobq dead list --before-id {page.next_before_id}")
+
+
+@dead_cli.command("retry")
+def dead_retry(
+    ids: Annotated[list[int] | None, typer.Argument(help="Dead job ids.", show_default=False)] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(help="Every dead job of this queue (among IDS if given).", show_default=False),
+    ] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Put dead jobs back to pending, attempts reset, to run now."""
+    if not ids and not queue:
+        raise typer.BadParameter("give job ids, --queue, or both")
+    with service(url, token) as jobq:
+        answer = jobq.retry_dead(ids or None, queue=queue)
+    if as_json:
+        print_json(answer)
+        return
+    typer.echo(f"retried {answer.retried}")
+    if answer.skipped:
+        typer.echo(f"left dead (an active job holds their dedup key): {', '.join(map(str, answer.skipped))}")
+
+
+@dead_cli.command("purge")
+def dead_purge(
+    ids: Annotated[list[int], typer.Argument(help="Dead job ids.", show_default=False)],
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Delete dead jobs for good."""
+    purged = []
+    with service(url, token) as jobq:
+        for job_id in ids:
+            purged.append(jobq.purge_dead(job_id))
+            if not as_json:
+                typer.echo(f"purged {job_id}")
+    if as_json:
+        print_json(purged)
+
+
+queues_cli = typer.Typer(
+    help="Queues: pause, resume, configure.", no_args_is_help=True, rich_markup_mode="markdown"
+)
+
+
+def _show_row(row: QueueRow, as_json: bool) -> None:
+    if as_json:
+        print_json(row)
+    else:
+        typer.echo(table(_QUEUE_COLUMNS, [_queue_cells(row)]))
+
+
+@queues_cli.command("pause")
+def queues_pause(
+    queue: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Stop leasing from a queue; enqueues still land."""
+    with service(url, token) as jobq:
+        _show_row(jobq.pause(queue), as_json)
+
+
+@queues_cli.command("resume")
+def queues_resume(
+    queue: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Lease from a paused queue again."""
+    with service(url, token) as jobq:
+        _show_row(jobq.resume(queue), as_json)
+
+
+def _setting(help: str) -> Any:
+    return typer.Option(help=help, show_default=False)
+
+
+@queues_cli.command("configure")
+def queues_configure(
+    queue: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    visibility_timeout: Annotated[float | None, _setting("Seconds a lease lasts.")] = None,
+    max_attempts: Annotated[int | None, _setting("Tries before a job goes dead.")] = None,
+    backoff_base: Annotated[float | None, _setting("Seconds before the first retry; doubles.")] = None,
+    backoff_cap: Annotated[float | None, _setting("Longest wait between retries, seconds.")] = None,
+    retention: Annotated[float | None, _setting("Seconds completed jobs are kept.")] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Change some of a queue's settings; the others keep their values."""
+    with service(url, token) as jobq:
+        detail = jobq.configure_queue(
+            queue,
+            visibility_timeout=visibility_timeout,
+            max_attempts=max_attempts,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            retention=retention,
+        )
+    if as_json:
+        print_json(detail)
+    else:
+        typer.echo(", ".join(f"{k} {v:g}" for k, v in dataclasses.asdict(detail.settings).items()))
+
+
+# --- the worker ------------------------------------------------------------------------------------
+
+
+def worker(
+    handler: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:FUNCTION",
+            help="The handler: a function taking the leased job (plain, run in a thread, or async).",
+        ),
+    ],
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Queue to work on.", show_default=False)],
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", help="Jobs run at once.", min=1)] = 1,
+    grace: Annotated[float, typer.Option(help="Seconds running jobs get to finish on SIGTERM.")] = 30.0,
+    visibility_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a lease lasts before it is extended [default: the queue's].", show_default=False
+        ),
+    ] = None,
+    wait: Annotated[float, typer.Option(help="Seconds each lease request long-polls (max 60).")] = 20.0,
+    status_interval: Annotated[
+        float, typer.Option(help="Seconds between status lines in the log (off a terminal).")
+    ] = 10.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+) -> None:
+    """Run a handler on the jobs of a queue: ack when it returns, nack with the error when it raises.
+
+    SIGTERM or Ctrl-C stops leasing and lets running jobs finish for --grace seconds; jobs still
+    running then are released to run again elsewhere. A second signal releases them at once."""
+    try:
+        function = load_handler(handler)
+    except (ImportError, AttributeError, ValueError) as exc:
+        typer.echo(f"jobq: cannot load the handler {handler}: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+
+    status_line = StatusLine(sys.stderr) if sys.stderr.isatty() else None
+    output = status_line or logging.StreamHandler(sys.stderr)
+    output.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[output], force=True)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    async def main() -> None:
+        async with AsyncClient(url, token=token) as client:
+            runner = Worker(
+                function,
+                queue,
+                client=client,
+                concurrency=concurrency,
+                wait=wait,
+                visibility_timeout=visibility_timeout,
+                grace=grace,
+            )
+            await serve(runner, status_every=status_interval, status_line=status_line)
+
+    try:
+        asyncio.run(main())
+    except JobqError as exc:
+        typer.echo(f"jobq: {exc.detail} ({exc.code})", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE if isinstance(exc, Unavailable) else EXIT_REFUSED) from None
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command()(worker)
+    cli.command()(enqueue)
+    cli.command()(stats)
+    cli.add_typer(dead_cli, name="dead")
+    cli.add_typer(queues_cli, name="queues")

@@ -1,0 +1,565 @@
+"""The Python client of the jobq HTTP API: `Client` (sync) and `AsyncClient` (async), on httpx.
+
+    with Client("http://127.0.0.1:8000") as jobq:
+        jobq.enqueue("emails", {"to": "ada@example.com"})
+        for job in jobq.lease("emails", wait=5):
+            ...
+            jobq.ack(job)
+
+Each API call is written once, in `Calls`: the request it sends and how its answer is read. The two
+clients only send those calls, through one retry policy (`_exchange`, driven by both), so they cannot
+drift apart. Problem answers become exceptions chosen by their `code` (`LeaseLost`, `NotFound`, ...),
+all `JobqError`; results are the dataclasses of `app.client_types`, importable from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+import random
+import time
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from app.client_types import (
+    AckResult,
+    Conflict,
+    DeadPage,
+    ExtendResult,
+    Forbidden,
+    ItemResult,
+    Job,
+    JobqError,
+    LeasedJob,
+    LeaseLost,
+    NackResult,
+    NotFound,
+    PayloadTooLarge,
+    PurgeResult,
+    QueueDetail,
+    QueueRow,
+    QueueSettings,
+    RetryDeadResult,
+    Unauthorized,
+    Unavailable,
+    Unreachable,
+    ValidationError,
+    error_from,
+    load,
+)
+
+__all__ = [
+    "AckResult",
+    "AsyncClient",
+    "Call",
+    "Calls",
+    "Client",
+    "Conflict",
+    "DeadPage",
+    "ExtendResult",
+    "Forbidden",
+    "ItemResult",
+    "Job",
+    "JobqError",
+    "LeaseLost",
+    "LeasedJob",
+    "NackResult",
+    "NotFound",
+    "PayloadTooLarge",
+    "PurgeResult",
+    "QueueDetail",
+    "QueueRow",
+    "QueueSettings",
+    "Retry",
+    "RetryDeadResult",
+    "Unauthorized",
+    "Unavailable",
+    "Unreachable",
+    "ValidationError",
+]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+# --- reading answers -------------------------------------------------------------------------------
+
+
+def _job(data: Mapping[str, Any]) -> Job:
+    return load(Job, data)
+
+
+def _jobs(data: Mapping[str, Any]) -> list[Job]:
+    return [load(Job, j) for j in data["jobs"]]
+
+
+def _leased(data: Mapping[str, Any]) -> list[LeasedJob]:
+    return [load(LeasedJob, j) for j in data["jobs"]]
+
+
+def _item_results(data: Mapping[str, Any]) -> list[ItemResult]:
+    return [load(ItemResult, r) for r in data["results"]]
+
+
+def _dead_page(data: Mapping[str, Any]) -> DeadPage:
+    return DeadPage([load(Job, j) for j in data["jobs"]], data.get("next_before_id"))
+
+
+def _queue_rows(rows: list[Mapping[str, Any]]) -> list[QueueRow]:
+    return [load(QueueRow, r) for r in rows]
+
+
+def _queue_detail(data: Mapping[str, Any]) -> QueueDetail:
+    return load(QueueDetail, {**data, "settings": load(QueueSettings, data["settings"])})
+
+
+def _reader(cls: type[T]) -> Callable[[Mapping[str, Any]], T]:
+    return functools.partial(load, cls)
+
+
+# --- calls -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One API call: the request, and how a 2xx answer's JSON becomes the result."""
+
+    method: str
+    path: str
+    read: Callable[[Any], T]
+    json: Any = None
+    params: dict[str, Any] | None = None
+    # Seconds the service may hold the request on purpose (a long-poll), added to the read timeout.
+    wait: float = 0
+    # Whether sending it again is harmless when an answer was lost in transit (the request may have
+    # been carried out). Requests that never reached the service are always sent again.
+    idempotent: bool = True
+
+
+def _compact(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Leave out unset options, so the service applies its defaults; times as RFC 3339."""
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in values.items() if v is not None}
+
+
+def _new_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    if "queue" not in job or "payload" not in job:
+        raise ValueError("each job needs a queue and a payload (null is a valid payload)")
+    return {"queue": job["queue"], "payload": job["payload"]} | _compact(
+        {k: v for k, v in job.items() if k not in ("queue", "payload")}
+    )
+
+
+def _lease_of(job: LeasedJob | int, lease_token: str | None) -> dict[str, Any]:
+    if isinstance(job, LeasedJob):
+        return {"id": job.id, "lease_token": lease_token or job.lease_token}
+    if lease_token is None:
+        raise ValueError("a job id needs its lease_token")
+    return {"id": job, "lease_token": lease_token}
+
+
+def _segment(name: str) -> str:
+    return quote(name, safe="")
+
+
+class Calls:
+    """Every call of the API, written once. The clients expose each under the same name."""
+
+    @staticmethod
+    def enqueue(
+        queue: str,
+        payload: Any,
+        *,
+        priority: int | None = None,
+        delay: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        dedup_key: str | None = None,
+    ) -> Call[Job]:
+        """Enqueue a job (`POST /jobs`). With a `dedup_key` an active job of the queue already holds, the
+        answer is that job, with `duplicate` True. Lower `priority` runs first; `delay` is in seconds."""
+        options = dict(priority=priority, delay=delay, run_at=run_at, max_attempts=max_attempts)
+        body = _new_job({"queue": queue, "payload": payload, **options, "dedup_key": dedup_key})
+        # Without a dedup_key, sending it again after a lost answer could enqueue it twice.
+        return Call("POST", "/jobs", _job, json=body, idempotent=dedup_key is not None)
+
+    @staticmethod
+    def enqueue_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job]]:
+        """Enqueue 1..1000 jobs at once, all or nothing (`POST /jobs/batch`); each is a mapping with the
+        fields of `enqueue` (`{"queue": ..., "payload": ..., "priority": ...}`). Answers in order."""
+        body = [_new_job(j) for j in jobs]
+        idempotent = all(j.get("dedup_key") is not None for j in body)
+        return Call("POST", "/jobs/batch", _jobs, json={"jobs": body}, idempotent=idempotent)
+
+    @staticmethod
+    def get_job(id: int) -> Call[Job]:
+        """A job, whatever its state (`GET /jobs/{id}`)."""
+        return Call("GET", f"/jobs/{int(id)}", _job)
+
+    @staticmethod
+    def cancel(id: int) -> Call[Job]:
+        """Cancel a pending job (`DELETE /jobs/{id}`); `Conflict` if it is in any other state."""
+        return Call("DELETE", f"/jobs/{int(id)}", _job, idempotent=False)
+
+    @staticmethod
+    def lease(
+        queue: str,
+        *,
+        max_jobs: int = 1,
+        visibility_timeout: float | None = None,
+        wait: float = 0,
+        worker_id: str | None = None,
+    ) -> Call[list[LeasedJob]]:
+        """Claim up to `max_jobs` ready jobs (`POST /lease`) for `visibility_timeout` seconds (default: the
+        queue's), waiting up to `wait` seconds (at most 60) for one to be ready."""
+        body = {"queue": queue, "max_jobs": max_jobs, "wait": wait} | _compact(
+            {"visibility_timeout": visibility_timeout, "worker_id": worker_id}
+        )
+        # A lease whose answer was lost only delays its jobs: they come back when it expires.
+        return Call("POST", "/lease", _leased, json=body, wait=wait)
+
+    @staticmethod
+    def ack(job: LeasedJob | int, *, lease_token: str | None = None) -> Call[AckResult]:
+        """Complete a leased job (`POST /ack`); `LeaseLost` if the lease moved on. A repeat is harmless."""
+        return Call("POST", "/ack", _reader(AckResult), json=_lease_of(job, lease_token))
+
+    @staticmethod
+    def ack_many(jobs: Iterable[LeasedJob]) -> Call[list[ItemResult]]:
+        """Complete up to 1000 leased jobs at once (`POST /ack/batch`); one result per job, in order."""
+        items = [_lease_of(job, None) for job in jobs]
+        return Call("POST", "/ack/batch", _item_results, json={"items": items})
+
+    @staticmethod
+    def release(jobs: Iterable[LeasedJob]) -> Call[list[ItemResult]]:
+        """Give leased jobs back untouched (`POST /release`): pending again at once, the attempt not
+        counted. For jobs this worker will not start. One result per job, in order."""
+        items = [_lease_of(job, None) for job in jobs]
+        return Call("POST", "/release", _item_results, json={"items": items})
+
+    @staticmethod
+    def nack(
+        job: LeasedJob | int,
+        error: str | None = None,
+        *,
+        lease_token: str | None = None,
+        retry_after: float | None = None,
+        dead: bool = False,
+    ) -> Call[NackResult]:
+        """Fail a leased job (`POST /nack`), keeping `error` as its last_error. It runs again after
+        `retry_after` seconds (default: the queue's backoff) while attempts remain, else, or with
+        `dead`, it goes dead."""
+        body = _lease_of(job, lease_token) | _compact({"error": error, "retry_after": retry_after})
+        # A nack ends the lease, so a repeat would answer lease_lost: not sent twice.
+        return Call(
+            "POST",
+            "/nack",
+            _reader(NackResult),
+            json=body | {"dead": dead},
+            idempotent=False,
+        )
+
+    @staticmethod
+    def extend(
+        job: LeasedJob | int, visibility_timeout: float, *, lease_token: str | None = None
+    ) -> Call[ExtendResult]:
+        """Move a lease's deadline to now + `visibility_timeout` seconds (`POST /extend`, at most 12 h)."""
+        body = _lease_of(job, lease_token) | {"visibility_timeout": visibility_timeout}
+        return Call("POST", "/extend", _reader(ExtendResult), json=body)
+
+    @staticmethod
+    def dead_jobs(
+        queue: str | None = None, *, limit: int = 100, before_id: int | None = None
+    ) -> Call[DeadPage]:
+        """Dead jobs, newest first (`GET /dead`); pass `next_before_id` as `before_id` for the next page."""
+        params = _compact({"queue": queue, "limit": limit, "before_id": before_id})
+        return Call("GET", "/dead", _dead_page, params=params)
+
+    @staticmethod
+    def retry_dead(ids: Iterable[int] | None = None, *, queue: str | None = None) -> Call[RetryDeadResult]:
+        """Dead jobs back to pending, attempts reset (`POST /dead/retry`): these ids, a queue's, or both."""
+        body = _compact({"ids": list(ids) if ids is not None else None, "queue": queue})
+        return Call("POST", "/dead/retry", _reader(RetryDeadResult), json=body, idempotent=False)
+
+    @staticmethod
+    def purge_dead(id: int) -> Call[PurgeResult]:
+        """Delete a dead job for good (`DELETE /dead/{id}`); `Conflict` if it is not dead."""
+        return Call("DELETE", f"/dead/{int(id)}", _reader(PurgeResult), idempotent=False)
+
+    @staticmethod
+    def queues() -> Call[list[QueueRow]]:
+        """Every queue's counts (`GET /queues`)."""
+        return Call("GET", "/queues", _queue_rows)
+
+    @staticmethod
+    def queue(name: str) -> Call[QueueDetail]:
+        """A queue's counts and settings (`GET /queues/{name}`); `NotFound` for a queue never used."""
+        return Call("GET", f"/queues/{_segment(name)}", _queue_detail)
+
+    @staticmethod
+    def configure_queue(
+        name: str,
+        *,
+        visibility_timeout: float | None = None,
+        max_attempts: int | None = None,
+        backoff_base: float | None = None,
+        backoff_cap: float | None = None,
+        retention: float | None = None,
+    ) -> Call[QueueDetail]:
+        """Change some of a queue's settings (`PATCH /queues/{name}`); seconds for the durations."""
+        body = _compact(
+            dict(
+                visibility_timeout=visibility_timeout,
+                max_attempts=max_attempts,
+                backoff_base=backoff_base,
+                backoff_cap=backoff_cap,
+                retention=retention,
+            )
+        )
+        return Call("PATCH", f"/queues/{_segment(name)}", _queue_detail, json=body)
+
+    @staticmethod
+    def pause(name: str) -> Call[QueueRow]:
+        """Stop leasing from a queue; enqueues still land (`POST /queues/{name}/pause`)."""
+        return Call("POST", f"/queues/{_segment(name)}/pause", _reader(QueueRow))
+
+    @staticmethod
+    def resume(name: str) -> Call[QueueRow]:
+        """Lease from a paused queue again (`POST /queues/{name}/resume`)."""
+        return Call("POST", f"/queues/{_segment(name)}/resume", _reader(QueueRow))
+
+
+# --- retries ---------------------------------------------------------------------------------------
+
+# Failures where the request never reached the service: always safe to send again.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """How calls are retried: after connection errors, 503 (and a proxy's 502 or 504), never after any
+    other answer. The n-th retry sleeps `backoff * 2**n` seconds, capped at `cap`, less up to half of it
+    at random, or the answer's `Retry-After` when that is longer."""
+
+    attempts: int = 6  # tries in all, the first one included (default 6: about 8 s of trying at most)
+    backoff: float = 0.25  # seconds before the first retry
+    cap: float = 5.0  # longest sleep between tries
+
+    def delay(self, retry: int) -> float:
+        return min(self.cap, self.backoff * 2**retry) * random.uniform(0.5, 1.0)
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return float(response.headers.get("retry-after", 0))
+    except ValueError:
+        return 0.0
+
+
+Step = Call[Any] | float  # send this call, or sleep this many seconds
+Outcome = httpx.Response | httpx.TransportError | None
+
+
+def _exchange(call: Call[T], retry: Retry) -> Generator[Step, Outcome, T]:
+    """The retry policy, free of I/O: yields the call to send or a pause to take, receives the answer (or
+    the transport error), and returns the result or raises. Both clients drive it."""
+    attempts = max(1, retry.attempts)
+    for n in range(attempts):
+        last = n == attempts - 1
+        outcome = yield call
+        if isinstance(outcome, httpx.TransportError):
+            if last or not (call.idempotent or isinstance(outcome, _NOT_SENT)):
+                raise Unreachable(
+                    f"{call.method} {call.path}: {type(outcome).__name__}: {outcome}"
+                ) from outcome
+            yield retry.delay(n)
+            continue
+        assert outcome is not None
+        status = outcome.status_code
+        # 503: the service could not do it (its database is away). A proxy's 502/504 may hide a request
+        # that was carried out, so only idempotent calls go again after those.
+        if not last and (status == 503 or (status in (502, 504) and call.idempotent)):
+            yield max(retry.delay(n), min(_retry_after(outcome), retry.cap))
+            continue
+        if outcome.is_success:
+            return call.read(outcome.json())
+        raise error_from(outcome)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --- the two clients -------------------------------------------------------------------------------
+
+
+def _method(build: Callable[..., Call[Any]], wrapper: Callable[..., Any], client: str) -> None:
+    """Give a client's method the builder's name, docs and signature, with `self` and the result type."""
+    functools.update_wrapper(wrapper, build)
+    signature = inspect.signature(build)
+    returns = str(signature.return_annotation)
+    returns = returns[5:-1] if returns.startswith("Call[") else returns
+    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY, annotation=client)
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self, *signature.parameters.values()], return_annotation=returns
+    )
+
+
+def _sync(build: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
+    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.send(build(*args, **kwargs))
+
+    _method(build, method, "Client")
+    return method
+
+
+def _async(build: Callable[P, Call[T]]) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.send(build(*args, **kwargs))
+
+    _method(build, method, "AsyncClient")
+    return method
+
+
+class _Transport:
+    """What the two clients share: configuration. Only sending differs (blocking or awaited)."""
+
+    http_class: ClassVar[type[httpx.Client] | type[httpx.AsyncClient]]
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retry: Retry | None = None,
+        **httpx_options: Any,
+    ) -> None:
+        token = token if token is not None else os.environ.get("JOBQ_TOKEN") or None
+        headers = {"Accept": "application/json", **httpx_options.pop("headers", {})}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.url = (url or os.environ.get("JOBQ_URL") or DEFAULT_URL).rstrip("/")
+        self.retry = retry or Retry()
+        self.http: Any = self.http_class(base_url=self.url, headers=headers, timeout=timeout, **httpx_options)
+
+    def _request(self, call: Call[Any]) -> dict[str, Any]:
+        timeout = self.http.timeout
+        if call.wait and timeout.read is not None:
+            timeout = httpx.Timeout(
+                connect=timeout.connect, read=timeout.read + call.wait, write=timeout.write, pool=timeout.pool
+            )
+        return dict(method=call.method, url=call.path, json=call.json, params=call.params, timeout=timeout)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+class Client(_Transport):
+    """The jobq API, blocking. `url` defaults to $JOBQ_URL, else http://127.0.0.1:8000; `token` to
+    $JOBQ_TOKEN (sent as a bearer token). `timeout` is per request, in seconds (a long-poll gets its
+    `wait` on top). `retry` is the retry policy; other keyword arguments go to `httpx.Client`."""
+
+    http_class = httpx.Client
+    http: httpx.Client
+
+    def send(self, call: Call[T]) -> T:
+        steps = _exchange(call, self.retry)
+        step = next(steps)
+        while True:
+            outcome: Outcome = None
+            if isinstance(step, Call):
+                try:
+                    outcome = self.http.request(**self._request(step))
+                except httpx.TransportError as exc:
+                    outcome = exc
+            else:
+                time.sleep(step)
+            try:
+                step = steps.send(outcome)
+            except StopIteration as done:
+                return done.value
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    enqueue = _sync(Calls.enqueue)
+    enqueue_many = _sync(Calls.enqueue_many)
+    get_job = _sync(Calls.get_job)
+    cancel = _sync(Calls.cancel)
+    lease = _sync(Calls.lease)
+    ack = _sync(Calls.ack)
+    ack_many = _sync(Calls.ack_many)
+    release = _sync(Calls.release)
+    nack = _sync(Calls.nack)
+    extend = _sync(Calls.extend)
+    dead_jobs = _sync(Calls.dead_jobs)
+    retry_dead = _sync(Calls.retry_dead)
+    purge_dead = _sync(Calls.purge_dead)
+    queues = _sync(Calls.queues)
+    queue = _sync(Calls.queue)
+    configure_queue = _sync(Calls.configure_queue)
+    pause = _sync(Calls.pause)
+    resume = _sync(Calls.resume)
+
+
+class AsyncClient(_Transport):
+    """The jobq API for asyncio: the methods of `Client`, awaited; the same arguments."""
+
+    http_class = httpx.AsyncClient
+    http: httpx.AsyncClient
+
+    async def send(self, call: Call[T]) -> T:
+        steps = _exchange(call, self.retry)
+        step = next(steps)
+        while True:
+            outcome: Outcome = None
+            if isinstance(step, Call):
+                try:
+                    outcome = await self.http.request(**self._request(step))
+                except httpx.TransportError as exc:
+                    outcome = exc
+            else:
+                await asyncio.sleep(step)
+            try:
+                step = steps.send(outcome)
+            except StopIteration as done:
+                return done.value
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    enqueue = _async(Calls.enqueue)
+    enqueue_many = _async(Calls.enqueue_many)
+    get_job = _async(Calls.get_job)
+    cancel = _async(Calls.cancel)
+    lease = _async(Calls.lease)
+    ack = _async(Calls.ack)
+    ack_many = _async(Calls.ack_many)
+    release = _async(Calls.release)
+    nack = _async(Calls.nack)
+    extend = _async(Calls.extend)
+    dead_jobs = _async(Calls.dead_jobs)
+    retry_dead = _async(Calls.retry_dead)
+    purge_dead = _async(Calls.purge_dead)
+    queues = _async(Calls.queues)
+    queue = _async(Calls.queue)
+    configure_queue = _async(Calls.configure_queue)
+    pause = _async(Calls.pause)
+    resume = _async(Calls.resume)

@@ -1,0 +1,240 @@
+"""What the jobq client answers with: the result dataclasses and the errors, one per problem `code`.
+
+Import them from `app.client`, beside the clients. Results are small frozen dataclasses read from the
+answers' JSON; fields the service adds later are ignored, so an older client keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+class JobqError(Exception):
+    """An error answer (an RFC 9457 problem), or no answer at all (`status` is None then)."""
+
+    code = "error"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        problem: Mapping | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+        self.code = code or type(self).code
+        self.problem: dict[str, Any] = dict(problem or {})
+
+
+class ValidationError(JobqError):
+    code = "validation_error"
+
+
+class Unauthorized(JobqError):
+    code = "unauthorized"
+
+
+class Forbidden(JobqError):
+    code = "forbidden"
+
+
+class NotFound(JobqError):
+    code = "not_found"
+
+
+class LeaseLost(JobqError):
+    """The lease token is not the job's current one: the lease expired and moved on, or was ended."""
+
+    code = "lease_lost"
+
+
+class Conflict(JobqError):
+    """The job is not in a state that allows this (cancel a running job, purge a live one)."""
+
+    code = "conflict"
+
+
+class PayloadTooLarge(JobqError):
+    code = "payload_too_large"
+
+
+class Unavailable(JobqError):
+    """The service cannot do it now (its database is unreachable); try again later."""
+
+    code = "unavailable"
+
+
+class Unreachable(Unavailable):
+    """No answer: connection refused, reset or timed out, after the retries."""
+
+    code = "unreachable"
+
+
+_BY_CODE: dict[str, type[JobqError]] = {
+    cls.code: cls
+    for cls in (ValidationError, Unauthorized, Forbidden, NotFound, LeaseLost, Conflict, PayloadTooLarge)
+} | {Unavailable.code: Unavailable}
+# For answers without a problem body (a proxy in between, an older service).
+_BY_STATUS: dict[int, type[JobqError]] = {
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: ValidationError,
+    503: Unavailable,
+}
+
+
+def error_from(response: httpx.Response) -> JobqError:
+    """The exception an error answer stands for."""
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = None
+    if not isinstance(problem, dict):
+        problem = {}
+    code = problem.get("code")
+    cls = _BY_CODE.get(code) if isinstance(code, str) else None
+    cls = cls or _BY_STATUS.get(response.status_code, JobqError)
+    detail = problem.get("detail") or response.text[:300] or response.reason_phrase
+    return cls(str(detail), status=response.status_code, code=code, problem=problem)
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+_TIMES = {"run_at", "created_at", "updated_at", "completed_at", "lease_expires_at"}
+
+
+def load(cls: type[T], data: Mapping[str, Any]) -> T:
+    """A result dataclass from an answer's JSON object: known fields only, RFC 3339 times parsed."""
+    values = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            value = data[f.name]
+            if f.name in _TIMES and isinstance(value, str):
+                value = datetime.fromisoformat(value)
+            values[f.name] = value
+    return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    queue: str
+    status: str  # pending, running, completed, dead or cancelled
+    payload: Any
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    dedup_key: str | None
+    last_error: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    # Only in enqueue answers: True when dedup_key matched an active job, and this is that job.
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedJob:
+    """A job this worker holds until `lease_expires_at`; ack, nack and extend need its `lease_token`."""
+
+    id: int
+    queue: str
+    payload: Any
+    priority: int
+    attempts: int  # this lease included
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    last_error: str | None
+    lease_token: str
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    id: int
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class NackResult:
+    id: int
+    status: str  # pending (runs again at run_at) or dead
+    run_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendResult:
+    id: int
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    """One item of a batch ack: `ok`, or the `code` of the problem it met (lease_lost, not_found)."""
+
+    id: int
+    ok: bool
+    code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadPage:
+    jobs: list[Job]
+    next_before_id: int | None  # pass as before_id for the next page; None at the end
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDeadResult:
+    retried: int
+    skipped: list[int] = field(default_factory=list)  # left dead: an active job holds their dedup_key
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    id: int
+    purged: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    visibility_timeout: float
+    max_attempts: int
+    backoff_base: float
+    backoff_cap: float
+    retention: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    queue: str
+    pending: int  # ready now
+    scheduled: int  # waiting for a future run_at
+    running: int
+    dead: int
+    completed: int  # not yet pruned
+    oldest_pending_age_seconds: float  # the lag: age of the oldest ready job
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDetail(QueueRow):
+    settings: QueueSettings

@@ -1,0 +1,183 @@
+"""The errors jobq answers with, and the one place they become RFC 9457 problem details.
+
+Every error body is ``application/problem+json`` with a stable machine-readable ``code``. Nothing a client
+sends can produce a 500 with a stack trace: validation, database data errors and encoding errors are 4xx;
+an unreachable database is 503 ``unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from http import HTTPStatus
+from typing import Any
+
+import asyncpg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("jobq.errors")
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class JobqError(Exception):
+    status: int = 500
+    code: str = "internal"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class Unauthorized(JobqError):
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(JobqError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(JobqError):
+    status, code = 404, "not_found"
+
+
+class LeaseLost(JobqError):
+    """The lease token is not the job's current one: the lease expired and moved on, or was ended."""
+
+    status, code = 409, "lease_lost"
+
+
+class Conflict(JobqError):
+    """The job is not in a state that allows this (cancel a running job, purge a live one)."""
+
+    status, code = 409, "conflict"
+
+
+class PayloadTooLarge(JobqError):
+    status, code = 413, "payload_too_large"
+
+
+class Invalid(JobqError):
+    """A request that is well-formed JSON but asks for something impossible (e.g. both run_at and delay)."""
+
+    status, code = 422, "validation_error"
+
+
+class Unavailable(JobqError):
+    status, code = 503, "unavailable"
+
+
+# Errors meaning "the database cannot be reached or is going away": answered 503, and the pool
+# reconnects on a later request by itself.
+DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.InterfaceError,
+    asyncpg.OperatorInterventionError,  # shutdown, cannot connect now, statement timeout
+    asyncpg.InsufficientResourcesError,  # too many connections, disk full
+)
+
+# Values PostgreSQL refuses (a NUL character, an out-of-range number): the client's input, so 422.
+DATABASE_REJECTED_INPUT: tuple[type[BaseException], ...] = (
+    asyncpg.DataError,
+    UnicodeEncodeError,
+    OverflowError,
+)
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
+    body = {
+        "type": f"urn:jobq:problem:{code}",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+
+
+def _validation_detail(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    cleaned = [
+        {"loc": [str(part) for part in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in errors
+    ]
+    text = "; ".join(f"{'.'.join(e['loc']) or 'body'}: {e['msg']}" for e in cleaned[:10])
+    return text or "invalid request", cleaned
+
+
+async def _jobq_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, JobqError)
+    response = problem(exc.status, exc.code, exc.detail, **exc.extra)
+    if isinstance(exc, Unauthorized):
+        response.headers["WWW-Authenticate"] = 'Bearer realm="jobq"'
+    return response
+
+
+async def _request_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    detail, errors = _validation_detail(list(exc.errors()))
+    return problem(422, "validation_error", detail, errors=errors)
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    503: "unavailable",
+}
+
+
+async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "error")
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no route {request.method} {request.url.path}"
+    response = problem(exc.status_code, code, detail)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
+    response = problem(503, "unavailable", "the database is unreachable; retry shortly")
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+async def _database_rejected_input(request: Request, exc: Exception) -> JSONResponse:
+    return problem(422, "validation_error", f"a value was refused: {exc}")
+
+
+async def _recursion(request: Request, exc: Exception) -> JSONResponse:
+    return problem(422, "validation_error", "the JSON body is nested too deeply")
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return problem(500, "internal", "an unexpected error occurred; it has been logged")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(JobqError, _jobq_error)
+    app.add_exception_handler(RequestValidationError, _request_validation)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    for exc_type in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(exc_type, _database_unavailable)
+    for exc_type in DATABASE_REJECTED_INPUT:
+        app.add_exception_handler(exc_type, _database_rejected_input)
+    app.add_exception_handler(RecursionError, _recursion)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,99 @@
+"""The application: ``create_app(settings)`` builds it; its lifespan owns the pool and background work."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import __version__, access_log, background, embedded, errors, migrations
+from app.auth import Tokens
+from app.db import Database, create_pool
+from app.metrics import Metrics
+from app.routers import health, metrics, operators, producers, ui, workers
+from app.settings import Settings
+from app.sqs import router as sqs
+from app.wakeups import Wakeups
+from app.web import BodyLimit
+
+log = logging.getLogger("jobq")
+
+
+async def resolve_database_url(settings: Settings) -> str:
+    """The configured database, or the embedded one started (or joined) under data_dir."""
+    if settings.database_url:
+        return settings.database_url
+    return await asyncio.to_thread(embedded.start, settings.data_dir)
+
+
+def _answer_waiters_on_signals(wakeups: Wakeups) -> None:
+    """On SIGTERM or SIGINT, answer waiting long-polls at once with no jobs, then let the server's own
+    graceful shutdown run: it finishes requests in flight, which long-polls would otherwise hold for up
+    to a minute. (Only in the main thread, where signal handlers live.)"""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        if not callable(previous):
+            continue
+
+        def handler(signum: int, frame: object, previous: Callable = previous) -> None:
+            loop.call_soon_threadsafe(wakeups.shutdown)
+            previous(signum, frame)
+
+        signal.signal(sig, handler)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        dsn = await resolve_database_url(settings)
+        if settings.migrate_on_start:
+            await asyncio.to_thread(migrations.upgrade, dsn)
+        pool = await create_pool(dsn, settings)
+        db = Database(pool, settings, app.state.metrics)
+        app.state.db = db
+        app.state.wakeups = wakeups = Wakeups(dsn, safety_interval=settings.wakeup_safety_interval)
+        await wakeups.start()
+        _answer_waiters_on_signals(wakeups)
+        tasks = background.start(db)
+        log.info("jobq %s ready", __version__)
+        try:
+            yield
+        finally:
+            await wakeups.close()
+            await background.stop(tasks)
+            await pool.close()
+            if not settings.database_url:
+                await asyncio.to_thread(embedded.release, settings.data_dir)
+
+    app = FastAPI(
+        title="jobq",
+        version=__version__,
+        summary="An HTTP job queue on PostgreSQL.",
+        lifespan=lifespan,
+        # FastAPI's built-in OpenTelemetry hooks look up their providers on every request; jobq exports
+        # its own Prometheus metrics instead.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
+    app.state.settings = settings
+    app.state.tokens = Tokens.load(settings.tokens, settings.tokens_file)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.state.metrics = Metrics()
+    if settings.access_log:
+        access_log.install()
+    # Outermost: it times every request, also those a middleware inside it answers.
+    app.add_middleware(access_log.ObserveRequests, metrics=app.state.metrics, access_log=settings.access_log)
+    errors.install(app)
+    for module in (producers, workers, operators, health, metrics, ui):
+        app.include_router(module.router)
+    app.include_router(sqs.router)  # the SQS API at POST / (app/sqs)
+    return app

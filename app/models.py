@@ -1,0 +1,169 @@
+"""The schema: SQLAlchemy tables in the ``jobq`` schema, and the job state machine.
+
+These models and the Alembic chain in ``alembic/versions`` are the single definition of the schema; a test
+compares them. The hot paths run the hand-written SQL in ``app/queries.py`` against these tables.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from uuid import UUID
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Double,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA = "jobq"
+
+# Defaults of a queue nobody configured. They are the `queues` columns' server defaults, and the
+# queries pass them where a queue row may not exist yet.
+DEFAULT_VISIBILITY_TIMEOUT = 30.0  # seconds a lease lasts
+DEFAULT_MAX_ATTEMPTS = 5  # leases before a failing job goes dead
+DEFAULT_BACKOFF_BASE = 30.0  # seconds; retry n waits base * 2^(n-1), plus 0-30 % jitter
+DEFAULT_BACKOFF_CAP = 3600.0  # seconds; no retry waits longer
+DEFAULT_RETENTION = 86400.0  # seconds completed and cancelled jobs are kept before pruning
+
+MAX_VISIBILITY_TIMEOUT = 43200.0  # 12 h: the longest lease or extension one call may ask for
+
+
+class JobState(enum.StrEnum):
+    """A job's life. Every transition is one guarded UPDATE in queries.py (`... WHERE status = ...`).
+
+    PENDING -> RUNNING -> COMPLETED | PENDING (retry) | DEAD;  PENDING -> CANCELLED;  DEAD -> PENDING.
+    """
+
+    # Waiting to run, including jobs whose run_at is still in the future.
+    # In: enqueue; nack with attempts left; lease expiry with attempts left; dead retry.
+    # Out: lease (-> running); cancel (-> cancelled); an ack after expiry by the last lease holder.
+    PENDING = "pending"
+    # Leased to a worker until lease_expires_at, fenced by lease_token; each lease counts an attempt.
+    # In: lease. Out: ack, nack, lease expiry (sweep), all guarded by status and token.
+    RUNNING = "running"
+    # Done. In: ack with the job's latest lease token. Final; pruned after the queue's retention.
+    COMPLETED = "completed"
+    # Out of attempts or nacked with dead=true; kept for inspection until retried or purged.
+    # In: nack, lease expiry. Out: dead retry (-> pending), purge (row deleted), a late ack (-> completed).
+    DEAD = "dead"
+    # Cancelled by a producer before it ran. Final; pruned like completed jobs.
+    CANCELLED = "cancelled"
+
+
+# Fixed index and constraint names keep Alembic's comparison stable.
+metadata = MetaData(
+    schema=SCHEMA,
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    },
+)
+
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+
+
+class Base(DeclarativeBase):
+    metadata = metadata
+
+
+class Queue(Base):
+    """One row per queue: settings and pause state. A queue exists once it has a job or settings."""
+
+    __tablename__ = "queues"
+    __table_args__ = (CheckConstraint(f"name ~ '{QUEUE_NAME_PATTERN}'", name="name_format"),)
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    visibility_timeout: Mapped[float] = mapped_column(
+        Double, server_default=text(repr(DEFAULT_VISIBILITY_TIMEOUT))
+    )
+    max_attempts: Mapped[int] = mapped_column(Integer, server_default=text(str(DEFAULT_MAX_ATTEMPTS)))
+    backoff_base: Mapped[float] = mapped_column(Double, server_default=text(repr(DEFAULT_BACKOFF_BASE)))
+    backoff_cap: Mapped[float] = mapped_column(Double, server_default=text(repr(DEFAULT_BACKOFF_CAP)))
+    retention: Mapped[float] = mapped_column(Double, server_default=text(repr(DEFAULT_RETENTION)))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Attributes set through the SQS API (app/sqs) that have no jobq setting: DelaySeconds,
+    # MessageRetentionPeriod, RedrivePolicy, ... as SQS spells them. NULL for queues SQS never configured.
+    sqs_attributes: Mapped[dict | None] = mapped_column(JSONB)
+
+
+class Job(Base):
+    """A unit of work. The table churns: fillfactor and autovacuum are tuned in the migration."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('pending', 'running', 'completed', 'dead', 'cancelled')", name="status_known"
+        ),
+        CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="max_attempts_positive"),
+        # The claim: ready jobs of one queue in lease order. Partial, so however many finished rows the
+        # table holds, this index holds only the waiting ones.
+        Index(
+            "ix_jobs_claim",
+            "queue",
+            "priority",
+            "run_at",
+            "id",
+            postgresql_where=text("status = 'pending'"),
+        ),
+        # The expiry sweep: running jobs by deadline.
+        Index("ix_jobs_lease_expiry", "lease_expires_at", postgresql_where=text("status = 'running'")),
+        # At most one active job per (queue, dedup_key); enqueue uses ON CONFLICT DO NOTHING against it.
+        Index(
+            "uq_jobs_dedup",
+            "queue",
+            "dedup_key",
+            unique=True,
+            postgresql_where=text("status IN ('pending', 'running') AND dedup_key IS NOT NULL"),
+        ),
+        # The dead-letter list, newest first, per queue or across queues.
+        Index("ix_jobs_dead", "queue", "id", postgresql_where=text("status = 'dead'")),
+        # Retention pruning of finished jobs.
+        Index(
+            "ix_jobs_finished",
+            "completed_at",
+            postgresql_where=text("status IN ('completed', 'cancelled')"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    queue: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default=text("'pending'"))
+    payload: Mapped[object] = mapped_column(JSONB)
+    priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))  # lower runs first
+    run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))  # leases so far
+    # NULL: the queue's max_attempts, read when it matters, so changing the queue setting applies to
+    # jobs already waiting.
+    max_attempts: Mapped[int | None] = mapped_column(Integer)
+    dedup_key: Mapped[str | None] = mapped_column(Text)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    # The latest lease's token. Kept after expiry so the last holder may still ack; cleared by nack and
+    # by dead retry, which end that lease for good.
+    lease_token: Mapped[UUID | None] = mapped_column(PG_UUID(as_uuid=True))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    worker_id: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # When the job reached a final state (completed or cancelled); retention counts from here.
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # SQS message attributes ({name: {DataType, StringValue | BinaryValue}}) of a message sent through
+    # the SQS API (app/sqs), and when SQS first handed it out (ApproximateFirstReceiveTimestamp).
+    message_attributes: Mapped[dict | None] = mapped_column(JSONB)
+    first_received_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,494 @@
+"""Every SQL statement jobq runs, each with a name, a purpose and its reasons.
+
+Statements are written with named parameters (``:queue``); ``Query`` rewrites them once, at import, to
+asyncpg's positional ``$n`` and binds arguments by name, so a long statement never depends on argument
+order. Each state change names the state it expects (and the lease token, where one fences it) in its
+``WHERE`` and uses ``RETURNING``: no row back means the job was not in that state, which is an answer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.models import (
+    DEFAULT_BACKOFF_BASE,
+    DEFAULT_BACKOFF_CAP,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION,
+    DEFAULT_VISIBILITY_TIMEOUT,
+)
+
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    text: str  # the statement, as asyncpg receives it ($1, $2, ...)
+    params: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def define(cls, name: str, sql: str) -> Query:
+        params: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            if match[1] not in params:
+                params.append(match[1])
+            return f"${params.index(match[1]) + 1}"
+
+        return cls(name, _PARAM.sub(number, sql), tuple(params))
+
+    def args(self, **values: Any) -> list[Any]:
+        missing = set(self.params) - values.keys()
+        extra = values.keys() - set(self.params)
+        if missing or extra:
+            raise TypeError(f"{self.name}: missing {sorted(missing)}, unexpected {sorted(extra)}")
+        return [values[p] for p in self.params]
+
+
+# The columns of a job as the API shows it. `max_attempts` NULL on the job means "the queue's setting",
+# so it is resolved against the queue row `q` (absent only in the statement that creates the queue).
+JOB = f"""
+    j.id, j.queue, j.status, j.payload, j.priority, j.run_at, j.attempts,
+    coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
+    j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at
+"""
+
+# Wake-ups: every statement that makes jobs ready (or schedules them) sends one NOTIFY per queue it touched,
+# not one per job: {"queue", "n": jobs made ready, "run_at": the earliest run_at, epoch seconds}. PostgreSQL
+# delivers it at commit, to every replica's listener (app/wakeups.py), which wakes up to n waiting
+# long-polls at once, or at run_at for jobs due later. A CTE only runs when the statement reads it, so
+# each statement reads `notified` once (`WHERE (SELECT count(*) FROM notified) >= 0`).
+CHANNEL = "jobq"
+
+
+def _notify(source: str, where: str = "true") -> str:
+    return f"""
+    notified AS (
+        SELECT pg_notify('{CHANNEL}', json_build_object(
+                   'queue', queue, 'n', count(*), 'run_at', extract(epoch FROM min(run_at)))::text)
+        FROM {source} WHERE {where} GROUP BY queue
+    )"""
+
+
+NOTIFIED = "(SELECT count(*) FROM notified) >= 0"
+
+# Insert a batch of jobs (one job is a batch of one), creating their queues on first use.
+# - Ids are drawn up front so each inserted row can be matched to its place in the request.
+# - ON CONFLICT DO NOTHING against uq_jobs_dedup: a job whose dedup_key an active job of its queue holds
+#   is not inserted; its row comes back with NULL columns and jobs.enqueue looks up the holder.
+# - run_at and delay are resolved on the database clock, like every other deadline.
+# - only what the database decided comes back (id, run_at, created_at, the resolved max_attempts):
+#   the rest of a new job is what the caller sent (jobs.enqueue builds it), so a batch of 1,000 is not
+#   sent back and decoded column by column.
+ENQUEUE = Query.define(
+    "enqueue",
+    f"""
+    WITH input AS (
+        SELECT nextval('jobq.jobs_id_seq') AS id, t.*
+        FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
+                    :delays::float8[], :max_attempts::int[], :dedup_keys::text[])
+             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, dedup_key, ord)
+    ), new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
+    ), j AS (
+        INSERT INTO jobq.jobs AS j (id, queue, payload, priority, run_at, max_attempts, dedup_key)
+        SELECT id, queue, payload::jsonb, priority,
+               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, dedup_key
+        FROM input ORDER BY ord
+        ON CONFLICT (queue, dedup_key) WHERE status IN ('pending', 'running') AND dedup_key IS NOT NULL
+        DO NOTHING
+        RETURNING *
+    ), {_notify("j")}
+    SELECT input.ord, j.id, j.run_at, j.created_at,
+           coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts
+    FROM input
+    LEFT JOIN j ON j.id = input.id
+    LEFT JOIN jobq.queues q ON q.name = j.queue
+    WHERE {NOTIFIED}
+    ORDER BY input.ord
+    """,
+)
+
+# The active jobs holding these (queue, dedup_key) pairs: what a duplicate enqueue answers with.
+DEDUP_HOLDERS = Query.define(
+    "dedup_holders",
+    f"""
+    SELECT {JOB}
+    FROM unnest(:queues::text[], :dedup_keys::text[]) AS k(queue, dedup_key)
+    JOIN jobq.jobs j ON j.queue = k.queue AND j.dedup_key = k.dedup_key
+                    AND j.status IN ('pending', 'running')
+    LEFT JOIN jobq.queues q ON q.name = j.queue
+    """,
+)
+
+GET_JOB = Query.define(
+    "get_job",
+    f"SELECT {JOB} FROM jobq.jobs j LEFT JOIN jobq.queues q ON q.name = j.queue WHERE j.id = :id",
+)
+
+# Cancel a job that has not started. Running, finished and dead jobs are left alone.
+CANCEL = Query.define(
+    "cancel",
+    f"""
+    UPDATE jobq.jobs j SET status = 'cancelled', completed_at = now(), updated_at = now()
+    FROM jobq.queues q
+    WHERE j.id = :id AND j.status = 'pending' AND q.name = j.queue
+    RETURNING {JOB}
+    """,
+)
+
+# Claim ready jobs in one statement, so nothing can run between choosing and marking; one statement
+# serves several lease calls on the same queue at once (app/coalesce.py). Each call owns a run of slots:
+# :visibility_timeouts and :worker_ids hold one entry per slot, and the n-th job in lease order fills
+# slot n, so each call gets its share in order and its own lease settings.
+# - `q`: the queue's settings, and no row at all when it is paused (or unknown): then nothing is claimed.
+# - `ready`: walks ix_jobs_claim in lease order; SKIP LOCKED passes over rows another claim holds instead of
+#   waiting for it, so concurrent statements get different jobs and never block each other. Order is
+#   therefore best effort under concurrency.
+# - the UPDATE marks them running, counts the attempt and fences each lease with a fresh token and a
+#   deadline on the database clock.
+LEASE = Query.define(
+    "lease",
+    f"""
+    WITH q AS (
+        SELECT max_attempts, visibility_timeout FROM jobq.queues WHERE name = :queue AND NOT paused
+    ), slots AS (
+        SELECT * FROM unnest(:visibility_timeouts::float8[], :worker_ids::text[])
+                      WITH ORDINALITY AS s(visibility_timeout, worker_id, slot)
+    ), ready AS (
+        SELECT id, row_number() OVER (ORDER BY priority, run_at, id) AS slot
+        FROM (
+            SELECT id, priority, run_at FROM jobq.jobs
+            WHERE queue = :queue AND status = 'pending' AND run_at <= now() AND EXISTS (SELECT FROM q)
+            ORDER BY priority, run_at, id
+            LIMIT cardinality(:worker_ids::text[])
+            FOR UPDATE SKIP LOCKED
+        ) locked
+    )
+    UPDATE jobq.jobs j
+    SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
+        lease_expires_at = now()
+            + make_interval(secs => coalesce(slots.visibility_timeout, q.visibility_timeout)),
+        worker_id = slots.worker_id, updated_at = now()
+    FROM ready JOIN slots USING (slot), q
+    WHERE j.id = ready.id
+    RETURNING {JOB}, j.lease_token, ready.slot
+    """,
+)
+
+# Complete jobs whose latest lease token the caller holds. Accepted after the lease expired (the sweep
+# moved the job to pending or dead but kept the token), because the work was done; refused once anyone
+# leased the job again (new token) or nack or dead retry cleared the token.
+ACK = Query.define(
+    "ack",
+    """
+    UPDATE jobq.jobs j
+    SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL
+    FROM unnest(:ids::bigint[], :lease_tokens::uuid[]) AS a(id, lease_token)
+    WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.status IN ('running', 'pending', 'dead')
+    RETURNING j.id, j.queue
+    """,
+)
+
+# Where an ack, nack or extend changed nothing: is the job unknown (404), already completed under this
+# very token (a repeated ack, answered as success), or leased by someone else (409 lease_lost)?
+LEASE_STATES = Query.define(
+    "lease_states",
+    "SELECT id, status, lease_token FROM jobq.jobs WHERE id = ANY(:ids::bigint[])",
+)
+
+# Give jobs back after a failed attempt. Only the current holder of a running lease may.
+# - dead=true, or no attempts left: the job goes dead and keeps its run_at.
+# - otherwise pending again at now + retry_after, or the queue's backoff: base * 2^(attempts-1) with
+#   0-30 % jitter against thundering herds, never more than the cap (the exponent is bounded so the
+#   arithmetic cannot overflow).
+# The token is cleared: this lease is over, and a late ack by the same worker must not complete a retry.
+NACK = Query.define(
+    "nack",
+    f"""
+    WITH n AS (
+        SELECT n.*, (n.dead OR j.attempts >= coalesce(j.max_attempts, q.max_attempts)) AS to_dead,
+               least(q.backoff_cap,
+                     q.backoff_base * power(2, least(j.attempts - 1, 60)) * (1 + 0.3 * random())) AS backoff
+        FROM unnest(:ids::bigint[], :lease_tokens::uuid[], :errors::text[], :retry_afters::float8[],
+                    :deads::bool[]) AS n(id, lease_token, error, retry_after, dead)
+        JOIN jobq.jobs j ON j.id = n.id
+        JOIN jobq.queues q ON q.name = j.queue
+    ), nacked AS (
+        UPDATE jobq.jobs j
+        SET status = CASE WHEN n.to_dead THEN 'dead' ELSE 'pending' END,
+            run_at = CASE WHEN n.to_dead THEN j.run_at
+                          ELSE now() + make_interval(secs => coalesce(n.retry_after, n.backoff)) END,
+            last_error = n.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+        FROM n
+        WHERE j.id = n.id AND j.lease_token = n.lease_token AND j.status = 'running'
+        RETURNING j.id, j.queue, j.status, j.run_at
+    ), {_notify("nacked", "status = 'pending'")}
+    SELECT id, queue, status, run_at FROM nacked WHERE {NOTIFIED}
+    """,
+)
+
+# Hand back jobs claimed for a long-poll whose client went away before they could be delivered: pending
+# again at their place in line, and the attempt not counted (the job never reached a worker).
+RELEASE = Query.define(
+    "release",
+    f"""
+    WITH released AS (
+        UPDATE jobq.jobs j
+        SET status = 'pending', attempts = j.attempts - 1, lease_token = NULL, lease_expires_at = NULL,
+            worker_id = NULL, updated_at = now()
+        FROM unnest(:ids::bigint[], :lease_tokens::uuid[]) AS r(id, lease_token)
+        WHERE j.id = r.id AND j.lease_token = r.lease_token AND j.status = 'running'
+        RETURNING j.id, j.queue, j.run_at
+    ), {_notify("released")}
+    SELECT id FROM released WHERE {NOTIFIED}
+    """,
+)
+
+# Move a running lease's deadline to now + :visibility_timeout; only its holder may.
+EXTEND = Query.define(
+    "extend",
+    """
+    UPDATE jobq.jobs
+    SET lease_expires_at = now() + make_interval(secs => :visibility_timeout), updated_at = now()
+    WHERE id = :id AND lease_token = :lease_token AND status = 'running'
+    RETURNING id, lease_expires_at
+    """,
+)
+
+# The sweep: running jobs past their deadline count a failed attempt and become leasable again at once
+# (pending, keeping their place in line), or dead when out of attempts. SKIP LOCKED and the status check
+# make it safe in every replica at once; the token stays so the late holder may still ack.
+EXPIRE_LEASES = Query.define(
+    "expire_leases",
+    f"""
+    WITH expired AS (
+        SELECT id FROM jobq.jobs
+        WHERE status = 'running' AND lease_expires_at <= now()
+        ORDER BY lease_expires_at
+        LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    ), returned AS (
+        UPDATE jobq.jobs j
+        SET status = CASE WHEN j.attempts >= coalesce(j.max_attempts, q.max_attempts)
+                          THEN 'dead' ELSE 'pending' END,
+            last_error = format('lease expired at %s on attempt %s (worker %s)',
+                                to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                                j.attempts, coalesce(j.worker_id, 'unnamed')),
+            lease_expires_at = NULL, updated_at = now()
+        FROM expired, jobq.queues q
+        WHERE j.id = expired.id AND q.name = j.queue
+        RETURNING j.id, j.queue, j.status, j.run_at
+    ), {_notify("returned", "status = 'pending'")}
+    SELECT id, queue, status FROM returned WHERE {NOTIFIED}
+    """,
+)
+
+# Retention: delete finished jobs past their queue's retention, a bounded batch per statement so no
+# delete holds many locks or a long transaction; the caller loops while batches come back full.
+PRUNE_FINISHED = Query.define(
+    "prune_finished",
+    """
+    WITH doomed AS (
+        SELECT j.id FROM jobq.jobs j JOIN jobq.queues q ON q.name = j.queue
+        WHERE j.status IN ('completed', 'cancelled')
+          AND j.completed_at < now() - make_interval(secs => q.retention)
+        ORDER BY j.completed_at
+        LIMIT :batch
+        FOR UPDATE OF j SKIP LOCKED
+    )
+    DELETE FROM jobq.jobs j USING doomed WHERE j.id = doomed.id
+    """,
+)
+
+# Dead jobs newest first, a page at a time (keyset on id: stable while jobs die meanwhile).
+DEAD_JOBS = Query.define(
+    "dead_jobs",
+    f"""
+    SELECT {JOB}
+    FROM jobq.jobs j LEFT JOIN jobq.queues q ON q.name = j.queue
+    WHERE j.status = 'dead' AND j.id < :before_id
+    ORDER BY j.id DESC
+    LIMIT :limit
+    """,
+)
+DEAD_JOBS_IN_QUEUE = Query.define(
+    "dead_jobs_in_queue",
+    f"""
+    SELECT {JOB}
+    FROM jobq.jobs j LEFT JOIN jobq.queues q ON q.name = j.queue
+    WHERE j.status = 'dead' AND j.queue = :queue AND j.id < :before_id
+    ORDER BY j.id DESC
+    LIMIT :limit
+    """,
+)
+
+# Dead jobs back to pending, attempts reset, ready now: by ids, by queue, or both (their intersection),
+# one page of :batch ids below :before_id at a time.
+# A dedup_key may be active once per queue: a dead job whose key an active job holds is skipped, and of
+# several dead jobs sharing a key only the newest is retried. Every candidate comes back with `retried`.
+RETRY_DEAD = Query.define(
+    "retry_dead",
+    f"""
+    WITH candidates AS (
+        SELECT id, queue, dedup_key FROM jobq.jobs
+        WHERE status = 'dead' AND id < :before_id
+          AND (:ids::bigint[] IS NULL OR id = ANY(:ids::bigint[]))
+          AND (:queue::text IS NULL OR queue = :queue::text)
+        ORDER BY id DESC
+        LIMIT :batch
+        FOR UPDATE
+    ), chosen AS (
+        SELECT id FROM candidates WHERE dedup_key IS NULL
+        UNION ALL
+        SELECT * FROM (
+            SELECT DISTINCT ON (c.queue, c.dedup_key) c.id FROM candidates c
+            WHERE c.dedup_key IS NOT NULL AND NOT EXISTS (
+                SELECT FROM jobq.jobs a
+                WHERE a.queue = c.queue AND a.dedup_key = c.dedup_key AND a.status IN ('pending', 'running'))
+            ORDER BY c.queue, c.dedup_key, c.id DESC
+        ) newest
+    ), retried AS (
+        UPDATE jobq.jobs j
+        SET status = 'pending', attempts = 0, run_at = now(), lease_token = NULL, lease_expires_at = NULL,
+            updated_at = now()
+        FROM chosen WHERE j.id = chosen.id AND j.status = 'dead'
+        RETURNING j.id, j.queue, j.run_at
+    ), {_notify("retried")}
+    SELECT c.id, r.id IS NOT NULL AS retried
+    FROM candidates c LEFT JOIN retried r ON r.id = c.id
+    WHERE {NOTIFIED}
+    ORDER BY c.id DESC
+    """,
+)
+
+PURGE_DEAD = Query.define(
+    "purge_dead",
+    "DELETE FROM jobq.jobs WHERE id = :id AND status = 'dead' RETURNING id",
+)
+
+JOB_STATUS = Query.define("job_status", "SELECT status FROM jobq.jobs WHERE id = :id")
+
+# Per-queue counts. `pending` is ready now; `scheduled` waits for a future run_at (both are state pending).
+# The oldest ready job's age is the lag behind run_at, the first sign of workers falling behind.
+QUEUE_STATS = Query.define(
+    "queue_stats",
+    """
+    SELECT q.name AS queue,
+           coalesce(s.pending, 0) AS pending, coalesce(s.scheduled, 0) AS scheduled,
+           coalesce(s.running, 0) AS running, coalesce(s.dead, 0) AS dead,
+           coalesce(s.completed, 0) AS completed,
+           coalesce(extract(epoch FROM now() - s.oldest_ready), 0)::float8 AS oldest_pending_age_seconds,
+           q.paused,
+           q.visibility_timeout, q.max_attempts, q.backoff_base, q.backoff_cap, q.retention
+    FROM jobq.queues q
+    LEFT JOIN (
+        SELECT queue,
+               count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS pending,
+               count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,
+               count(*) FILTER (WHERE status = 'running') AS running,
+               count(*) FILTER (WHERE status = 'dead') AS dead,
+               count(*) FILTER (WHERE status = 'completed') AS completed,
+               min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()) AS oldest_ready
+        FROM jobq.jobs
+        WHERE status <> 'cancelled' AND (:queue::text IS NULL OR queue = :queue::text)
+        GROUP BY queue
+    ) s ON s.queue = q.name
+    WHERE :queue::text IS NULL OR q.name = :queue::text
+    ORDER BY q.name
+    """,
+)
+
+# The metrics' gauges per queue (app/metrics.py), read every few seconds by each replica: like QUEUE_STATS
+# without `completed`, so it reads only the waiting, running and dead jobs, through the partial indexes
+# that hold just those (ix_jobs_claim, ix_jobs_lease_expiry, ix_jobs_dead), however many finished rows
+# the table keeps. `lag_seconds` is the age of the oldest ready job, measured from its run_at.
+QUEUE_GAUGES = Query.define(
+    "queue_gauges",
+    """
+    WITH active AS (
+        SELECT queue, status, run_at FROM jobq.jobs WHERE status = 'pending'
+        UNION ALL
+        SELECT queue, status, run_at FROM jobq.jobs WHERE status = 'running'
+        UNION ALL
+        SELECT queue, status, run_at FROM jobq.jobs WHERE status = 'dead'
+    ), s AS (
+        SELECT queue,
+               count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS pending,
+               count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,
+               count(*) FILTER (WHERE status = 'running') AS running,
+               count(*) FILTER (WHERE status = 'dead') AS dead,
+               min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()) AS oldest_ready
+        FROM active
+        GROUP BY queue
+    )
+    SELECT q.name AS queue, q.paused,
+           coalesce(s.pending, 0) AS pending, coalesce(s.scheduled, 0) AS scheduled,
+           coalesce(s.running, 0) AS running, coalesce(s.dead, 0) AS dead,
+           coalesce(extract(epoch FROM now() - s.oldest_ready), 0)::float8 AS lag_seconds
+    FROM jobq.queues q LEFT JOIN s ON s.queue = q.name
+    ORDER BY q.name
+    """,
+)
+
+# Sessions in this database waiting for a heavyweight lock, and how long the oldest such statement has
+# run: the sign of something holding locks the claim, an ack or the sweep need. (A role that is neither
+# superuser nor in pg_read_all_stats sees wait events of its own sessions only, which are jobq's.)
+LOCK_WAITS = Query.define(
+    "lock_waits",
+    """
+    SELECT count(*) AS waiting,
+           coalesce(extract(epoch FROM max(clock_timestamp() - query_start)), 0)::float8 AS longest_seconds
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND wait_event_type = 'Lock'
+    """,
+)
+
+# Create a queue or change its settings; a NULL argument keeps the current value (or the default).
+CONFIGURE_QUEUE = Query.define(
+    "configure_queue",
+    f"""
+    INSERT INTO jobq.queues AS q
+        (name, visibility_timeout, max_attempts, backoff_base, backoff_cap, retention)
+    VALUES (:queue, coalesce(:visibility_timeout::float8, {DEFAULT_VISIBILITY_TIMEOUT}),
+            coalesce(:max_attempts::int, {DEFAULT_MAX_ATTEMPTS}),
+            coalesce(:backoff_base::float8, {DEFAULT_BACKOFF_BASE}),
+            coalesce(:backoff_cap::float8, {DEFAULT_BACKOFF_CAP}),
+            coalesce(:retention::float8, {DEFAULT_RETENTION}))
+    ON CONFLICT (name) DO UPDATE SET
+        visibility_timeout = coalesce(:visibility_timeout::float8, q.visibility_timeout),
+        max_attempts = coalesce(:max_attempts::int, q.max_attempts),
+        backoff_base = coalesce(:backoff_base::float8, q.backoff_base),
+        backoff_cap = coalesce(:backoff_cap::float8, q.backoff_cap),
+        retention = coalesce(:retention::float8, q.retention),
+        updated_at = now()
+    """,
+)
+
+# Pause or resume a queue (creating it if need be, so a queue can be paused before its first job).
+# Resuming wakes the queue's waiters: its ready jobs (counted up to 1000) are leasable again.
+SET_PAUSED = Query.define(
+    "set_paused",
+    f"""
+    WITH changed AS (
+        INSERT INTO jobq.queues AS q (name, paused) VALUES (:queue, :paused)
+        ON CONFLICT (name) DO UPDATE SET paused = :paused, updated_at = now()
+        RETURNING name, paused
+    ), ready AS (
+        SELECT changed.name AS queue, j.run_at
+        FROM changed, LATERAL (
+            SELECT run_at FROM jobq.jobs
+            WHERE jobs.queue = changed.name AND status = 'pending' AND run_at <= now() LIMIT 1000
+        ) j
+        WHERE NOT changed.paused
+    ), {_notify("ready")}
+    SELECT count(*) FROM changed WHERE {NOTIFIED}
+    """,
+)
+
+
+# Readiness: the schema's migration revision.
+SCHEMA_REVISION = Query.define("schema_revision", "SELECT version_num FROM jobq.alembic_version")

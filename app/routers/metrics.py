@@ -1,0 +1,29 @@
+"""GET /metrics: Prometheus text format (see app/metrics.py for what is in it). With tokens configured,
+an admin token (Prometheus sends it with `authorization: {credentials: ...}` in its scrape config)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from app.auth import Admin
+from app.deps import Problem
+from app.errors import PROBLEM_JSON
+from app.metrics import CONTENT_TYPE_LATEST
+
+router = APIRouter(tags=["health"], dependencies=[Admin])
+_PROBLEM = {"model": Problem, "content": {PROBLEM_JSON: {}}}
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
+        401: _PROBLEM,
+        403: _PROBLEM,
+    },
+)
+async def metrics(request: Request) -> Response:
+    """Counters and histograms of this process; gauges from the database as of the last refresh
+    (every `JOBQ_METRICS_INTERVAL` seconds, never per scrape)."""
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,172 @@
+"""The dashboard under /ui: queues (depth, lag, throughput, pause and resume), dead jobs (retry, purge)
+and a job's page, rendered on the server from the same service layer (``app.jobs``) the JSON API uses.
+
+Every page, button and static file of the dashboard is a route of this one router, so the one
+dependency attached to it covers the whole dashboard: with tokens configured, it is for admins only
+(``Authorization: Bearer <admin token>``, e.g. added by the proxy in front of it).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path as FilePath
+from typing import Annotated
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from app import jobs
+from app.auth import Admin
+from app.deps import DB
+from app.errors import JobqError, NotFound
+from app.models import QUEUE_NAME_PATTERN
+from app.ui import pages
+
+router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Admin])
+
+QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=128)]
+JobIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
+Flash = Annotated[str | None, Query(max_length=500)]
+Next = Annotated[str, Query(max_length=2000)]
+DEAD_PAGE_SIZE = 50
+
+STATIC = FilePath(__file__).resolve().parent.parent / "ui" / "static"
+STATIC_TYPES = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
+
+# The pages load nothing from elsewhere, run no inline script and may not be framed (their buttons
+# change state).
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def html(text: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(text, status_code=status, headers=HEADERS)
+
+
+async def same_origin(request: Request) -> None:
+    """Buttons change state: refuse a POST that a page of another site makes the browser send."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise HTTPException(403, "cross-site form posts to the dashboard are refused")
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise HTTPException(403, "cross-origin form posts to the dashboard are refused")
+
+
+def back(next_page: str, flash: str) -> RedirectResponse:
+    """Post/redirect/get: back to the dashboard page the button was on, with a notice."""
+    parts = urlsplit(next_page)
+    if not parts.path.startswith("/ui") or parts.scheme or parts.netloc:
+        parts = urlsplit("/ui")
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "flash"] + [("flash", flash)]
+    return RedirectResponse(urlunsplit(("", "", parts.path, urlencode(query), "")), status_code=303)
+
+
+# --- pages -----------------------------------------------------------------------------------------
+
+
+@router.get("", response_model=None)
+async def queues_page(db: DB, request: Request, flash: Flash = None) -> Response:
+    metrics = request.app.state.metrics
+    # The metrics' query, not GET /queues': it reads only waiting, running and dead jobs, so a page
+    # that refreshes itself every few seconds stays cheap however many completed jobs are kept.
+    rows = await jobs.queue_gauges(db)
+    return html(pages.queues_page(rows, metrics.throughput(), metrics.gauges, flash=flash))
+
+
+@router.get("/dead", response_model=None)
+async def dead_page(
+    db: DB,
+    request: Request,
+    queue: Annotated[str | None, Query(max_length=128)] = None,
+    before_id: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    flash: Flash = None,
+) -> Response:
+    queue = queue or None  # the picker's "all queues" is an empty value
+    page = await jobs.dead_jobs(db, queue, DEAD_PAGE_SIZE, before_id)
+    # The picker lists the queues the metrics last saw (refreshed every few seconds), not a fresh scan.
+    names = sorted({row["queue"] for row in request.app.state.metrics.gauges.queues} | ({queue} - {None}))
+    here = pages.url("/ui/dead", queue=queue, before_id=before_id)
+    return html(pages.dead_page(page, queue=queue, queues=names, here=here, flash=flash))
+
+
+@router.get("/jobs", response_model=None)
+async def find_job(id: Annotated[str, Query(max_length=30)] = "") -> Response:
+    """The header's job lookup."""
+    text = id.strip().lstrip("#")
+    if not text.isdigit() or not 1 <= int(text) < 2**63:
+        return html(pages.not_found_page(f"{id!r} is not a job id"), status=404)
+    return RedirectResponse(f"/ui/jobs/{int(text)}", status_code=303)
+
+
+@router.get("/jobs/{id}", response_model=None)
+async def job_page(id: JobIdPath, db: DB, flash: Flash = None) -> Response:
+    try:
+        job = await jobs.get_job(db, id)
+    except NotFound as exc:
+        return html(pages.not_found_page(exc.detail), status=404)
+    return html(pages.job_page(job, flash=flash))
+
+
+@router.get("/static/{name}", response_model=None)
+async def static(name: str) -> Response:
+    if name not in STATIC_TYPES:
+        raise HTTPException(404, f"no dashboard file {name!r}")
+    return Response(_static_file(name), media_type=STATIC_TYPES[name], headers={"Cache-Control": "no-cache"})
+
+
+@cache
+def _static_file(name: str) -> bytes:
+    return (STATIC / name).read_bytes()
+
+
+# --- buttons ---------------------------------------------------------------------------------------
+
+buttons = APIRouter(dependencies=[Depends(same_origin)])
+
+
+@buttons.post("/queues/{queue}/pause", response_model=None)
+async def pause(queue: QueuePath, db: DB, next: Next = "/ui") -> Response:
+    await jobs.set_paused(db, queue, True)
+    return back(next, f"Paused {queue}: it leases nothing until resumed.")
+
+
+@buttons.post("/queues/{queue}/resume", response_model=None)
+async def resume(queue: QueuePath, db: DB, next: Next = "/ui") -> Response:
+    await jobs.set_paused(db, queue, False)
+    return back(next, f"Resumed {queue}.")
+
+
+@buttons.post("/queues/{queue}/retry-dead", response_model=None)
+async def retry_queue(queue: QueuePath, db: DB, next: Next = "/ui") -> Response:
+    result = await jobs.retry_dead(db, None, queue)
+    kept = len(result["skipped"])
+    skipped = f"; {kept} kept dead (dedup_key held by an active job)" if kept else ""
+    return back(next, f"Retried {result['retried']} dead jobs of {queue}{skipped}.")
+
+
+@buttons.post("/dead/{id}/retry", response_model=None)
+async def retry_job(id: JobIdPath, db: DB, next: Next = "/ui/dead") -> Response:
+    result = await jobs.retry_dead(db, [id], None)
+    if result["retried"]:
+        return back(next, f"Retried job {id}: it is pending again.")
+    if result["skipped"]:
+        return back(next, f"Job {id} stays dead: an active job holds its dedup_key.")
+    return back(next, f"Job {id} is not dead (any more): nothing to retry.")
+
+
+@buttons.post("/dead/{id}/purge", response_model=None)
+async def purge_job(id: JobIdPath, db: DB, next: Next = "/ui/dead") -> Response:
+    try:
+        await jobs.purge_dead(db, id)
+    except JobqError as exc:
+        return back(next, exc.detail)
+    return back(next, f"Purged job {id}.")
+
+
+router.include_router(buttons)

@@ -1,0 +1,82 @@
+"""Workers: lease jobs, then ack, nack or extend them under the lease token."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from app import jobs
+from app.auth import Worker
+from app.deps import DB, WakeupsDep, answers
+from app.schemas import (
+    AckBatchRequest,
+    AckRequest,
+    AckResponse,
+    BatchResults,
+    ExtendRequest,
+    ExtendResponse,
+    LeaseRequest,
+    LeaseResponse,
+    NackBatchRequest,
+    NackBatchResults,
+    NackRequest,
+    NackResponse,
+)
+from app.web import JobqRoute, JSONBody
+
+router = APIRouter(
+    tags=["workers"], dependencies=[Worker], route_class=JobqRoute, default_response_class=JSONBody
+)
+
+
+@router.post("/lease", response_model=None, responses=answers(LeaseResponse))
+async def lease(body: LeaseRequest, db: DB, wakeups: WakeupsDep, request: Request) -> JSONBody:
+    """Claim up to max_jobs ready jobs; with `wait`, long-poll until one is ready or `wait` runs out."""
+    leased = await jobs.lease(
+        db,
+        wakeups,
+        queue=body.queue,
+        max_jobs=body.max_jobs,
+        visibility_timeout=body.visibility_timeout,
+        wait=body.wait,
+        worker_id=body.worker_id,
+        client_gone=request.is_disconnected,
+    )
+    return JSONBody({"jobs": leased})
+
+
+@router.post("/ack", response_model=None, responses=answers(AckResponse, 404, 409))
+async def ack(body: AckRequest, db: DB) -> JSONBody:
+    jobs.single(await jobs.ack_one(db, body))
+    return JSONBody({"id": body.id, "status": "completed"})
+
+
+@router.post("/ack/batch", response_model=None, responses=answers(BatchResults))
+async def ack_batch(body: AckBatchRequest, db: DB) -> JSONBody:
+    return JSONBody({"results": await jobs.ack(db, body.items)})
+
+
+@router.post("/nack", response_model=None, responses=answers(NackResponse, 404, 409))
+async def nack(body: NackRequest, db: DB) -> JSONBody:
+    result = jobs.single(await jobs.nack_one(db, body))
+    return JSONBody({"id": body.id, "status": result["status"], "run_at": result["run_at"]})
+
+
+@router.post("/nack/batch", response_model=None, responses=answers(NackBatchResults))
+async def nack_batch(body: NackBatchRequest, db: DB) -> JSONBody:
+    return JSONBody({"results": await jobs.nack(db, body.items)})
+
+
+@router.post("/release", response_model=None, responses=answers(BatchResults))
+async def release(body: AckBatchRequest, db: DB) -> JSONBody:
+    """Give leased jobs back without counting the attempt: pending again at once, for another worker.
+
+    For jobs a worker leased but will not start (it took too many, or it is stopping). Fenced like ack:
+    only the current lease token releases a running job; others get `lease_lost` in their result."""
+    items = [(item.id, item.lease_token) for item in body.items]
+    return JSONBody({"results": await jobs.release_leases(db, items)})
+
+
+@router.post("/extend", response_model=None, responses=answers(ExtendResponse, 404, 409))
+async def extend(body: ExtendRequest, db: DB) -> JSONBody:
+    """Set the lease's deadline to now + visibility_timeout (at most 12 h per call)."""
+    return JSONBody(await jobs.extend(db, body.id, body.lease_token, body.visibility_timeout))

@@ -1,0 +1,279 @@
+"""Request and response bodies of the HTTP API (pydantic), separate from the tables.
+
+Limits live here, next to the fields they bound, so the OpenAPI document states them too.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from app.models import MAX_VISIBILITY_TIMEOUT, QUEUE_NAME_PATTERN
+
+QueueName = Annotated[
+    str, Field(pattern=QUEUE_NAME_PATTERN, min_length=1, max_length=128, examples=["emails"])
+]
+
+
+def _json_number(value: Any) -> Any:
+    # JSON numbers only: 2.0 is the integer 2 (as in JSON Schema), but "2" and true are not numbers.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+def _json_string(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ValueError("must be a string (RFC 3339)")
+    return value
+
+
+# With strict=False on an int, a whole float (2.0) becomes 2; Number refuses everything else lax mode
+# would convert ("2", true).
+Number = BeforeValidator(_json_number)
+
+# Ids stay below 2^53, so every JSON client (JavaScript's numbers included) reads them exactly.
+MAX_JOB_ID = 2**53 - 1
+# Constraints first, then the validator, so the constraints reach the JSON schema as minimum/maximum.
+JobId = Annotated[int, Field(strict=False, ge=1, le=MAX_JOB_ID), Number]
+Seconds = Annotated[float, Field(ge=0, le=10 * 365 * 86400, allow_inf_nan=False), Number]
+LeaseSeconds = Annotated[float, Field(gt=0, le=MAX_VISIBILITY_TIMEOUT, allow_inf_nan=False), Number]
+Priority = Annotated[
+    int, Field(strict=False, ge=-(2**31), le=2**31 - 1, description="Lower runs first."), Number
+]
+MaxAttempts = Annotated[int, Field(strict=False, ge=1, le=1000), Number]
+DedupKey = Annotated[str, Field(min_length=1, max_length=512)]
+LeaseToken = Annotated[str, Field(min_length=1, max_length=128, description="Opaque; from /lease.")]
+
+
+class Body(BaseModel):
+    # Strict: a request says what the document says (a number is a number, not "5"; true is not 1),
+    # and unknown fields are refused rather than silently ignored.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# --- producers -------------------------------------------------------------------------------------
+
+
+class EnqueueRequest(Body):
+    model_config = ConfigDict(json_schema_extra={"not": {"required": ["run_at", "delay"]}})
+
+    queue: QueueName
+    # Any: the service only stores the payload, so it is not walked and validated value by value.
+    # Required without a default, and null is a valid payload.
+    payload: Any = Field(description="Any JSON value, null included; at most max_payload_bytes encoded.")
+    priority: Priority = 0
+    run_at: Annotated[AwareDatetime, BeforeValidator(_json_string)] | None = Field(
+        default=None, strict=False, description="Not before this time (RFC 3339, with its offset)."
+    )
+    delay: Seconds | None = Field(default=None, description="Not before now + delay seconds.")
+    max_attempts: MaxAttempts | None = Field(default=None, description="Default: the queue's setting.")
+    dedup_key: DedupKey | None = None
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> EnqueueRequest:
+        if self.run_at is not None and self.delay is not None:
+            raise ValueError("give run_at or delay, not both")
+        return self
+
+
+class EnqueueBatchRequest(Body):
+    jobs: list[EnqueueRequest] = Field(min_length=1, max_length=1000)
+
+
+class Job(BaseModel):
+    id: int
+    queue: str
+    status: str
+    payload: Any
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    dedup_key: str | None
+    last_error: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+
+
+class EnqueuedJob(Job):
+    duplicate: bool = Field(description="True when dedup_key matched an active job; this is that job.")
+
+
+class EnqueueBatchResponse(BaseModel):
+    jobs: list[EnqueuedJob]
+
+
+# --- workers ---------------------------------------------------------------------------------------
+
+
+class LeaseRequest(Body):
+    queue: QueueName
+    max_jobs: Annotated[int, Field(strict=False, ge=1, le=1000), Number] = 1
+    visibility_timeout: LeaseSeconds | None = Field(default=None, description="Default: the queue's.")
+    wait: Annotated[float, Field(ge=0, le=60, allow_inf_nan=False), Number] = 0
+    worker_id: Annotated[str, Field(max_length=128)] | None = None
+
+
+class LeasedJob(BaseModel):
+    id: int
+    queue: str
+    payload: Any
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    last_error: str | None
+    lease_token: str
+    lease_expires_at: datetime
+
+
+class LeaseResponse(BaseModel):
+    jobs: list[LeasedJob]
+
+
+class AckRequest(Body):
+    id: JobId
+    lease_token: LeaseToken
+
+
+class AckResponse(BaseModel):
+    id: int
+    status: str
+
+
+class NackRequest(Body):
+    id: JobId
+    lease_token: LeaseToken
+    error: str | None = Field(default=None, description="Kept as last_error; long texts are cut.")
+    retry_after: Seconds | None = Field(default=None, description="Default: the queue's backoff.")
+    dead: bool = False
+
+
+class NackResponse(BaseModel):
+    id: int
+    status: str
+    run_at: datetime
+
+
+class ExtendRequest(Body):
+    id: JobId
+    lease_token: LeaseToken
+    visibility_timeout: LeaseSeconds
+
+
+class ExtendResponse(BaseModel):
+    id: int
+    lease_expires_at: datetime
+
+
+class AckBatchRequest(Body):
+    items: list[AckRequest] = Field(min_length=1, max_length=1000)
+
+
+class NackBatchRequest(Body):
+    items: list[NackRequest] = Field(min_length=1, max_length=1000)
+
+
+class ItemResult(BaseModel):
+    id: int
+    ok: bool
+    code: str | None = None
+
+
+class BatchResults(BaseModel):
+    results: list[ItemResult]
+
+
+class NackItemResult(ItemResult):
+    status: str | None = Field(default=None, description="pending or dead, when ok.")
+    run_at: datetime | None = Field(default=None, description="When it runs again, when ok.")
+
+
+class NackBatchResults(BaseModel):
+    results: list[NackItemResult]
+
+
+# --- operators -------------------------------------------------------------------------------------
+
+
+class DeadPage(BaseModel):
+    jobs: list[Job]
+    next_before_id: int | None = Field(description="Pass as before_id for the next page; null at the end.")
+
+
+class RetryDeadRequest(Body):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["ids"], "properties": {"ids": {"type": "array"}}},
+                {"required": ["queue"], "properties": {"queue": {"type": "string"}}},
+            ]
+        }
+    )
+
+    ids: list[JobId] | None = Field(default=None, min_length=1, max_length=1000)
+    queue: QueueName | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> RetryDeadRequest:
+        if self.ids is None and self.queue is None:
+            raise ValueError("give ids or queue")
+        return self
+
+
+class RetryDeadResponse(BaseModel):
+    retried: int
+    skipped: list[int] = Field(description="Dead jobs left dead: an active job holds their dedup_key.")
+
+
+class PurgeResponse(BaseModel):
+    id: int
+    purged: bool
+
+
+class QueueSettings(BaseModel):
+    visibility_timeout: float
+    max_attempts: int
+    backoff_base: float
+    backoff_cap: float
+    retention: float
+
+
+class QueueSettingsPatch(Body):
+    visibility_timeout: LeaseSeconds | None = None
+    max_attempts: MaxAttempts | None = None
+    backoff_base: Seconds | None = None
+    backoff_cap: Seconds | None = None
+    retention: Seconds | None = None
+
+
+class QueueRow(BaseModel):
+    queue: str
+    pending: int = Field(description="Ready now (run_at <= now).")
+    scheduled: int = Field(description="Waiting for a future run_at.")
+    running: int
+    dead: int
+    completed: int = Field(description="Not yet pruned.")
+    oldest_pending_age_seconds: float = Field(description="Age of the oldest ready job (lag); 0 if none.")
+    paused: bool
+
+
+class QueueDetail(QueueRow):
+    settings: QueueSettings
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    database: bool
+    schema_revision: str | None
+    expected_revision: str

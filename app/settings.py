@@ -1,0 +1,108 @@
+"""Configuration, read from the environment (prefix ``JOBQ_``) once, when the app is built.
+
+Every setting says its default and unit. Tests build their own ``Settings(...)`` and pass it to
+``create_app``; nothing reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.auth import Role
+
+
+class AwsCredential(BaseModel):
+    secret: str
+    role: Role
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore")
+
+    # PostgreSQL to use, e.g. postgresql://user:pass@127.0.0.1:5432/app. Falls back to the conventional
+    # DATABASE_URL. Unset (the default): jobq starts an embedded PostgreSQL under `data_dir`.
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("JOBQ_DATABASE_URL", "DATABASE_URL")
+    )
+    # Where the embedded PostgreSQL keeps its files (default ./.jobq, relative to the working directory).
+    data_dir: Path = Path(".jobq")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    # Bearer tokens and their roles, as JSON: {"<token>": "producer" | "worker" | "admin"} (default: none,
+    # and then no authentication). JOBQ_TOKENS_FILE adds lines "<role> <token>" from a file.
+    tokens: dict[str, Role] = {}
+    tokens_file: Path | None = None
+    # Credentials for the SQS API (app/sqs), as JSON: {"<access key id>": {"secret": "<secret access
+    # key>", "role": "producer" | "worker" | "admin"}} (default: none). With tokens configured, every SQS
+    # request must carry an AWS Signature Version 4 made with one of them.
+    aws_credentials: dict[str, AwsCredential] = {}
+    # `jobq serve` refuses to listen on a non-loopback address without tokens unless this is set
+    # (or --insecure is given). Default off.
+    allow_insecure: bool = False
+
+    # Largest request body in bytes, checked while it is read (default 16 MiB; larger is 413).
+    max_body_bytes: int = 16 * 1024 * 1024
+    # Deepest nesting of arrays and objects in a request body (default 64 levels; deeper is 422).
+    max_json_depth: int = 64
+
+    # Run the Alembic chain when the service starts (default on). Concurrent replicas are serialised by an
+    # advisory lock, so each may do it.
+    migrate_on_start: bool = True
+
+    # Connections per service process (asyncpg pool). Waiting long-polls hold none.
+    pool_min_size: int = 2
+    pool_max_size: int = 10
+    # Seconds to wait for a free pooled connection or a new one before answering 503 (default 5 s).
+    pool_acquire_timeout: float = 5.0
+    # Seconds any single statement may run (default 30 s).
+    statement_timeout: float = 30.0
+
+    # Share statements between concurrent calls (default on): single enqueues, acks and nacks arriving
+    # while a statement of their kind is in flight go together in the next one, and so do leases on the
+    # same queue. Nothing waits when the service is idle. See app/coalesce.py.
+    coalesce: bool = True
+    # Shared statements of one kind in flight at once (default 2): more lets big calls run side by side,
+    # fewer makes bigger batches.
+    coalesce_concurrency: int = 2
+
+    # Largest JSON payload of one job, in bytes once encoded (default 256 KiB; larger is 413).
+    max_payload_bytes: int = 256 * 1024
+    # Longest `error` text kept by nack, in characters; longer texts are cut, never refused (default 8192).
+    max_error_chars: int = 8192
+
+    # Long-polls are woken through LISTEN/NOTIFY as jobs become ready; beside that, one waiter per queue
+    # looks anyway every `wakeup_safety_interval` seconds (default 5), a safety net that costs nothing
+    # when no one waits.
+    wakeup_safety_interval: float = 5.0
+
+    # How often each process returns expired leases to `pending` (seconds, default 1). Safe to run in
+    # every replica at once: the sweep claims rows with SKIP LOCKED and re-checks their state.
+    sweep_interval: float = 1.0
+    # How often completed and cancelled jobs past their queue's retention are deleted (seconds, default
+    # 60), and how many rows one delete statement removes at most (default 1000), so pruning never holds
+    # long locks.
+    prune_interval: float = 60.0
+    prune_batch: int = 1000
+    # How often one process checks whether the jobs table needs a VACUUM that autovacuum is not doing
+    # (seconds, default 30; 0 turns it off). See app/maintenance.py.
+    vacuum_interval: float = 30.0
+
+    # How often each process reads the metrics' database gauges (queue depth per state, lag, paused,
+    # lock waits) into the snapshot that GET /metrics reports (seconds, default 5); scrapes never query.
+    metrics_interval: float = 5.0
+    # One JSON line per request on the `jobq.access` logger (default on); `jobq serve` then turns
+    # uvicorn's own access log off. Payloads are never logged.
+    access_log: bool = True
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """The asyncpg DSN spelled for SQLAlchemy (Alembic), which names its driver in the scheme."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep:
+        raise ValueError(f"not a database URL: {dsn!r}")
+    return f"postgresql+asyncpg://{rest}"

@@ -1,0 +1,219 @@
+"""Queue and message attributes as SQS spells them, checked and mapped onto jobq's queue settings.
+
+jobq keeps what it has a column for in its own settings (VisibilityTimeout -> visibility_timeout,
+RedrivePolicy's maxReceiveCount -> max_attempts) and the rest in ``queues.sqs_attributes``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from app.sqs.protocol import SqsError, invalid_parameter, queue_arn
+
+# A queue created through SQS without a RedrivePolicy keeps its messages however often they are
+# received (SQS has no limit there); jobq needs a number, so it takes the API's largest.
+NO_REDRIVE_MAX_ATTEMPTS = 1000
+MAX_RECEIVE_COUNT = 1000
+
+# Integer attributes: (lowest, highest, default).
+INTEGER = {
+    "VisibilityTimeout": (1, 43200, 30),  # SQS allows 0; a jobq lease must last a moment
+    "DelaySeconds": (0, 900, 0),
+    "MessageRetentionPeriod": (60, 1209600, 345600),
+    "MaximumMessageSize": (1024, 262144, 262144),
+    "ReceiveMessageWaitTimeSeconds": (0, 20, 0),
+    "KmsDataKeyReusePeriodSeconds": (60, 86400, 300),
+}
+# Kept and shown as given; jobq has nothing to do with them.
+OPAQUE = {"Policy", "KmsMasterKeyId", "SqsManagedSseEnabled", "RedriveAllowPolicy"}
+FIFO = {"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"}
+COMPUTED = {
+    "All",
+    "QueueArn",
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+}
+SETTABLE = set(INTEGER) | OPAQUE | FIFO | {"RedrivePolicy"}
+
+
+def check_queue_attributes(attributes: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """Validate Attributes of CreateQueue or SetQueueAttributes: (what to keep in sqs_attributes as
+    given, what to set in jobq's settings)."""
+    if attributes is None:
+        return {}, {}
+    if not isinstance(attributes, dict):
+        raise invalid_parameter("Attributes must be a map of attribute names to string values.")
+    keep: dict[str, str] = {}
+    settings: dict[str, Any] = {}
+    for name, value in attributes.items():
+        if name not in SETTABLE:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if not isinstance(value, str):
+            raise invalid_parameter(f"Value for attribute {name} must be a string.")
+        if name in FIFO:
+            if name == "FifoQueue" and value.lower() == "false":
+                continue
+            raise SqsError(
+                "UnsupportedOperation",
+                f"jobq serves standard queues only; {name} is a FIFO queue attribute.",
+                query_code="AWS.SimpleQueueService.UnsupportedOperation",
+            )
+        if name in INTEGER:
+            low, high, _ = INTEGER[name]
+            if not re.fullmatch(r"-?\d{1,12}", value) or not low <= int(value) <= high:
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    f"Invalid value for the parameter {name}. "
+                    f"Reason: must be an integer from {low} to {high}.",
+                )
+            if name == "VisibilityTimeout":
+                settings["visibility_timeout"] = float(value)
+                continue
+            keep[name] = value
+        elif name == "RedrivePolicy":
+            if value == "":
+                keep[name] = ""
+                settings["max_attempts"] = NO_REDRIVE_MAX_ATTEMPTS
+                continue
+            try:
+                policy = json.loads(value)
+                count = int(policy["maxReceiveCount"])
+                target = policy["deadLetterTargetArn"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    "Invalid value for the parameter RedrivePolicy. Reason: it must be JSON with "
+                    "deadLetterTargetArn and maxReceiveCount.",
+                ) from exc
+            if not isinstance(target, str) or not 1 <= count <= MAX_RECEIVE_COUNT:
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    "Invalid value for the parameter RedrivePolicy. Reason: maxReceiveCount must be "
+                    f"from 1 to {MAX_RECEIVE_COUNT}.",
+                )
+            keep[name] = json.dumps({"deadLetterTargetArn": target, "maxReceiveCount": count})
+            settings["max_attempts"] = count
+        else:
+            keep[name] = value
+    return keep, settings
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def queue_attributes(row: Any, stats: dict[str, Any]) -> dict[str, str]:
+    """Every attribute of a queue, as GetQueueAttributes shows them (strings)."""
+    kept = row["sqs_attributes"]
+    if isinstance(kept, str):
+        kept = json.loads(kept)
+    out = {
+        "QueueArn": queue_arn(row["name"]),
+        "VisibilityTimeout": _seconds(row["visibility_timeout"]),
+        "ApproximateNumberOfMessages": str(stats["pending"]),
+        "ApproximateNumberOfMessagesNotVisible": str(stats["running"]),
+        "ApproximateNumberOfMessagesDelayed": str(stats["scheduled"]),
+        "CreatedTimestamp": str(int(row["created_at"].timestamp())),
+        "LastModifiedTimestamp": str(int(row["updated_at"].timestamp())),
+        "SqsManagedSseEnabled": "false",
+    }
+    for name, (_, _, default) in INTEGER.items():
+        if name not in ("VisibilityTimeout", "KmsDataKeyReusePeriodSeconds"):
+            out[name] = str(default)
+    for name, value in kept.items():
+        if name == "RedrivePolicy":
+            if value:
+                # maxReceiveCount is the queue's max_attempts now, also if jobq's API changed it since.
+                policy = json.loads(value)
+                policy["maxReceiveCount"] = row["max_attempts"]
+                out[name] = json.dumps(policy, separators=(",", ":"))
+        else:
+            out[name] = value
+    return out
+
+
+# --- message attributes ----------------------------------------------------------------------------
+
+_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+# The characters SQS allows in a message: #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF.
+_INVALID_CHARACTER = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def check_message_text(text: str, what: str) -> None:
+    if _INVALID_CHARACTER.search(text):
+        raise SqsError("InvalidMessageContents", f"Invalid characters found in {what}.")
+
+
+def check_message_attributes(attributes: Any) -> dict[str, dict[str, str]]:
+    """Validate MessageAttributes of a message; the attributes as they will be kept and answered."""
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, dict):
+        raise invalid_parameter("MessageAttributes must be a map.")
+    if len(attributes) > 10:
+        raise invalid_parameter(
+            f"Number of message attributes [{len(attributes)}] exceeds the allowed maximum [10]."
+        )
+    out: dict[str, dict[str, str]] = {}
+    for name, attribute in attributes.items():
+        if (
+            not _ATTRIBUTE_NAME.match(name)
+            or name.startswith((".", "AWS.", "Amazon."))
+            or name.endswith(".")
+            or ".." in name
+        ):
+            raise invalid_parameter(f"Message attribute name '{name}' is invalid.")
+        if not isinstance(attribute, dict) or not isinstance(attribute.get("DataType"), str):
+            raise invalid_parameter(f"The message attribute '{name}' must contain a non-empty data type.")
+        data_type = attribute["DataType"]
+        base = data_type.split(".", 1)[0]
+        if base not in ("String", "Number", "Binary") or len(data_type) > 256:
+            raise invalid_parameter(f"The message attribute '{name}' has an invalid message attribute type.")
+        if attribute.get("StringListValues") or attribute.get("BinaryListValues"):
+            raise invalid_parameter(f"The message attribute '{name}': list values are not supported.")
+        if base == "Binary":
+            value = attribute.get("BinaryValue")
+            try:
+                base64.b64decode(value, validate=True) if isinstance(value, str) else None
+            except binascii.Error:
+                value = None
+            if not isinstance(value, str) or not value:
+                raise invalid_parameter(f"The message attribute '{name}' must contain a non-empty value.")
+            out[name] = {"DataType": data_type, "BinaryValue": value}
+            continue
+        value = attribute.get("StringValue")
+        if not isinstance(value, str) or not value:
+            raise invalid_parameter(f"The message attribute '{name}' must contain a non-empty value.")
+        check_message_text(value, f"the message attribute '{name}'")
+        if base == "Number":
+            try:
+                Decimal(value)
+            except InvalidOperation as exc:
+                raise invalid_parameter(f"Can't cast message attribute '{name}' to a number.") from exc
+        out[name] = {"DataType": data_type, "StringValue": value}
+    return out
+
+
+def select_message_attributes(attributes: dict[str, Any] | None, names: Any) -> dict[str, Any]:
+    """The message attributes a receive asked for: "All", ".*", names, or prefixes "name.*"."""
+    if not attributes or not isinstance(names, list) or not names:
+        return {}
+    if "All" in names or ".*" in names:
+        return dict(attributes)
+    out = {}
+    for name, value in attributes.items():
+        for wanted in names:
+            if not isinstance(wanted, str):
+                continue
+            if wanted == name or (wanted.endswith(".*") and name.startswith(wanted[:-1])):
+                out[name] = value
+                break
+    return out

@@ -1,0 +1,151 @@
+"""The wire format of SQS in the AWS JSON 1.0 protocol: errors, digests, receipt handles, queue URLs.
+
+Requests are ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON body; answers are JSON
+(``application/x-amz-json-1.0``). Errors are ``{"__type": "com.amazonaws.sqs#<Code>", "message"}`` with
+the status SQS gives, plus the ``x-amzn-query-error`` header that SQS sends so SDKs written for its
+older query protocol still see the codes they know (botocore reads it too).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import struct
+import uuid
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+CONTENT_TYPE = "application/x-amz-json-1.0"
+ACCOUNT = "000000000000"  # every queue URL and ARN names this account; jobq has one namespace
+REGION = "us-east-1"  # what ARNs say; the SigV4 check takes whatever region the client signed for
+
+# Queue names SQS accepts: 1-80 of A-Z a-z 0-9 - _ (jobq's own names may also hold . and :).
+SQS_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+BATCH_ENTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+MAX_BATCH = 10
+
+
+class SqsError(Exception):
+    """An error as SQS reports it: its code, HTTP status and the legacy query-protocol code."""
+
+    def __init__(self, code: str, message: str, status: int = 400, query_code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+        self.query_code = query_code or code
+        self.sender_fault = status < 500
+
+    def response(self) -> Response:
+        body = orjson.dumps({"__type": f"com.amazonaws.sqs#{self.code}", "message": self.message})
+        fault = "Sender" if self.sender_fault else "Receiver"
+        return Response(
+            body,
+            status_code=self.status,
+            media_type=CONTENT_TYPE,
+            headers={"x-amzn-query-error": f"{self.query_code};{fault}"},
+        )
+
+
+def queue_does_not_exist(name: str) -> SqsError:
+    return SqsError(
+        "QueueDoesNotExist",
+        f"The specified queue {name} does not exist.",
+        query_code="AWS.SimpleQueueService.NonExistentQueue",
+    )
+
+
+def invalid_parameter(message: str) -> SqsError:
+    return SqsError("InvalidParameterValue", message)
+
+
+def missing_parameter(name: str) -> SqsError:
+    return SqsError("MissingParameter", f"The request must contain the parameter {name}.")
+
+
+def receipt_handle_invalid(message: str = "The input receipt handle is invalid.") -> SqsError:
+    return SqsError("ReceiptHandleIsInvalid", message)
+
+
+def json_answer(body: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(body), media_type=CONTENT_TYPE)
+
+
+# --- digests ---------------------------------------------------------------------------------------
+
+
+def md5_of_body(body: str) -> str:
+    return hashlib.md5(body.encode()).hexdigest()
+
+
+def md5_of_attributes(attributes: dict[str, dict[str, Any]]) -> str:
+    """MD5OfMessageAttributes as AWS computes it: attributes sorted by name, each as the length-prefixed
+    (4 bytes, big-endian) name and data type, a transport byte (1 string, 2 binary) and the
+    length-prefixed value."""
+    digest = hashlib.md5()
+    for name in sorted(attributes):
+        attribute = attributes[name]
+        data_type = attribute["DataType"]
+        for part in (name.encode(), data_type.encode()):
+            digest.update(struct.pack(">I", len(part)) + part)
+        if "StringValue" in attribute:
+            value = attribute["StringValue"].encode()
+            digest.update(b"\x01")
+        else:
+            value = base64.b64decode(attribute["BinaryValue"])
+            digest.update(b"\x02")
+        digest.update(struct.pack(">I", len(value)) + value)
+    return digest.hexdigest()
+
+
+# --- receipt handles -------------------------------------------------------------------------------
+
+
+def receipt_handle(job_id: int, lease_token: str) -> str:
+    """The job id and the lease's token: deleting with it is an ack fenced by that token."""
+    return base64.urlsafe_b64encode(f"{job_id}:{lease_token}".encode()).decode().rstrip("=")
+
+
+def parse_receipt_handle(handle: Any) -> tuple[int, str]:
+    if not isinstance(handle, str) or not handle or len(handle) > 1024:
+        raise receipt_handle_invalid()
+    try:
+        text = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode()
+        job_id, token = text.split(":", 1)
+        uuid.UUID(token)
+        number = int(job_id)
+    except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise receipt_handle_invalid(f'The receipt handle "{handle}" is not valid.') from exc
+    if not 1 <= number < 2**63:
+        raise receipt_handle_invalid()
+    return number, token
+
+
+# --- queue URLs and ARNs ---------------------------------------------------------------------------
+
+
+def queue_url(base: str, name: str) -> str:
+    return f"{base.rstrip('/')}/{ACCOUNT}/{name}"
+
+
+def queue_arn(name: str) -> str:
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+
+def name_from_url(url: Any) -> str:
+    """The queue a QueueUrl names: its last path segment (any host, so URLs survive a proxy)."""
+    if not isinstance(url, str) or not url:
+        raise missing_parameter("QueueUrl")
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", name):
+        raise invalid_parameter(f"Value {url} for parameter QueueUrl is invalid. Reason: not a queue URL.")
+    return name
+
+
+def name_from_arn(arn: Any, parameter: str) -> str:
+    if not isinstance(arn, str) or not arn.startswith("arn:") or arn.count(":") < 5:
+        raise invalid_parameter(f"Value {arn} for parameter {parameter} is invalid. Reason: not a queue ARN.")
+    return arn.rsplit(":", 1)[-1]

@@ -1,0 +1,259 @@
+"""The dashboard's pages, as HTML strings.
+
+Every value that comes from the database or the request goes through ``esc`` (queue names are
+restricted, but payloads, errors and dedup keys are anything). Buttons are small forms that POST to
+the dashboard's own routes, which answer with a redirect back here (post/redirect/get); the action and
+the page to come back to travel in the form's URL, so no form body needs parsing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+
+PREVIEW_CHARS = 120  # of a payload in the dead-job list
+ERROR_CHARS = 200  # of an error in the dead-job list
+
+
+def esc(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def url(path: str, **query: object) -> str:
+    """`path` with the query parameters that are not None."""
+    params = {k: v for k, v in query.items() if v is not None}
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def layout(title: str, body: str, *, flash: str | None = None, refresh: bool = False) -> str:
+    notice = f'<p class="flash" role="status">{esc(flash)}</p>' if flash else ""
+    refresh_toggle = (
+        '<label class="refresh"><input type="checkbox" id="auto-refresh" checked> auto-refresh</label>'
+        if refresh
+        else ""
+    )
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(title)} · jobq</title>
+<link rel="stylesheet" href="/ui/static/ui.css">
+<script src="/ui/static/ui.js" defer></script>
+</head>
+<body>
+<header>
+  <a class="brand" href="/ui">jobq</a>
+  <nav><a href="/ui">Queues</a> <a href="/ui/dead">Dead jobs</a></nav>
+  <form class="lookup" action="/ui/jobs" method="get">
+    <input name="id" inputmode="numeric" placeholder="job id" aria-label="job id"> <button>Open</button>
+  </form>
+  {refresh_toggle}
+</header>
+<main{' data-refresh="5"' if refresh else ""}>
+{notice}
+{body}
+</main>
+</body>
+</html>
+"""
+
+
+def button(action: str, label: str, *, back: str, confirm: str | None = None, danger: bool = False) -> str:
+    """A one-button form that POSTs to `action` and comes back to `back`."""
+    confirm_attr = f' data-confirm="{esc(confirm)}"' if confirm else ""
+    css = "danger" if danger else ""
+    return (
+        f'<form method="post" action="{esc(url(action, next=back))}"{confirm_attr}>'
+        f'<button class="{css}">{esc(label)}</button></form>'
+    )
+
+
+def when(moment: datetime | None) -> str:
+    if moment is None:
+        return "—"
+    text = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f'<time datetime="{esc(moment.isoformat())}">{esc(text)}</time>'
+
+
+def duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} m {sec} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} m" if hours < 48 else f"{hours // 24} d {hours % 24} h"
+
+
+def rate(per_second: float | None) -> str:
+    if per_second is None:
+        return "—"
+    return f"{per_second:.1f}/s" if per_second < 100 else f"{per_second:,.0f}/s"
+
+
+def payload_text(payload: Any) -> str:
+    """A job's payload as its JSON text (payloads come from the database as raw JSON fragments)."""
+    return orjson.dumps(payload).decode()
+
+
+def shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- pages -----------------------------------------------------------------------------------------
+
+
+def queues_page(
+    rows: list[Mapping[str, Any]],
+    throughput: Mapping[str, Mapping[str, float]],
+    gauges: Any,
+    *,
+    flash: str | None = None,
+) -> str:
+    body_rows = []
+    for row in rows:
+        name = row["queue"]
+        rates = throughput.get(name, {})
+        paused = row["paused"]
+        toggle = (
+            button(f"/ui/queues/{name}/resume", "Resume", back="/ui")
+            if paused
+            else button(f"/ui/queues/{name}/pause", "Pause", back="/ui")
+        )
+        dead = row["dead"]
+        dead_cell = f'<a href="{esc(url("/ui/dead", queue=name))}">{dead}</a>' if dead else "0"
+        body_rows.append(
+            f'<tr data-queue="{esc(name)}" class="{"paused" if paused else ""}">'
+            f'<th scope="row">{esc(name)}</th>'
+            f'<td class="num">{row["pending"]}</td><td class="num">{row["scheduled"]}</td>'
+            f'<td class="num">{row["running"]}</td><td class="num dead">{dead_cell}</td>'
+            f'<td class="num lag">{duration(row["lag_seconds"])}</td>'
+            f'<td class="num">{rate(rates.get("enqueued"))}</td>'
+            f'<td class="num">{rate(rates.get("acked"))}</td>'
+            f'<td class="state">{"paused" if paused else "active"}</td><td>{toggle}</td></tr>'
+        )
+    table = (
+        "<table><thead><tr><th>Queue</th><th>Pending</th><th>Scheduled</th><th>Running</th><th>Dead</th>"
+        "<th>Lag</th><th>Enqueued</th><th>Acked</th><th>State</th><th></th></tr></thead>"
+        f"<tbody>{''.join(body_rows)}</tbody></table>"
+        if rows
+        else '<p class="empty">No queues yet: a queue appears with its first job.</p>'
+    )
+    refreshed = f"as of {when(datetime.fromtimestamp(gauges.at, UTC))}" if gauges.at else "not read yet"
+    summary = (
+        f'<p class="meta">Lag is the age of the oldest ready job. Rates are this process\'s, over the last '
+        f"minute. Sessions waiting for a lock: <b>{gauges.lock_waiting}</b> ({refreshed}).</p>"
+    )
+    return layout("Queues", f"<h1>Queues</h1>{table}{summary}", flash=flash, refresh=True)
+
+
+def dead_page(
+    page: Mapping[str, Any],
+    *,
+    queue: str | None,
+    queues: Iterable[str],
+    here: str,
+    flash: str | None = None,
+) -> str:
+    options = "".join(
+        f'<option value="{esc(q)}"{" selected" if q == queue else ""}>{esc(q)}</option>' for q in queues
+    )
+    picker = (
+        '<form class="filter" action="/ui/dead" method="get"><label>Queue '
+        f'<select name="queue"><option value="">all queues</option>{options}</select></label> '
+        "<button>Show</button></form>"
+    )
+    retry_all = (
+        button(
+            f"/ui/queues/{queue}/retry-dead",
+            f"Retry all dead jobs in {queue}",
+            back=here,
+            confirm=f"Retry every dead job of {queue}?",
+        )
+        if queue and page["jobs"]
+        else ""
+    )
+    rows = []
+    for job in page["jobs"]:
+        job_id = job["id"]
+        text = payload_text(job["payload"])
+        error = job["last_error"] or ""
+        retry = button(f"/ui/dead/{job_id}/retry", "Retry", back=here)
+        purge = button(
+            f"/ui/dead/{job_id}/purge", "Purge", back=here, confirm=f"Purge job {job_id}?", danger=True
+        )
+        rows.append(
+            f'<tr data-job="{job_id}">'
+            f'<th scope="row"><a href="/ui/jobs/{job_id}">{job_id}</a></th>'
+            f'<td>{esc(job["queue"])}</td><td class="num">{job["attempts"]}/{job["max_attempts"]}</td>'
+            f"<td>{when(job['updated_at'])}</td>"
+            f'<td class="error" title="{esc(shorten(error, 2000))}">{esc(shorten(error, ERROR_CHARS))}</td>'
+            f"<td><code>{esc(shorten(text, PREVIEW_CHARS))}</code></td>"
+            f'<td class="actions">{retry}{purge}</td></tr>'
+        )
+    table = (
+        "<table><thead><tr><th>Job</th><th>Queue</th><th>Attempts</th><th>Died</th><th>Error</th>"
+        f"<th>Payload</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else '<p class="empty">No dead jobs.</p>'
+    )
+    older = page["next_before_id"]
+    more = (
+        f'<p><a rel="next" href="{esc(url("/ui/dead", queue=queue, before_id=older))}">Older →</a></p>'
+        if older
+        else ""
+    )
+    title = f"Dead jobs in {queue}" if queue else "Dead jobs"
+    return layout(title, f"<h1>{esc(title)}</h1>{picker}{retry_all}{table}{more}", flash=flash)
+
+
+def job_page(job: Mapping[str, Any], *, flash: str | None = None) -> str:
+    job_id = job["id"]
+    here = f"/ui/jobs/{job_id}"
+    fields = [
+        ("Queue", f'<a href="{esc(url("/ui/dead", queue=job["queue"]))}">{esc(job["queue"])}</a>'),
+        ("Status", f'<span class="status {esc(job["status"])}">{esc(job["status"])}</span>'),
+        ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
+        ("Priority", esc(job["priority"])),
+        ("Run at", when(job["run_at"])),
+        ("Lease expires", when(job["lease_expires_at"])),
+        ("Dedup key", esc(job["dedup_key"]) if job["dedup_key"] is not None else "—"),
+        ("Created", when(job["created_at"])),
+        ("Updated", when(job["updated_at"])),
+        ("Completed", when(job["completed_at"])),
+    ]
+    table = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in fields)
+    actions = ""
+    if job["status"] == "dead":
+        actions = (
+            '<div class="actions">'
+            + button(f"/ui/dead/{job_id}/retry", "Retry", back=here)
+            + button(
+                f"/ui/dead/{job_id}/purge",
+                "Purge",
+                back="/ui/dead",
+                confirm=f"Purge job {job_id} for good?",
+                danger=True,
+            )
+            + "</div>"
+        )
+    error = ""
+    if job["last_error"]:
+        error = f'<h2>Last error</h2><pre class="error">{esc(job["last_error"])}</pre>'
+    pretty = json.dumps(json.loads(payload_text(job["payload"])), indent=2, ensure_ascii=False)
+    body = (
+        f'<h1>Job {job_id}</h1>{actions}<table class="fields">{table}</table>{error}'
+        f'<h2>Payload</h2><pre class="payload">{esc(pretty)}</pre>'
+    )
+    return layout(f"Job {job_id}", body, flash=flash)
+
+
+def not_found_page(detail: str) -> str:
+    return layout("Not found", f'<h1>Not found</h1><p class="empty">{esc(detail)}</p>')

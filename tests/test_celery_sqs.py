@@ -1,0 +1,92 @@
+"""Celery on kombu's SQS transport runs real tasks through jobq: a worker subprocess receives them over
+the SQS API (signed, with tokens configured), a task that fails once is retried with Celery's own
+``self.retry``, and every message ends as a completed job."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from waiting import equals, states, until
+
+pytest.importorskip("pycurl", reason="kombu's SQS transport receives through pycurl")
+pytest.importorskip("boto3", reason="kombu's SQS transport needs boto3")
+pytest.importorskip("celery", reason="celery is not installed")
+pytest.importorskip("kombu.transport.SQS", reason="kombu[sqs] is not installed")
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+# The worker's key is an admin's: a retry is a new SendMessage from the worker.
+CREDENTIALS = {
+    "AKIACELERY": {"secret": "celery-secret", "role": "admin"},
+    "AKIASENDER": {"secret": "sender-secret", "role": "producer"},
+}
+
+
+def broker(service, key: str) -> str:
+    address = urlsplit(service.url)
+    return f"sqs://{key}:{CREDENTIALS[key]['secret']}@{address.hostname}:{address.port}"
+
+
+def test_readme_configuration_is_the_tested_one():
+    """The README's Celery settings are the ones the worker below runs with (it adds only timings)."""
+    import celery_app
+
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(
+        r'Celery\("tasks", broker="(sqs://[^"]+)"\)\n.*broker_transport_options = (\{.*?\})\n', readme
+    )
+    assert match, "the README lost its Celery block"
+    assert re.fullmatch(r"sqs://AKIA\w+:<its secret>@[\w.]+:\d+", match[1])
+    options = ast.literal_eval(match[2])
+    assert options.items() <= celery_app.app.conf.broker_transport_options.items()
+
+
+async def test_celery_tasks_through_jobq(start_service, database_url, db):
+    service = start_service(tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS)
+    await db.execute("CREATE TABLE celery_results (task text, attempt int, outcome text)")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool=solo", "-l", "info"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "JOBQ_CELERY_BROKER": broker(service, "AKIACELERY"),
+            "JOBQ_CELERY_DATABASE": database_url,
+            "PYTHONPATH": str(ROOT / "tests"),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        import celery_app
+
+        with celery_app.app.connection_for_write(broker(service, "AKIASENDER")) as connection:
+            celery_app.add.apply_async((2, 3), connection=connection)
+            celery_app.flaky.apply_async(("jobq",), connection=connection)
+
+        async def results():
+            rows = await db.fetch("SELECT task, attempt, outcome FROM celery_results ORDER BY 1, 2")
+            return [tuple(row) for row in rows]
+
+        expected = [("add", 0, "5"), ("flaky", 0, "failed"), ("flaky", 1, "JOBQ")]
+        await until(equals(results, expected), timeout=20)
+        # Three messages (the retry is a new one), each received once and deleted after its task ran
+        # (task_acks_late).
+        await until(equals(states(db, "celery-tasks"), {"completed": 3}), timeout=10)
+        assert await db.fetchval("SELECT array_agg(attempts) FROM jobq.jobs") == [1, 1, 1]
+    finally:
+        worker.terminate()
+        try:
+            output, _ = worker.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            output, _ = worker.communicate()
+        print(output)

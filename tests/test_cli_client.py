@@ -1,0 +1,198 @@
+"""The `jobq` commands that talk to a service (app/cli_client.py): enqueue, stats, dead, queues, against a
+real service and database; tables for people, --json for scripts, exit status and stderr on failure."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from service_process import free_port
+from typer.testing import CliRunner
+
+from app.cli import cli
+from app.client import Client
+
+pytestmark = pytest.mark.anyio
+
+
+def jobq(*args: str, url: str | None = None, stdin: str | None = None, env: dict | None = None):
+    options = ["--url", url] if url else []
+    return CliRunner().invoke(cli, [*args, *options], input=stdin, env=env)
+
+
+async def test_enqueue(service, db):
+    url = service.url
+    done = jobq("enqueue", "emails", '{"to": "ada"}', "--priority", "3", "--max-attempts", "2", url=url)
+    assert done.exit_code == 0, done.output
+    assert done.stdout == "enqueued job 1 on emails\n"
+
+    done = jobq("enqueue", "emails", '"first"', "--dedup-key", "k", "--json", url=url)
+    first = json.loads(done.stdout)
+    assert (first["id"], first["payload"], first["dedup_key"], first["duplicate"]) == (2, "first", "k", False)
+    done = jobq("enqueue", "emails", '"second"', "--dedup-key", "k", url=url)
+    assert done.stdout == "job 2 already holds dedup key 'k' (pending); nothing enqueued\n"
+
+    done = jobq("enqueue", "emails", "-", "--delay", "3600", url=url, stdin='{"from": "stdin"}')
+    assert re.fullmatch(r"enqueued job \d+ on emails, runs at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\n", done.stdout)
+    done = jobq("enqueue", "other", "null", env={"JOBQ_URL": url})  # JOBQ_URL instead of --url
+    assert re.fullmatch(r"enqueued job \d+ on other\n", done.stdout)
+
+    bad = jobq("enqueue", "emails", "{not json", url=url)
+    assert bad.exit_code == 2 and "not JSON" in bad.stderr
+    refused = jobq("enqueue", "no spaces allowed", "1", url=url)
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.stderr.startswith("jobq: body.queue: String should match pattern")
+    assert refused.stderr.endswith("(validation_error)\n")
+
+    rows = await db.fetch(
+        "SELECT queue, payload, priority, max_attempts, run_at > now() AS later FROM jobq.jobs ORDER BY id"
+    )
+    assert [(r["queue"], json.loads(r["payload"]), r["priority"], r["later"]) for r in rows] == [
+        ("emails", {"to": "ada"}, 3, False),
+        ("emails", "first", 0, False),
+        ("emails", {"from": "stdin"}, 0, True),
+        ("other", None, 0, False),
+    ]
+    assert rows[0]["max_attempts"] == 2
+
+
+async def test_stats(service, db):
+    url = service.url
+    assert jobq("stats", url=url).stdout == "no queues yet\n"
+    with Client(url) as client:
+        client.enqueue_many([{"queue": "emails", "payload": i} for i in range(3)])
+        client.enqueue("emails", "later", delay=600)
+        client.ack(client.lease("emails")[0])
+        client.enqueue("reports", 1)
+        client.lease("reports")
+
+    table = jobq("stats", url=url).stdout.splitlines()
+    assert table[0].split() == [
+        "QUEUE",
+        "PENDING",
+        "SCHEDULED",
+        "RUNNING",
+        "DEAD",
+        "COMPLETED",
+        "LAG",
+        "PAUSED",
+    ]
+    assert table[1].split()[:6] == ["emails", "2", "1", "0", "0", "1"] and table[1].split()[-1] == "no"
+    assert table[2].split()[:6] == ["reports", "0", "0", "1", "0", "0"]
+
+    one = jobq("stats", "emails", url=url).stdout
+    assert "settings: visibility_timeout 30s, max_attempts 5, backoff 30s doubling up to 3600s" in one
+    as_json = json.loads(jobq("stats", "--json", url=url).stdout)
+    assert [(q["queue"], q["pending"], q["running"]) for q in as_json] == [
+        ("emails", 2, 0),
+        ("reports", 0, 1),
+    ]
+    assert json.loads(jobq("stats", "reports", "--json", url=url).stdout)["settings"]["max_attempts"] == 5
+
+    missing = jobq("stats", "nope", url=url)
+    assert missing.exit_code == 1
+    assert missing.stderr == "jobq: queue 'nope' does not exist (no jobs, no settings) (not_found)\n"
+    assert missing.stdout == ""
+
+
+async def test_dead_list_retry_purge(service, db):
+    url = service.url
+    with Client(url) as client:
+        client.configure_queue("q", max_attempts=1)
+        ids = [j.id for j in client.enqueue_many([{"queue": "q", "payload": i} for i in range(4)])]
+        for job in client.lease("q", max_jobs=4):
+            client.nack(job, f"Error: broke on {job.payload}\nTraceback: ...")
+        alive = client.enqueue("q", "alive").id
+
+    listed = jobq("dead", "list", "--queue", "q", "--limit", "3", url=url).stdout.splitlines()
+    assert listed[0].split() == ["ID", "QUEUE", "ATTEMPTS", "DIED", "LAST", "ERROR"]
+    assert [line.split()[0] for line in listed[1:4]] == ["4", "3", "2"]
+    assert listed[1].endswith("Error: broke on 3")  # the first line of the error
+    assert listed[-1] == "more: jobq dead list --before-id 2"
+    page = json.loads(jobq("dead", "list", "--json", "--before-id", "2", url=url).stdout)
+    assert [j["id"] for j in page["jobs"]] == [1] and page["next_before_id"] is None
+
+    assert jobq("dead", "retry", str(ids[0]), url=url).stdout == "retried 1\n"
+    assert (
+        jobq("dead", "purge", str(ids[1]), str(ids[2]), url=url).stdout
+        == f"purged {ids[1]}\npurged {ids[2]}\n"
+    )
+    assert json.loads(jobq("dead", "retry", "--queue", "q", "--json", url=url).stdout) == {
+        "retried": 1,
+        "skipped": [],
+    }
+    assert jobq("dead", "list", url=url).stdout == "no dead jobs\n"
+
+    nothing = jobq("dead", "retry", url=url)
+    assert nothing.exit_code == 2 and "give job ids, --queue, or both" in nothing.stderr
+    live = jobq("dead", "purge", str(alive), url=url)
+    assert live.exit_code == 1 and live.stderr.endswith("(conflict)\n")
+
+    rows = await db.fetch("SELECT id, status, attempts FROM jobq.jobs ORDER BY id")
+    assert [(r["id"], r["status"], r["attempts"]) for r in rows] == [
+        (ids[0], "pending", 0),
+        (ids[3], "pending", 0),
+        (alive, "pending", 0),
+    ]
+
+
+async def test_queues_pause_resume_configure(service, db):
+    url = service.url
+    paused = jobq("queues", "pause", "emails", url=url)
+    assert paused.exit_code == 0 and paused.stdout.splitlines()[1].split()[-1] == "yes"
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is True
+    assert json.loads(jobq("queues", "resume", "emails", "--json", url=url).stdout)["paused"] is False
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is False
+
+    done = jobq("queues", "configure", "emails", "--max-attempts", "3", "--backoff-base", "0.5", url=url)
+    assert done.stdout == (
+        "visibility_timeout 30, max_attempts 3, backoff_base 0.5, backoff_cap 3600, retention 86400\n"
+    )
+    row = await db.fetchrow("SELECT max_attempts, backoff_base FROM jobq.queues WHERE name = 'emails'")
+    assert tuple(row) == (3, 0.5)
+
+
+async def test_tokens(start_service, db):
+    service = start_service(tokens={"p": "producer", "a": "admin"})
+    assert jobq("enqueue", "q", "1", "--token", "p", url=service.url).exit_code == 0
+    forbidden = jobq("stats", "--token", "p", url=service.url)
+    assert forbidden.exit_code == 1 and forbidden.stderr.endswith("(forbidden)\n")
+    missing = jobq("stats", url=service.url)
+    assert missing.exit_code == 1 and missing.stderr.endswith("(unauthorized)\n")
+    done = jobq("stats", "--json", url=service.url, env={"JOBQ_TOKEN": "a"})
+    assert json.loads(done.stdout)[0]["pending"] == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+
+
+def test_unreachable_service_exits_3():
+    done = jobq("stats", url=f"http://127.0.0.1:{free_port()}")
+    assert done.exit_code == 3
+    assert done.stderr.startswith("jobq: GET /queues: ConnectError") and done.stderr.endswith(
+        "(unreachable)\n"
+    )
+
+
+COMMANDS = [
+    ["worker"],
+    ["enqueue"],
+    ["stats"],
+    ["dead"],
+    ["dead", "list"],
+    ["dead", "retry"],
+    ["dead", "purge"],
+    ["queues"],
+    ["queues", "pause"],
+    ["queues", "resume"],
+    ["queues", "configure"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help(command):
+    done = CliRunner().invoke(cli, [*command, "--help"], prog_name="jobq")
+    assert done.exit_code == 0 and "Usage: jobq " + " ".join(command) in done.stdout
+    if command in (["dead"], ["queues"]):
+        assert "Commands" in done.stdout
+    else:
+        assert "--url" in done.stdout and "JOBQ_URL" in done.stdout

@@ -1,0 +1,295 @@
+"""The Python client (app/client.py), sync and async, against a real service and database: every call,
+typed results, problems as exceptions, retries (connection errors and 503, never 4xx), bearer tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import datetime, timedelta
+
+import httpx
+import pytest
+import uvicorn
+from conftest import test_settings as settings_for
+from service_process import free_port
+from waiting import until
+
+from app.client import (
+    AsyncClient,
+    Calls,
+    Client,
+    Conflict,
+    Forbidden,
+    Job,
+    LeasedJob,
+    LeaseLost,
+    NotFound,
+    PayloadTooLarge,
+    Retry,
+    Unauthorized,
+    Unavailable,
+    Unreachable,
+    ValidationError,
+    _exchange,
+)
+from app.main import create_app
+
+pytestmark = pytest.mark.anyio
+
+FAST = Retry(attempts=10, backoff=0.05, cap=0.2)
+
+
+async def test_producer_calls(service, db):
+    with Client(service.url) as jobq:
+        job = jobq.enqueue("mail", {"to": "ada"}, priority=-5, max_attempts=3, dedup_key="ada")
+        assert isinstance(job, Job) and isinstance(job.created_at, datetime)
+        assert (job.queue, job.status, job.priority, job.max_attempts, job.duplicate) == (
+            "mail",
+            "pending",
+            -5,
+            3,
+            False,
+        )
+        again = jobq.enqueue("mail", {"to": "someone else"}, dedup_key="ada")
+        assert again.duplicate and again.id == job.id and again.payload == {"to": "ada"}
+
+        later = jobq.enqueue("mail", None, delay=3600)
+        assert later.payload is None and later.run_at > job.run_at + timedelta(minutes=59)
+        at = datetime.now().astimezone() + timedelta(days=1)
+        assert jobq.enqueue("mail", [1], run_at=at).run_at == at
+
+        many = jobq.enqueue_many(
+            [{"queue": "mail", "payload": i, "priority": i} for i in range(3)]
+            + [{"queue": "mail", "payload": "dup", "dedup_key": "ada"}]
+        )
+        assert [j.payload for j in many] == [0, 1, 2, {"to": "ada"}]
+        assert [j.duplicate for j in many] == [False, False, False, True]
+
+        assert jobq.get_job(job.id) == jobq.get_job(job.id)
+        assert jobq.cancel(later.id).status == "cancelled"
+        with pytest.raises(Conflict) as refused:
+            jobq.cancel(later.id)
+        assert refused.value.status == 409 and "cancelled" in refused.value.detail
+        with pytest.raises(NotFound):
+            jobq.get_job(10**12)
+        with pytest.raises(ValidationError) as invalid:
+            jobq.enqueue("not a queue name!", 1)
+        assert invalid.value.code == "validation_error" and invalid.value.problem["status"] == 422
+
+    rows = await db.fetch("SELECT status, count(*) AS n FROM jobq.jobs GROUP BY status")
+    assert {r["status"]: r["n"] for r in rows} == {"pending": 5, "cancelled": 1}
+
+
+async def test_worker_calls(service, db):
+    async with AsyncClient(service.url) as jobq:
+        assert await jobq.lease("work") == []
+        waiting = asyncio.create_task(jobq.lease("work", max_jobs=5, wait=10, worker_id="w1"))
+        await asyncio.sleep(0.1)
+        ids = [j.id for j in await jobq.enqueue_many([{"queue": "work", "payload": i} for i in range(4)])]
+        first = await waiting
+        assert first and all(isinstance(j, LeasedJob) and j.attempts == 1 for j in first)
+        rest = await jobq.lease("work", max_jobs=10, visibility_timeout=60)
+        leased = {j.id: j for j in first + rest}
+        assert sorted(leased) == ids
+        a, b, c, d = (leased[i] for i in ids)
+
+        assert (await jobq.ack(a)).status == "completed"
+        assert (await jobq.ack(a.id, lease_token=a.lease_token)).status == "completed"  # repeat: harmless
+
+        nacked = await jobq.nack(b, "it broke", retry_after=600)
+        assert nacked.status == "pending" and nacked.run_at > datetime.now().astimezone()
+        with pytest.raises(LeaseLost):
+            await jobq.ack(b)  # a nack ends the lease
+
+        extended = await jobq.extend(c, 3600)
+        assert extended.lease_expires_at > c.lease_expires_at
+        assert (await jobq.nack(c, "hopeless", dead=True)).status == "dead"
+
+        results = await jobq.ack_many([d, b])
+        assert [(r.id, r.ok, r.code) for r in results] == [(d.id, True, None), (b.id, False, "lease_lost")]
+        with pytest.raises(NotFound):
+            await jobq.extend(10**12, 10, lease_token=d.lease_token)
+        with pytest.raises(ValueError):
+            await jobq.ack(d.id)  # an id alone needs its token
+
+    rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.jobs ORDER BY id")
+    assert [(r["status"], r["attempts"], r["last_error"]) for r in rows] == [
+        ("completed", 1, None),
+        ("pending", 1, "it broke"),
+        ("dead", 1, "hopeless"),
+        ("completed", 1, None),
+    ]
+
+
+async def test_operator_calls(service, db):
+    async with AsyncClient(service.url) as jobq:
+        with pytest.raises(NotFound):
+            await jobq.queue("reports")
+        detail = await jobq.configure_queue("reports", max_attempts=1, visibility_timeout=12.5)
+        assert (detail.settings.max_attempts, detail.settings.visibility_timeout) == (1, 12.5)
+        for i in range(5):
+            await jobq.enqueue("reports", i)
+        for job in await jobq.lease("reports", max_jobs=5):
+            await jobq.nack(job, f"failed {job.payload}")
+
+        page = await jobq.dead_jobs("reports", limit=3)
+        assert [j.payload for j in page.jobs] == [4, 3, 2] and page.jobs[0].last_error == "failed 4"
+        page = await jobq.dead_jobs("reports", limit=3, before_id=page.next_before_id)
+        assert [j.payload for j in page.jobs] == [1, 0] and page.next_before_id is None
+
+        assert (await jobq.purge_dead(page.jobs[0].id)).purged
+        with pytest.raises(Conflict):
+            await jobq.purge_dead((await jobq.enqueue("reports", "alive")).id)
+        retried = await jobq.retry_dead([page.jobs[1].id])
+        assert (retried.retried, retried.skipped) == (1, [])
+        assert (await jobq.retry_dead(queue="reports")).retried == 3
+
+        paused = await jobq.pause("reports")
+        assert paused.paused and paused.pending == 5 and paused.dead == 0
+        assert await jobq.lease("reports") == []
+        assert not (await jobq.resume("reports")).paused
+        (row,) = await jobq.queues()
+        assert (row.queue, row.pending, row.running, row.dead) == ("reports", 5, 0, 0)
+        assert row.oldest_pending_age_seconds >= 0
+
+    counts = await db.fetchrow(
+        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, count(*) AS total FROM jobq.jobs"
+    )
+    assert (counts["pending"], counts["total"]) == (5, 5)
+
+
+async def test_payload_too_large(start_service, db):
+    service = start_service(max_payload_bytes=100)
+    with Client(service.url) as jobq:
+        jobq.enqueue("big", "x" * 50)
+        with pytest.raises(PayloadTooLarge) as too_large:
+            jobq.enqueue("big", "x" * 200)
+        assert too_large.value.status == 413
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+
+
+def _counting() -> tuple[list[str], dict]:
+    sent: list[str] = []
+
+    def hook(request: httpx.Request) -> None:
+        sent.append(f"{request.method} {request.url.path}")
+
+    async def async_hook(request: httpx.Request) -> None:
+        hook(request)
+
+    return sent, {"sync": {"request": [hook]}, "async": {"request": [async_hook]}}
+
+
+async def test_retries_connection_errors_until_the_service_is_up(database_url, db):
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings_for(database_url)), host="127.0.0.1", port=port, log_level="error"
+    )
+    server = uvicorn.Server(config)
+    starter = threading.Timer(0.5, server.run)
+    starter.start()
+    sent, hooks = _counting()
+    try:
+        patient = Retry(attempts=50, backoff=0.05, cap=0.2)
+        async with AsyncClient(f"http://127.0.0.1:{port}", retry=patient, event_hooks=hooks["async"]) as jobq:
+            job = await jobq.enqueue("late", "hello")  # no dedup_key: only safe because nothing got through
+        assert len(sent) > 1 and set(sent) == {"POST /jobs"}
+    finally:
+        await until(lambda: server.started)
+        server.should_exit = True
+        starter.join(10)
+    assert await db.fetchval("SELECT array_agg(id) FROM jobq.jobs") == [job.id]
+
+    with Client(f"http://127.0.0.1:{free_port()}", retry=Retry(attempts=3, backoff=0.01)) as nobody:
+        with pytest.raises(Unreachable) as unreachable:
+            nobody.queues()
+        assert isinstance(unreachable.value, Unavailable) and unreachable.value.status is None
+
+
+async def test_retries_503_but_never_4xx(start_service, db):
+    service = start_service(statement_timeout=0.3)
+    sent, hooks = _counting()
+    async with AsyncClient(service.url, retry=FAST, event_hooks=hooks["async"]) as jobq:
+        # Hold the table: the service's statements time out and it answers 503 until the lock goes.
+        transaction = db.transaction()
+        await transaction.start()
+        await db.execute("LOCK TABLE jobq.jobs IN ACCESS EXCLUSIVE MODE")
+        enqueue = asyncio.create_task(jobq.enqueue("locked", "patient"))
+        await until(lambda: len(sent) >= 3)
+        await transaction.rollback()
+        job = await enqueue
+        assert len(sent) >= 3 and job.status == "pending"
+
+        sent.clear()
+        with pytest.raises(NotFound):
+            await jobq.get_job(10**12)
+        with pytest.raises(ValidationError):
+            await jobq.lease("locked", max_jobs=0)
+        (leased,) = await jobq.lease("locked")
+        await jobq.ack(leased)
+        with pytest.raises(LeaseLost):
+            await jobq.nack(leased, "too late")
+        assert len(sent) == 5  # one request per call: 4xx answers are not retried
+
+    # With retries exhausted, the 503 itself comes out.
+    transaction = db.transaction()
+    await transaction.start()
+    await db.execute("LOCK TABLE jobq.jobs IN ACCESS EXCLUSIVE MODE")
+    with Client(service.url, retry=Retry(attempts=2, backoff=0.01, cap=0.01)) as jobq:
+        with pytest.raises(Unavailable) as unavailable:
+            jobq.enqueue("locked", "impatient")
+    await transaction.rollback()
+    assert unavailable.value.status == 503 and unavailable.value.code == "unavailable"
+    assert await db.fetchval("SELECT array_agg(payload #>> '{}') FROM jobq.jobs") == ["patient"]
+
+
+def test_retry_policy_after_lost_answers():
+    """An answer lost after the request went out: idempotent calls go again, the others do not (an enqueue
+    without dedup_key could land twice). The policy is I/O-free, so it is driven here by hand."""
+    lost = httpx.ReadError("connection reset")
+    request = httpx.Request("POST", "http://jobq/jobs")
+    ok = httpx.Response(201, json={"id": 1, "status": "completed"}, request=request)
+
+    steps = _exchange(Calls.enqueue("q", 1), Retry())
+    assert next(steps).path == "/jobs"
+    with pytest.raises(Unreachable):
+        steps.send(lost)
+
+    steps = _exchange(Calls.ack(1, lease_token="t"), Retry())
+    next(steps)
+    assert isinstance(steps.send(lost), float)  # a pause, then the call again
+    assert steps.send(None).path == "/ack"
+    with pytest.raises(StopIteration) as done:
+        steps.send(ok)
+    assert done.value.value.status == "completed"
+
+    refused = httpx.ConnectError("refused")  # never sent: even an enqueue goes again
+    steps = _exchange(Calls.enqueue("q", 1), Retry())
+    next(steps)
+    assert isinstance(steps.send(refused), float)
+
+
+TOKENS = {"producer-token": "producer", "worker-token": "worker", "admin-token": "admin"}
+
+
+async def test_bearer_token(start_service, db, monkeypatch):
+    service = start_service(tokens=TOKENS)
+    with Client(service.url, retry=FAST) as anonymous:
+        with pytest.raises(Unauthorized) as unauthorized:
+            anonymous.enqueue("secret", 1)
+        assert unauthorized.value.status == 401
+    with Client(service.url, token="producer-token") as producer:
+        job = producer.enqueue("secret", 1)
+        with pytest.raises(Forbidden) as forbidden:
+            producer.lease("secret")
+        assert forbidden.value.status == 403 and forbidden.value.code == "forbidden"
+    monkeypatch.setenv("JOBQ_TOKEN", "worker-token")
+    monkeypatch.setenv("JOBQ_URL", service.url)
+    async with AsyncClient() as worker:
+        assert worker.url == service.url
+        (leased,) = await worker.lease("secret")
+        await worker.ack(leased)
+        with pytest.raises(Forbidden):
+            await worker.queues()
+    assert leased.id == job.id
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job.id) == "completed"

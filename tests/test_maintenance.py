@@ -1,0 +1,44 @@
+"""The jobs table is vacuumed by jobq itself when autovacuum is off or behind."""
+
+import pytest
+
+from app.db import Database, create_pool
+from app.maintenance import needs_vacuum, vacuum_if_needed
+from app.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+
+def test_when_a_vacuum_is_needed():
+    assert not needs_vacuum(live=10_000, dead=500, autovacuum=False, since_vacuum=None)  # too few dead
+    assert not needs_vacuum(live=100_000, dead=15_000, autovacuum=False, since_vacuum=None)  # < a fifth
+    assert needs_vacuum(live=10_000, dead=5_000, autovacuum=False, since_vacuum=10)
+    assert not needs_vacuum(live=10_000, dead=5_000, autovacuum=True, since_vacuum=10)  # autovacuum is on it
+    assert needs_vacuum(live=10_000, dead=5_000, autovacuum=True, since_vacuum=600)  # ...or not
+    assert needs_vacuum(live=10_000, dead=5_000, autovacuum=True, since_vacuum=None)
+
+
+async def test_dead_rows_are_reclaimed(database_url, db):
+    await db.execute("INSERT INTO jobq.queues (name) VALUES ('q')")
+    await db.execute("INSERT INTO jobq.jobs (queue, payload) SELECT 'q', '{}' FROM generate_series(1, 5000)")
+    await db.execute("DELETE FROM jobq.jobs")
+    await db.execute("SELECT pg_stat_force_next_flush()")
+    pool = await create_pool(database_url, Settings(database_url=database_url, pool_min_size=1))
+    try:
+        database = Database(pool, Settings(database_url=database_url))
+        dead_before = await db.fetchval(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass"
+        )
+        assert dead_before >= 5000
+        assert await vacuum_if_needed(database) is True
+        await db.execute("SELECT pg_stat_force_next_flush()")
+        dead_after = await db.fetchval(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass"
+        )
+        assert dead_after == 0
+        assert await vacuum_if_needed(database) is False  # nothing left to do
+        # The pooled connection keeps the request statement timeout.
+        async with database.acquire() as conn:
+            assert await conn.fetchval("SHOW statement_timeout") == "30s"
+    finally:
+        await pool.close()

@@ -1,0 +1,312 @@
+"""GET /metrics: per-queue job counters, database gauges refreshed in the background, latency histograms
+(app/metrics.py), against a live service and its database."""
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from waiting import until
+
+pytestmark = pytest.mark.anyio
+
+
+async def scrape(client: httpx.AsyncClient) -> dict[tuple[str, frozenset], float]:
+    """Every sample of GET /metrics: {(name, labels): value}."""
+    r = await client.get("/metrics")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain"), r.headers["content-type"]
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(samples: dict, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def counts(samples: dict, queue: str) -> dict[str, float | None]:
+    kinds = ("enqueued", "leased", "acked", "nacked", "dead_lettered", "expired")
+    return {k: value(samples, f"jobq_jobs_{k}_total", queue=queue) for k in kinds}
+
+
+async def post(client, path: str, body: dict, status: int = 200) -> dict:
+    r = await client.post(path, json=body)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+async def test_counters_count_jobs_per_queue(client):
+    """3 jobs enqueued in `a` (a batch of 2 and a single; a duplicate does not count), 3 leased, 2 acked
+    (one alone, one in a batch), 1 nacked dead: the counters of `a` read 3, 3, 2, 1, 1; `b` has its own."""
+    await post(client, "/jobs/batch", {"jobs": [{"queue": "a", "payload": i} for i in (1, 2)]}, 201)
+    await post(client, "/jobs", {"queue": "a", "payload": 3, "dedup_key": "k"}, 201)
+    dup = await post(client, "/jobs", {"queue": "a", "payload": 3, "dedup_key": "k"}, 200)
+    assert dup["duplicate"] is True
+    await post(client, "/jobs", {"queue": "b", "payload": None}, 201)
+
+    leased = (await post(client, "/lease", {"queue": "a", "max_jobs": 3}))["jobs"]
+    assert len(leased) == 3
+    first, second, third = ({"id": j["id"], "lease_token": j["lease_token"]} for j in leased)
+    assert await post(client, "/ack", first) == {"id": first["id"], "status": "completed"}
+    # The batch answers are as before: no queue in them.
+    assert await post(client, "/ack/batch", {"items": [second]}) == {
+        "results": [{"id": second["id"], "ok": True}]
+    }
+    nacked = await post(client, "/nack/batch", {"items": [{**third, "dead": True, "error": "no"}]})
+    assert nacked["results"][0].keys() == {"id", "ok", "status", "run_at"}
+    assert nacked["results"][0]["status"] == "dead"
+    # A repeated ack (already completed) and a lost lease change nothing, and count nothing.
+    await post(client, "/ack", first)
+    await post(client, "/ack/batch", {"items": [third]})
+
+    samples = await scrape(client)
+    assert counts(samples, "a") == {
+        "enqueued": 3,
+        "leased": 3,
+        "acked": 2,
+        "nacked": 1,
+        "dead_lettered": 1,
+        "expired": None,
+    }
+    assert counts(samples, "b") == {
+        "enqueued": 1,
+        "leased": None,
+        "acked": None,
+        "nacked": None,
+        "dead_lettered": None,
+        "expired": None,
+    }
+    # One claim statement ran on `a`, and was timed.
+    assert value(samples, "jobq_claim_duration_seconds_count", queue="a") == 1
+    assert value(samples, "jobq_claim_duration_seconds_sum", queue="a") > 0
+
+
+async def test_expired_leases_are_counted(start_service, db):
+    """Two leases expire; the one on its last attempt goes dead: expired 2, dead-lettered 1."""
+    service = start_service(sweep_interval=0.1)
+    async with httpx.AsyncClient(base_url=service.url) as client:
+        await post(client, "/jobs", {"queue": "x", "payload": 1, "max_attempts": 1}, 201)
+        await post(client, "/jobs", {"queue": "x", "payload": 2, "max_attempts": 3}, 201)
+        leased = await post(client, "/lease", {"queue": "x", "max_jobs": 2, "visibility_timeout": 0.2})
+        assert len(leased["jobs"]) == 2
+
+        async def swept() -> bool:
+            n = await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running'")
+            return n == 0
+
+        await until(swept)
+        assert dict(await db.fetch("SELECT status, count(*) FROM jobq.jobs GROUP BY 1")) == {
+            "dead": 1,
+            "pending": 1,
+        }
+        samples = await scrape(client)
+        assert value(samples, "jobq_jobs_expired_total", queue="x") == 2
+        assert value(samples, "jobq_jobs_dead_lettered_total", queue="x") == 1
+
+
+async def database_gauges(db, queue: str) -> dict[str, float]:
+    """The truth, straight from the table."""
+    row = await db.fetchrow(
+        """
+        SELECT count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS pending,
+               count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,
+               count(*) FILTER (WHERE status = 'running') AS running,
+               count(*) FILTER (WHERE status = 'dead') AS dead
+        FROM jobq.jobs WHERE queue = $1
+        """,
+        queue,
+    )
+    return dict(row)
+
+
+def scraped_gauges(samples: dict, queue: str) -> dict[str, float | None]:
+    states = ("pending", "scheduled", "running", "dead")
+    return {s: value(samples, "jobq_queue_jobs", queue=queue, state=s) for s in states}
+
+
+async def test_gauges_follow_the_database(start_service, db):
+    """Depth per state, lag and paused, as the database has them after a refresh."""
+    service = start_service(metrics_interval=0.1)
+    async with httpx.AsyncClient(base_url=service.url) as client:
+        an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+        jobs = [
+            {"queue": "g", "payload": 1, "run_at": an_hour_ago},  # waiting for an hour: the lag
+            {"queue": "g", "payload": 2},
+            {"queue": "g", "payload": 3},
+            {"queue": "g", "payload": 4, "delay": 3600},  # scheduled
+        ]
+        await post(client, "/jobs/batch", {"jobs": jobs}, 201)
+        (held,) = (await post(client, "/lease", {"queue": "g", "max_jobs": 1}))["jobs"]
+        assert held["payload"] == 1
+        await post(client, "/jobs", {"queue": "g", "payload": 5, "max_attempts": 1, "priority": -1}, 201)
+        (doomed,) = (await post(client, "/lease", {"queue": "g"}))["jobs"]
+        await post(client, "/nack", {"id": doomed["id"], "lease_token": doomed["lease_token"], "error": "x"})
+        await post(client, "/queues/p/pause", {})
+        truth = await database_gauges(db, "g")
+        assert truth == {"pending": 2, "scheduled": 1, "running": 1, "dead": 1}
+
+        async def refreshed() -> dict | None:
+            # A refresh taken between the nack and the pause already matches `g`: wait for one after both.
+            samples = await scrape(client)
+            paused = value(samples, "jobq_queue_paused", queue="p") == 1
+            return samples if paused and scraped_gauges(samples, "g") == truth else None
+
+        samples = await until(refreshed)
+        # The oldest ready job was enqueued (and ready) moments ago; the one that waited an hour is running.
+        assert 0 < value(samples, "jobq_queue_lag_seconds", queue="g") < 600
+        assert value(samples, "jobq_queue_paused", queue="g") == 0
+        assert scraped_gauges(samples, "p") == {"pending": 0, "scheduled": 0, "running": 0, "dead": 0}
+
+        # A job an hour late makes an hour of lag.
+        await post(client, "/jobs", {"queue": "g", "payload": 6, "run_at": an_hour_ago}, 201)
+
+        async def lagging() -> bool:
+            return value(await scrape(client), "jobq_queue_lag_seconds", queue="g") >= 3600
+
+        await until(lagging)
+
+
+async def test_gauges_are_read_in_the_background_not_per_scrape(start_service):
+    """With a long interval, scrapes report the snapshot taken at start, however often they come."""
+    service = start_service(metrics_interval=3600)
+    async with httpx.AsyncClient(base_url=service.url) as client:
+
+        async def first_refresh() -> dict | None:
+            samples = await scrape(client)
+            return samples if value(samples, "jobq_gauges_refreshed_timestamp_seconds") else None
+
+        before = await until(first_refresh)
+        await post(client, "/jobs", {"queue": "late", "payload": None}, 201)
+        for _ in range(5):
+            samples = await scrape(client)
+            assert value(samples, "jobq_gauges_refreshed_timestamp_seconds") == value(
+                before, "jobq_gauges_refreshed_timestamp_seconds"
+            )
+            assert value(samples, "jobq_queue_jobs", queue="late", state="pending") is None
+        assert value(samples, "jobq_jobs_enqueued_total", queue="late") == 1  # counters are live
+
+
+async def test_lock_waits_are_visible(start_service, database_url):
+    """A session blocked on a row lock in jobq's database shows in jobq_lock_waiting_sessions, and the
+    gauge drops back once the lock is released."""
+    service = start_service(metrics_interval=0.1)
+    holder = await asyncpg.connect(database_url)
+    waiter = await asyncpg.connect(database_url)
+    try:
+        async with httpx.AsyncClient(base_url=service.url) as client:
+            await post(client, "/queues/locked/pause", {})
+            tx = holder.transaction()
+            await tx.start()
+            await holder.execute("SELECT * FROM jobq.queues WHERE name = 'locked' FOR UPDATE")
+            blocked = asyncio.create_task(
+                waiter.execute("UPDATE jobq.queues SET paused = false WHERE name = 'locked'")
+            )
+
+            def waiting(n: int):
+                async def check() -> dict | None:
+                    samples = await scrape(client)
+                    enough = (
+                        value(samples, "jobq_lock_waiting_sessions") >= n
+                        if n
+                        else value(samples, "jobq_lock_waiting_sessions") == 0
+                    )
+                    return samples if enough else None
+
+                return check
+
+            samples = await until(waiting(1))
+            assert value(samples, "jobq_lock_wait_longest_seconds") > 0
+            await tx.rollback()
+            await blocked
+            await until(waiting(0))
+    finally:
+        await holder.close()
+        await waiter.close()
+
+
+async def test_request_latency_is_per_route_template(client):
+    """Requests are timed per route template, never per raw path; unmatched paths share one label."""
+    ids = []
+    for i in range(3):
+        ids.append((await post(client, "/jobs", {"queue": "r", "payload": i}, 201))["id"])
+    for job_id in ids:
+        assert (await client.get(f"/jobs/{job_id}")).status_code == 200
+    assert (await client.get("/jobs/999999")).status_code == 404
+    assert (await client.get("/no/such/path")).status_code == 404
+
+    samples = await scrape(client)
+    get_job = {"method": "GET", "route": "/jobs/{id}"}
+    assert value(samples, "jobq_http_request_duration_seconds_count", **get_job) == 4
+    assert value(samples, "jobq_http_requests_total", **get_job, status="200") == 3
+    assert value(samples, "jobq_http_requests_total", **get_job, status="404") == 1
+    assert value(samples, "jobq_http_request_duration_seconds_count", method="POST", route="/jobs") == 3
+    assert value(samples, "jobq_http_requests_total", method="GET", route="<unmatched>", status="404") == 1
+    routes = {dict(labels).get("route") for (_, labels) in samples}
+    assert not any(route and route.startswith("/jobs/") and route != "/jobs/{id}" for route in routes)
+
+
+async def test_each_app_counts_on_its_own(start_service):
+    """Two services in one process (as in these tests): each has its own registry."""
+    one, two = start_service(), start_service()
+    async with httpx.AsyncClient(base_url=one.url) as a, httpx.AsyncClient(base_url=two.url) as b:
+        await post(a, "/jobs", {"queue": "own", "payload": None}, 201)
+        assert value(await scrape(a), "jobq_jobs_enqueued_total", queue="own") == 1
+        assert value(await scrape(b), "jobq_jobs_enqueued_total", queue="own") is None
+
+
+async def test_an_admin_token_when_tokens_are_configured(start_service):
+    service = start_service(tokens={"w-secret": "worker", "a-secret": "admin"})
+    async with httpx.AsyncClient(base_url=service.url) as client:
+        assert (await client.get("/metrics")).status_code == 401
+        worker = await client.get("/metrics", headers={"Authorization": "Bearer w-secret"})
+        assert worker.status_code == 403
+        admin = await client.get("/metrics", headers={"Authorization": "Bearer a-secret"})
+        assert admin.status_code == 200 and "jobq_http_requests_total" in admin.text
+
+
+def test_metrics_is_in_the_openapi_document():
+    from app.main import create_app
+    from app.settings import Settings
+
+    spec = create_app(Settings(database_url="postgresql://unused/none")).openapi()
+    assert "text/plain" in spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    assert not any(path.startswith("/ui") for path in spec["paths"])
+
+
+def plan_nodes(plan: dict) -> list[dict]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes += plan_nodes(child)
+    return nodes
+
+
+async def test_gauge_query_reads_no_finished_jobs(db):
+    """Every replica reads the gauges every few seconds: with many completed jobs kept, the query walks
+    the partial indexes of waiting, running and dead jobs, never the whole table."""
+    from app.queries import QUEUE_GAUGES
+
+    await db.execute("INSERT INTO jobq.queues (name) VALUES ('q')")
+    await db.execute(
+        "INSERT INTO jobq.jobs (queue, payload, status, completed_at)"
+        " SELECT 'q', 'null', 'completed', now() FROM generate_series(1, 50000)"
+    )
+    await db.execute(
+        "INSERT INTO jobq.jobs (queue, payload, status, lease_expires_at) SELECT 'q', 'null', s, now()"
+        " FROM unnest(ARRAY['pending', 'running', 'dead']) s, generate_series(1, 5)"
+    )
+    await db.execute("ANALYZE jobq.jobs")
+    (plan,) = json.loads(await db.fetchval("EXPLAIN (FORMAT JSON) " + QUEUE_GAUGES.text))
+    scans = [
+        (n["Node Type"], n.get("Index Name"))
+        for n in plan_nodes(plan["Plan"])
+        if n.get("Relation Name") == "jobs"
+    ]
+    assert scans and not any(kind == "Seq Scan" for kind, _ in scans), scans
+    rows = await db.fetch(QUEUE_GAUGES.text)
+    assert [(r["pending"], r["running"], r["dead"]) for r in rows] == [(5, 5, 5)]

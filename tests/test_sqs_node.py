@@ -1,0 +1,68 @@
+"""The AWS SDK for JavaScript v3 (@aws-sdk/client-sqs from npm) against a live, secured service:
+it signs with SigV4, checks the MD5s, sends, receives and deletes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sqs-node"
+CREDENTIALS = {"AKIANODE": {"secret": "node-secret", "role": "admin"}}
+
+
+@pytest.fixture(scope="module")
+def sdk() -> Path:
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("needs node and npm")
+    if not (EXAMPLE / "node_modules" / "@aws-sdk" / "client-sqs").is_dir():
+        done = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund"],
+            cwd=EXAMPLE,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"npm install failed: {done.stderr[-500:]}")
+    return EXAMPLE
+
+
+async def test_send_receive_delete_with_the_javascript_sdk(sdk, start_service, db):
+    service = start_service(tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS)
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIANODE", "AWS_SECRET_ACCESS_KEY": "node-secret"}
+    done = subprocess.run(
+        ["node", "roundtrip.mjs", service.url, "from-node"],
+        cwd=sdk,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["queueUrl"] == f"{service.url}/000000000000/from-node"
+    assert result["sentId"] == result["receivedId"]
+    assert (result["body"], result["lang"], result["receiveCount"]) == ("hello from node", "javascript", "1")
+    job = await db.fetchrow(
+        "SELECT status, payload, attempts FROM jobq.jobs WHERE id = $1", int(result["sentId"])
+    )
+    assert (job["status"], json.loads(job["payload"]), job["attempts"]) == ("completed", "hello from node", 1)
+
+    env["AWS_SECRET_ACCESS_KEY"] = "wrong"
+    refused = subprocess.run(
+        ["node", "roundtrip.mjs", service.url, "from-node"],
+        cwd=sdk,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0
+    assert "SignatureDoesNotMatch" in refused.stderr

@@ -1,0 +1,214 @@
+"""The dashboard under /ui, clicked through in headless Chromium (Debian's, driven by Playwright) against
+a live service; every effect is checked in the database. Screenshots go to test-artifacts/.
+
+Without Chromium or Playwright these tests skip on a developer's machine, and fail under CI=true."""
+
+import os
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from waiting import until
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = os.environ.get("JOBQ_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+async def page(service) -> AsyncIterator[object]:
+    """A fresh Chromium page; the dashboard's confirm() questions are answered yes."""
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        _unavailable("the playwright package is not installed (pip install -e '.[test]')")
+    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
+        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = await browser.new_context(base_url=service.url, viewport={"width": 1280, "height": 800})
+            page = await context.new_page()
+            page.set_default_timeout(10_000)
+            page.on("dialog", lambda dialog: dialog.accept())
+            yield page
+        finally:
+            await browser.close()
+
+
+async def shot(page, name: str) -> None:
+    await page.screenshot(path=str(ARTIFACTS / f"ui-{name}.png"), full_page=True)
+
+
+async def post(client: httpx.AsyncClient, path: str, body: dict) -> dict:
+    r = await client.post(path, json=body)
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+async def make_dead(client, queue: str, payload: object, error: str) -> int:
+    job = await post(client, "/jobs", {"queue": queue, "payload": payload, "max_attempts": 1})
+    (leased,) = (await post(client, "/lease", {"queue": queue}))["jobs"]
+    assert leased["id"] == job["id"]
+    nacked = await post(
+        client, "/nack", {"id": job["id"], "lease_token": leased["lease_token"], "error": error}
+    )
+    assert nacked["status"] == "dead"
+    return job["id"]
+
+
+async def test_queue_paused_and_resumed_from_the_page(page, client, db):
+    from playwright.async_api import expect
+
+    await post(client, "/jobs/batch", {"jobs": [{"queue": "emails", "payload": i} for i in range(3)]})
+    await post(client, "/jobs", {"queue": "emails", "payload": "later", "delay": 3600})
+    await post(client, "/lease", {"queue": "emails"})  # one running
+    await make_dead(client, "reports", {"month": "2024-05"}, "timeout")
+
+    await page.goto("/ui")
+    row = page.locator('tr[data-queue="emails"]')
+    rate = re.compile(r"^(—|[0-9.]+/s)$")
+    lag = re.compile(r"^[0-9.]+ s$")
+    await expect(row.locator("td")).to_have_text(["2", "1", "1", "0", lag, rate, rate, "active", "Pause"])
+    await expect(page.locator('tr[data-queue="reports"] td.dead')).to_have_text("1")
+    await shot(page, "queues")
+
+    await row.get_by_role("button", name="Pause").click()
+    await expect(page.locator(".flash")).to_contain_text("Paused emails")
+    await expect(row.locator("td.state")).to_have_text("paused")
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is True
+    assert (await post(client, "/lease", {"queue": "emails"}))["jobs"] == []  # a paused queue leases nothing
+    await shot(page, "queue-paused")
+
+    await row.get_by_role("button", name="Resume").click()
+    await expect(page.locator(".flash")).to_contain_text("Resumed emails")
+    await expect(row.locator("td.state")).to_have_text("active")
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is False
+    assert len((await post(client, "/lease", {"queue": "emails", "max_jobs": 5}))["jobs"]) == 2
+
+
+async def test_dead_job_retried_from_the_page(page, client, db):
+    from playwright.async_api import expect
+
+    job_id = await make_dead(client, "emails", {"to": "ada@example.com"}, "mailbox does not exist")
+    other = await make_dead(client, "emails", {"to": "bob@example.com"}, "over quota")
+
+    await page.goto("/ui")
+    await page.locator('tr[data-queue="emails"] td.dead a').click()
+    await expect(page).to_have_url(f"{page.url.split('/ui')[0]}/ui/dead?queue=emails")
+    dead = page.locator(f'tr[data-job="{job_id}"]')
+    await expect(dead).to_contain_text("mailbox does not exist")
+    await expect(dead).to_contain_text("1/1")  # attempts, of max_attempts
+    await expect(dead.locator("code")).to_have_text('{"to": "ada@example.com"}')
+    await shot(page, "dead-jobs")
+
+    await dead.get_by_role("button", name="Retry").click()
+    await expect(page.locator(".flash")).to_contain_text(f"Retried job {job_id}")
+    await expect(dead).to_have_count(0)
+    await expect(page.locator(f'tr[data-job="{other}"]')).to_have_count(1)
+    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs WHERE id = $1", job_id)
+    assert (row["status"], row["attempts"]) == ("pending", 0)
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", other) == "dead"
+    await shot(page, "dead-job-retried")
+
+    # "Retry all" takes the rest of the queue (after a confirm(), answered yes).
+    await page.get_by_role("button", name="Retry all dead jobs in emails").click()
+    await expect(page.locator(".flash")).to_contain_text("Retried 1 dead jobs of emails")
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'dead'") == 0
+
+
+async def test_job_page_and_purge(page, client, db):
+    from playwright.async_api import expect
+
+    job_id = await make_dead(client, "emails", {"to": "ada@example.com", "n": [1, 2]}, "Traceback:\n  boom")
+    await page.goto("/ui/dead")
+    await page.get_by_role("link", name=str(job_id), exact=True).click()
+    await expect(page.locator("h1")).to_have_text(f"Job {job_id}")
+    await expect(page.locator(".status")).to_have_text("dead")
+    await expect(page.locator("pre.error")).to_have_text("Traceback:\n  boom")
+    assert '"to": "ada@example.com"' in await page.locator("pre.payload").inner_text()
+    await shot(page, "job")
+
+    await page.get_by_role("button", name="Purge").click()  # confirm() answered yes
+    await expect(page.locator(".flash")).to_contain_text(f"Purged job {job_id}")
+    await until(lambda: page.url.endswith("/ui/dead"))
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", job_id) == 0
+
+    # The header's lookup finds a job by id; an unknown one is a page saying so.
+    other = (await post(client, "/jobs", {"queue": "emails", "payload": None}))["id"]
+    await page.get_by_label("job id").fill(str(other))
+    await page.get_by_role("button", name="Open").click()
+    await expect(page.locator(".status")).to_have_text("pending")
+    await page.goto(f"/ui/jobs/{job_id}")
+    await expect(page.locator("h1")).to_have_text("Not found")
+
+
+async def test_throughput_from_the_counters(start_service):
+    """The queues page shows the rates this process counted over the last minute."""
+    service = start_service(metrics_interval=0.1)
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        await until(lambda: service.app.state.metrics.gauges.at)
+        await post(http, "/jobs/batch", {"jobs": [{"queue": "fast", "payload": i} for i in range(20)]})
+        leased = (await post(http, "/lease", {"queue": "fast", "max_jobs": 20}))["jobs"]
+        items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in leased]
+        await post(http, "/ack/batch", {"items": items})
+
+        async def rates() -> dict | None:
+            seen = service.app.state.metrics.throughput().get("fast")
+            return seen if seen and seen["acked"] > 0 and seen["enqueued"] > 0 else None
+
+        await until(rates)
+        text = (await http.get("/ui")).text
+        row = text[text.index('data-queue="fast"') :].split("</tr>")[0]
+        assert row.count("/s</td>") == 2 and "—" not in row
+
+
+async def test_forms_from_other_sites_are_refused_and_text_is_escaped(client, db):
+    await post(client, "/jobs", {"queue": "q", "payload": None})
+    for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        r = await client.post("/ui/queues/q/pause", headers=headers)
+        assert r.status_code == 403, r.text
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is False
+
+    job_id = await make_dead(client, "q2", {"html": "<b>bold</b>"}, "<script>alert(1)</script>")
+    for path in ("/ui/dead", f"/ui/jobs/{job_id}"):
+        r = await client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assert "<script>alert" not in r.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
+        assert "<b>bold" not in r.text
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+
+
+async def test_admins_only_when_tokens_are_configured(start_service, db):
+    service = start_service(tokens={"w-secret": "worker", "a-secret": "admin"})
+    admin = {"Authorization": "Bearer a-secret"}
+    async with httpx.AsyncClient(base_url=service.url) as client:
+        for path in ("/ui", "/ui/dead", "/ui/jobs/1", "/ui/static/ui.js"):
+            assert (await client.get(path)).status_code == 401, path
+            assert (await client.get(path, headers={"Authorization": "Bearer w-secret"})).status_code == 403
+        assert (await client.post("/ui/queues/q/pause")).status_code == 401
+        assert await db.fetchval("SELECT count(*) FROM jobq.queues") == 0
+        assert (await client.get("/ui", headers=admin)).status_code == 200
+        assert (await client.post("/ui/queues/q/pause", headers=admin)).status_code == 303
+        assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is True

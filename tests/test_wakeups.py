@@ -1,0 +1,171 @@
+"""Long-polls woken through LISTEN/NOTIFY: every path that makes a job ready wakes a waiter at once."""
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+# With the safety poll a minute away, only a wake-up can answer a waiter within these tests' bounds.
+QUIET = {"wakeup_safety_interval": 60.0}
+
+
+@pytest.fixture
+def quiet_service(start_service):
+    return start_service(**QUIET)
+
+
+@pytest.fixture
+async def http(quiet_service):
+    async with httpx.AsyncClient(base_url=quiet_service.url, timeout=30) as client:
+        yield client
+
+
+async def _lease_after(http, trigger, *, queue="q", wait=10.0, **body):
+    """Start a long-poll, run `trigger` once it is waiting, and return (jobs, seconds after trigger)."""
+    lease = asyncio.create_task(http.post("/lease", json={"queue": queue, "wait": wait, **body}))
+    await asyncio.sleep(0.3)
+    assert not lease.done(), "the long-poll answered before anything was ready"
+    await trigger()
+    triggered = time.monotonic()
+    r = await lease
+    assert r.status_code == 200, r.text
+    return r.json()["jobs"], time.monotonic() - triggered
+
+
+async def test_http_enqueue_wakes_a_waiter(http):
+    jobs, latency = await _lease_after(http, lambda: http.post("/jobs", json={"queue": "q", "payload": 1}))
+    assert [j["payload"] for j in jobs] == [1]
+    assert latency < 0.2
+
+
+async def test_sql_enqueue_wakes_a_waiter_at_commit(http, db):
+    async def enqueue():
+        async with db.transaction():
+            await db.execute("SELECT jobq.enqueue('q', '2')")
+            await asyncio.sleep(0.3)  # not before the commit
+
+    jobs, latency = await _lease_after(http, enqueue)
+    assert [j["payload"] for j in jobs] == [2]
+    assert latency < 0.2
+
+
+async def test_delayed_job_wakes_its_waiter_when_due(http):
+    jobs, latency = await _lease_after(
+        http, lambda: http.post("/jobs", json={"queue": "q", "payload": 3, "delay": 1.0})
+    )
+    assert [j["payload"] for j in jobs] == [3]
+    assert 0.9 <= latency < 1.3
+
+
+async def test_nack_retry_wakes_a_waiter_when_due(http):
+    await http.post("/jobs", json={"queue": "q", "payload": 4})
+    (job,) = (await http.post("/lease", json={"queue": "q"})).json()["jobs"]
+    nack = {"id": job["id"], "lease_token": job["lease_token"], "retry_after": 0.5}
+    jobs, latency = await _lease_after(http, lambda: http.post("/nack", json=nack))
+    assert [j["id"] for j in jobs] == [job["id"]]
+    assert 0.4 <= latency < 0.8
+
+
+async def test_dead_retry_and_resume_wake_waiters(http):
+    await http.post("/jobs", json={"queue": "q", "payload": 5, "max_attempts": 1})
+    (job,) = (await http.post("/lease", json={"queue": "q"})).json()["jobs"]
+    await http.post("/nack", json={"id": job["id"], "lease_token": job["lease_token"]})
+    jobs, latency = await _lease_after(http, lambda: http.post("/dead/retry", json={"ids": [job["id"]]}))
+    assert [j["id"] for j in jobs] == [job["id"]] and latency < 0.2
+
+    await http.post("/queues/q/pause")
+    await http.post("/jobs", json={"queue": "q", "payload": 6})
+    jobs, latency = await _lease_after(http, lambda: http.post("/queues/q/resume"))
+    assert [j["payload"] for j in jobs] == [6] and latency < 0.2
+
+
+async def test_expired_lease_wakes_a_waiter(http):
+    await http.post("/jobs", json={"queue": "q", "payload": 7})
+    (job,) = (await http.post("/lease", json={"queue": "q", "visibility_timeout": 1})).json()["jobs"]
+    started = time.monotonic()
+    r = await http.post("/lease", json={"queue": "q", "wait": 10})
+    (again,) = r.json()["jobs"]
+    assert again["id"] == job["id"] and again["attempts"] == 2
+    assert time.monotonic() - started < 1.6  # 1 s lease + a 0.2 s sweep + the wake-up
+
+
+async def test_one_job_wakes_one_waiter_not_all(quiet_service, http):
+    wakeups = quiet_service.app.state.wakeups
+    waiters = [asyncio.create_task(http.post("/lease", json={"queue": "q", "wait": 3})) for _ in range(20)]
+    await asyncio.sleep(0.5)
+    assert wakeups.waiter_count() == 20
+    before = wakeups.wakes
+    await http.post("/jobs", json={"queue": "q", "payload": "only one"})
+    done, _ = await asyncio.wait(waiters, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+    assert [len(t.result().json()["jobs"]) for t in done] == [1], "no waiter got the job at once"
+    results = await asyncio.gather(*waiters)
+    assert sum(len(r.json()["jobs"]) for r in results) == 1
+    # One waiter woken for one job (a second only if the first passed its wake-up on).
+    assert wakeups.wakes - before <= 2
+
+
+async def test_a_batch_wakes_as_many_waiters_as_jobs(quiet_service, http):
+    waiters = [asyncio.create_task(http.post("/lease", json={"queue": "q", "wait": 5})) for _ in range(10)]
+    await asyncio.sleep(0.5)
+    started = time.monotonic()
+    await http.post("/jobs/batch", json={"jobs": [{"queue": "q", "payload": i} for i in range(10)]})
+    results = await asyncio.gather(*waiters)
+    assert time.monotonic() - started < 1.0
+    assert sorted(r.json()["jobs"][0]["payload"] for r in results) == list(range(10))
+
+
+async def test_client_gone_during_long_poll_strands_nothing(http, quiet_service, db):
+    with pytest.raises(httpx.ReadTimeout):
+        await http.post("/lease", json={"queue": "q", "wait": 10}, timeout=0.5)
+    await asyncio.sleep(0.2)
+    await http.post("/jobs", json={"queue": "q", "payload": "for someone still there"})
+    await asyncio.sleep(0.5)
+    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs")
+    assert (row["status"], row["attempts"]) == ("pending", 0)
+    (job,) = (await http.post("/lease", json={"queue": "q"})).json()["jobs"]
+    assert job["attempts"] == 1
+
+
+async def test_listener_reconnects_and_catches_up(quiet_service, http, db):
+    wakeups = quiet_service.app.state.wakeups
+    terminated = await db.fetchval(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = 'jobq-listener' AND datname = current_database()"
+    )
+    assert terminated == 1
+    deadline = time.monotonic() + 10
+    while wakeups.reconnects < 1 or not wakeups.listening.is_set():
+        assert time.monotonic() < deadline, "the listener did not reconnect"
+        await asyncio.sleep(0.05)
+    jobs, latency = await _lease_after(http, lambda: http.post("/jobs", json={"queue": "q", "payload": 8}))
+    assert [j["payload"] for j in jobs] == [8] and latency < 0.2
+
+
+async def test_a_thousand_waiting_long_polls_hold_no_connections(quiet_service, db):
+    """1,000 concurrent long-polls in one process: the pool stays within its bound."""
+    host, port = quiet_service.url.removeprefix("http://").split(":")
+    body = b'{"queue": "idle", "wait": 8}'
+    request = (
+        b"POST /lease HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    streams = []
+    for _ in range(1000):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(request)
+        streams.append((reader, writer))
+    wakeups = quiet_service.app.state.wakeups
+    deadline = time.monotonic() + 10
+    while wakeups.waiter_count() < 1000:
+        assert time.monotonic() < deadline, f"only {wakeups.waiter_count()} waiting"
+        await asyncio.sleep(0.05)
+    connections = await db.fetchval(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name LIKE 'jobq%'"
+    )
+    assert connections <= quiet_service.settings.pool_max_size + 1  # the pool, and the one listener
+    for _, writer in streams:
+        writer.close()

@@ -1,0 +1,348 @@
+"""The worker runner (app/worker.py) and `jobq worker`, against a real service and database: acks and nacks,
+the concurrency limit, lease extension for long jobs, graceful stops, outages, signals and the status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from service_process import jobq_env
+from typer.testing import CliRunner
+from waiting import equals, states, until
+
+from app.cli import cli
+from app.client import AsyncClient, Retry, ValidationError
+from app.worker import ERROR_CHARS, Worker, describe
+
+pytestmark = pytest.mark.anyio
+
+JOBQ = [sys.executable, "-m", "app.cli"]
+
+
+class Gauge:
+    """How many handlers run at once, at most."""
+
+    def __init__(self) -> None:
+        self.now = self.peak = 0
+        self.lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+async def test_acks_successes_and_nacks_failures_with_their_error(service, db, kind):
+    gauge = Gauge()
+
+    def plain_handler(job):
+        gauge.enter()
+        time.sleep(0.02)
+        gauge.leave()
+        if "fail" in job.payload:
+            raise ValueError(job.payload["fail"])
+
+    async def async_handler(job):
+        gauge.enter()
+        await asyncio.sleep(0.02)
+        gauge.leave()
+        if "fail" in job.payload:
+            raise ValueError(job.payload["fail"])
+
+    async with AsyncClient(service.url) as client:
+        await client.configure_queue("q", backoff_base=3600)  # a failed job waits: each runs once here
+        payloads = [{"n": i, "fail": f"bad {i}"} if i % 10 == 0 else {"n": i} for i in range(60)]
+        await client.enqueue_many([{"queue": "q", "payload": p} for p in payloads])
+        worker = Worker(
+            plain_handler if kind == "plain" else async_handler, "q", client=client, concurrency=8, wait=0.2
+        )
+        run = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.done + worker.stats.failed == 60)
+        worker.stop()
+        stats = await asyncio.wait_for(run, 5)
+
+    assert (stats.done, stats.failed, stats.lost, stats.released, stats.in_flight) == (54, 6, 0, 0, 0)
+    assert gauge.peak == 8
+    assert await states(db, "q")() == {"completed": 54, "pending": 6}
+    failed = await db.fetch(
+        "SELECT payload->>'fail' AS fail, attempts, last_error FROM jobq.jobs WHERE status = 'pending'"
+    )
+    for row in failed:
+        error = row["last_error"]
+        assert row["attempts"] == 1
+        assert error.startswith(f"ValueError: {row['fail']}\n")
+        assert "Traceback (innermost last):" in error and f"in {kind}_handler" in error
+        assert "app/worker.py" not in error  # the runner's own frames are left out
+
+
+async def test_extends_the_lease_of_a_long_job(service, db):
+    async with AsyncClient(service.url) as client:
+        job = await client.enqueue("slow", "work")
+
+        def slow(job):
+            time.sleep(1.5)
+
+        worker = Worker(slow, "slow", client=client, visibility_timeout=0.6, wait=0.2)
+        run = asyncio.create_task(worker.run())
+        first = await until(
+            lambda: db.fetchval("SELECT lease_expires_at FROM jobq.jobs WHERE status = 'running'")
+        )
+        # Past the first deadline the job is still running, on a later one: it was extended, not expired.
+        await asyncio.sleep(0.8)
+        row = await db.fetchrow("SELECT status, lease_expires_at FROM jobq.jobs WHERE id = $1", job.id)
+        assert row["status"] == "running" and row["lease_expires_at"] > first
+        await until(lambda: worker.stats.done == 1)
+        worker.stop()
+        await run
+    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.jobs WHERE id = $1", job.id)
+    assert dict(row) == {"status": "completed", "attempts": 1, "last_error": None}
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+async def test_stop_lets_running_jobs_finish_within_grace_and_releases_the_rest(service, db, kind):
+    unblock = threading.Event()
+
+    def plain_handler(job):
+        if job.payload == "stuck":
+            unblock.wait(30)
+        else:
+            time.sleep(0.05 if job.payload == "quick" else 0.3)
+
+    async def async_handler(job):
+        if job.payload == "stuck":
+            await asyncio.sleep(30)
+        else:
+            await asyncio.sleep(0.05 if job.payload == "quick" else 0.3)
+
+    async with AsyncClient(service.url) as client:
+        await client.configure_queue("g", visibility_timeout=7)
+        jobs = await client.enqueue_many([{"queue": "g", "payload": p} for p in ("quick", "medium", "stuck")])
+        handler = plain_handler if kind == "plain" else async_handler
+        worker = Worker(handler, "g", client=client, concurrency=3, grace=0.8, wait=0.2)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.done == 1 and worker.stats.in_flight == 2)
+        # Leases last the queue's visibility timeout, read when the worker started.
+        left = await db.fetchval(
+            "SELECT min(lease_expires_at - now()) FROM jobq.jobs WHERE status = 'running'"
+        )
+        assert 5 < left.total_seconds() <= 7
+
+        stopped = time.monotonic()
+        worker.stop()
+        late = await client.enqueue("g", "late")
+        stats = await asyncio.wait_for(run, 5)
+        took = time.monotonic() - stopped
+        unblock.set()
+
+    assert 0.75 < took < 2.0, took
+    assert (stats.done, stats.failed, stats.released, stats.in_flight) == (2, 0, 1, 0)
+    rows = {
+        r["id"]: r
+        for r in await db.fetch(
+            "SELECT id, status, attempts, run_at <= now() AS due, last_error FROM jobq.jobs"
+        )
+    }
+    assert [rows[j.id]["status"] for j in jobs] == ["completed", "completed", "pending"]
+    stuck = rows[jobs[2].id]
+    assert stuck["attempts"] == 1 and stuck["due"]  # released to run again at once
+    assert stuck["last_error"] == "released: the worker stopped; the job ran past the 0.8s grace period"
+    assert (rows[late.id]["status"], rows[late.id]["attempts"]) == ("pending", 0)  # no lease after stop()
+
+
+async def test_a_job_released_on_its_last_attempt_goes_dead(service, db):
+    """A job that ran past the grace period is nacked: it ran, so the attempt counts, as the README says."""
+
+    async def forever(job):
+        await asyncio.sleep(30)
+
+    async with AsyncClient(service.url) as client:
+        job = await client.enqueue("last", "long", max_attempts=1)
+        worker = Worker(forever, "last", client=client, grace=0.1, wait=0.2)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.in_flight == 1)
+        worker.stop()
+        assert (await run).released == 1
+    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.jobs WHERE id = $1", job.id)
+    assert (row["status"], row["attempts"]) == ("dead", 1) and row["last_error"].startswith("released: ")
+
+
+async def test_an_ack_after_the_lease_moved_on_counts_as_lost(service, db):
+    async with AsyncClient(service.url) as client:
+
+        async def gives_its_job_away(job):
+            await client.nack(job, "taken away", retry_after=3600)  # the lease ends under the worker
+
+        job = await client.enqueue("away", 1)
+        worker = Worker(gives_its_job_away, "away", client=client, wait=0.2)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.lost == 1)
+        worker.stop()
+        stats = await run
+    assert (stats.done, stats.failed, stats.lost) == (0, 0, 1)
+    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.jobs WHERE id = $1", job.id)
+    assert tuple(row) == ("pending", 1, "taken away")
+
+
+async def test_a_worker_token_is_enough(start_service, db, caplog):
+    """A worker token may not read the queue's settings: the worker leases for the default 30 s."""
+    service = start_service(tokens={"w": "worker", "p": "producer"})
+    caplog.set_level(logging.WARNING, logger="jobq.worker")
+    async with AsyncClient(service.url, token="p") as producer:
+        job = await producer.enqueue("tokens", "x")
+    async with AsyncClient(service.url, token="w") as client:
+        leases = []
+
+        async def handler(job):
+            leases.append(
+                await db.fetchval("SELECT lease_expires_at - now() FROM jobq.jobs WHERE id = $1", job.id)
+            )
+
+        worker = Worker(handler, "tokens", client=client, wait=0.2)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.done == 1)
+        worker.stop()
+        await run
+    assert 25 < leases[0].total_seconds() <= 30
+    assert "cannot read the settings of tokens" in caplog.text
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job.id) == "completed"
+
+
+async def test_keeps_going_through_an_outage(start_service, db, caplog):
+    service = start_service(statement_timeout=0.3)
+    caplog.set_level(logging.WARNING, logger="jobq.worker")
+    async with AsyncClient(service.url, retry=Retry(attempts=1)) as client:
+        await client.enqueue("o", "before")
+        transaction = db.transaction()
+        await transaction.start()
+        await db.execute("LOCK TABLE jobq.jobs IN ACCESS EXCLUSIVE MODE")  # the service answers 503 now
+        worker = Worker(lambda job: None, "o", client=client, visibility_timeout=30, wait=0.2)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: "cannot lease from o" in caplog.text)
+        await transaction.rollback()
+        await until(lambda: worker.stats.done == 1)
+        worker.stop()
+        await run
+    assert await states(db, "o")() == {"completed": 1}
+
+
+async def test_a_refusal_ends_the_run(service):
+    async with AsyncClient(service.url) as client:
+        with pytest.raises(ValidationError):
+            await Worker(lambda job: None, "not a queue!", client=client, visibility_timeout=5).run()
+
+
+def test_describe_keeps_type_message_and_the_innermost_frames():
+    class Boom(Exception):
+        pass
+
+    def nested(depth: int) -> None:
+        if depth == 0:
+            raise Boom("the disk is full")
+        nested(depth - 1)
+
+    try:
+        nested(7)
+    except Boom as exc:
+        text = describe(exc)
+    head, title, *frames = text.splitlines()
+    assert head.endswith("Boom: the disk is full") and head.startswith("test_worker.")
+    assert title == "Traceback (innermost last, 4 more above):"
+    assert sum(1 for line in frames if line.lstrip().startswith("File ")) == 5
+    assert 'raise Boom("the disk is full")' in text
+
+    assert len(describe(RuntimeError("x" * 10_000))) == ERROR_CHARS
+    assert describe(KeyError()) == "KeyError"
+
+
+HANDLERS = """
+import threading
+
+never = threading.Event()
+
+
+def run(job):
+    if job.payload == "fail":
+        raise RuntimeError("no luck")
+    if job.payload == "block":
+        never.wait()
+"""
+
+
+def _worker_process(tmp_path: Path, url: str, *args: str, **popen) -> subprocess.Popen:
+    (tmp_path / "handlers.py").write_text(HANDLERS)
+    command = [*JOBQ, "worker", "handlers:run", "--queue", "cli", "--wait", "0.2", *args]
+    return subprocess.Popen(command, cwd=tmp_path, env=jobq_env(JOBQ_URL=url), **popen)
+
+
+async def test_jobq_worker_command_logs_status_and_stops_on_signals(service, db, tmp_path):
+    async with AsyncClient(service.url) as client:
+        await client.configure_queue("cli", backoff_base=3600)
+        await client.enqueue_many([{"queue": "cli", "payload": p} for p in ["ok"] * 20 + ["fail", "block"]])
+    process = _worker_process(
+        tmp_path, service.url, "-c", "4", "--status-interval", "0.2", stderr=subprocess.PIPE, text=True
+    )
+    try:
+        by_payload = "SELECT array_agg(DISTINCT status) FROM jobq.jobs WHERE payload = $1::jsonb"
+        await until(equals(states(db, "cli"), {"completed": 20, "pending": 1, "running": 1}), 20)
+        await until(equals(lambda: db.fetchval(by_payload, '"fail"'), ["pending"]))
+        await until(equals(lambda: db.fetchval(by_payload, '"block"'), ["running"]))
+        process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.5)
+        assert process.poll() is None  # the blocked job holds it, within the 30 s grace
+        process.send_signal(signal.SIGTERM)  # again: release it now
+        assert process.wait(5) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    log = process.stderr.read()
+    assert await states(db, "cli")() == {"completed": 20, "pending": 2}
+    blocked = await db.fetchrow("SELECT attempts, last_error FROM jobq.jobs WHERE payload = '\"block\"'")
+    assert blocked["attempts"] == 1 and blocked["last_error"].startswith("released: the worker stopped")
+    assert "status: cli: 20 done, 1 failed, 1/4 in flight" in log
+    assert "failed (attempt 1 of 5, now pending): RuntimeError: no luck" in log
+    assert "SIGTERM: no more leases" in log and "SIGTERM again: releasing running jobs now" in log
+    assert "worker stopped: cli: 20 done, 1 failed, 0/4 in flight, 1 released" in log
+
+
+async def test_jobq_worker_draws_a_status_line_on_a_terminal(service, db, tmp_path):
+    async with AsyncClient(service.url) as client:
+        await client.enqueue("cli", "ok")
+    controller, terminal = pty.openpty()
+    process = _worker_process(tmp_path, service.url, stdin=subprocess.DEVNULL, stderr=terminal)
+    os.close(terminal)
+    screen = b""
+    try:
+        deadline = time.monotonic() + 15
+        while b"\r\x1b[Kcli: 1 done, 0 failed, 0/1 in flight" not in screen:
+            assert time.monotonic() < deadline, screen
+            if select.select([controller], [], [], 0.1)[0]:
+                screen += os.read(controller, 4096)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(5) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(controller)
+    assert await states(db, "cli")() == {"completed": 1}
+
+
+def test_jobq_worker_reports_a_handler_it_cannot_load(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(cli, ["worker", "no_such_module:run", "--queue", "q"])
+    assert done.exit_code == 2
+    assert "cannot load the handler no_such_module:run: No module named 'no_such_module'" in done.stderr

@@ -1,0 +1,45 @@
+"""Waiting on a condition with a deadline, instead of sleeping a fixed time."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 15.0, every: float = 0.02) -> Any:
+    """Wait until `predicate()` (a value, or an awaitable of one) is true, and return it; fail after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {result!r})")
+        await asyncio.sleep(every)
+
+
+def states(db, queue: str) -> Callable[[], Any]:
+    """A query for a queue's jobs: {status: count}."""
+
+    async def query() -> dict[str, int]:
+        rows = await db.fetch(
+            "SELECT status, count(*) AS n FROM jobq.jobs WHERE queue = $1 GROUP BY 1", queue
+        )
+        return {r["status"]: r["n"] for r in rows}
+
+    return query
+
+
+def equals(query: Callable[[], Any], expected: Any) -> Callable[[], Any]:
+    """A predicate: `query()` (awaited) equals `expected`."""
+
+    async def check() -> bool:
+        return await query() == expected
+
+    return check
