@@ -71,24 +71,36 @@ class Tokens:
         return cls(roles)
 
 
-def allow(*roles: Role):
-    """A dependency admitting callers holding one of `roles` (admins always)."""
-    admitted = frozenset(roles) | {Role.ADMIN}
-    names = ", ".join(sorted(admitted))
+class Admits:
+    """Which roles may call a route: those named, and admins always."""
 
-    async def check(request: Request, _: object = Depends(bearer)) -> None:
-        tokens: Tokens = request.app.state.tokens
+    def __init__(self, *roles: Role) -> None:
+        self.roles = frozenset(roles) | {Role.ADMIN}
+        self._names = ", ".join(sorted(self.roles))
+
+    def check(self, tokens: Tokens, authorization: str) -> None:
+        """Raise Unauthorized or Forbidden unless the Authorization header admits its caller."""
         if not tokens:
             return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise Unauthorized("send Authorization: Bearer <token>")
         role = tokens.role_of(token.strip())
         if role is None:
             raise Unauthorized("the bearer token is not valid")
-        if role not in admitted:
-            raise Forbidden(f"a {role} token may not do this; it takes: {names}")
+        if role not in self.roles:
+            raise Forbidden(f"a {role} token may not do this; it takes: {self._names}")
 
+
+def allow(*roles: Role):
+    """A dependency admitting callers holding one of `roles` (admins always). The check carries its
+    ``Admits`` as `admits`, for routes answered without FastAPI's dependencies (app/hot.py)."""
+    admits = Admits(*roles)
+
+    async def check(request: Request, _: object = Depends(bearer)) -> None:
+        admits.check(request.app.state.tokens, request.headers.get("authorization", ""))
+
+    check.admits = admits  # type: ignore[attr-defined]
     return Depends(check)
 
 

@@ -171,13 +171,27 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return problem(500, "internal", "an unexpected error occurred; it has been logged")
 
 
+HANDLERS: dict[type[BaseException], Any] = {
+    JobqError: _jobq_error,
+    RequestValidationError: _request_validation,
+    StarletteHTTPException: _http_exception,
+    **dict.fromkeys(DATABASE_UNAVAILABLE, _database_unavailable),
+    **dict.fromkeys(DATABASE_REJECTED_INPUT, _database_rejected_input),
+    RecursionError: _recursion,
+    Exception: _unexpected,
+}
+
+
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(JobqError, _jobq_error)
-    app.add_exception_handler(RequestValidationError, _request_validation)
-    app.add_exception_handler(StarletteHTTPException, _http_exception)
-    for exc_type in DATABASE_UNAVAILABLE:
-        app.add_exception_handler(exc_type, _database_unavailable)
-    for exc_type in DATABASE_REJECTED_INPUT:
-        app.add_exception_handler(exc_type, _database_rejected_input)
-    app.add_exception_handler(RecursionError, _recursion)
-    app.add_exception_handler(Exception, _unexpected)
+    for exc_type, handler in HANDLERS.items():
+        app.add_exception_handler(exc_type, handler)
+
+
+async def answer(request: Request, exc: Exception) -> JSONResponse:
+    """The problem answering `exc`, chosen as Starlette chooses among the handlers ``install`` adds: by
+    the nearest class in the exception's MRO. For routes answered outside FastAPI's routing (app/hot.py)."""
+    for cls in type(exc).__mro__:
+        handler = HANDLERS.get(cls)
+        if handler is not None:
+            return await handler(request, exc)
+    raise exc

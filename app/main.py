@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from app import __version__, access_log, background, embedded, errors, migrations
 from app.auth import Tokens
 from app.db import Database, create_pool
+from app.hot import HotRoutes
 from app.metrics import Metrics
 from app.routers import health, metrics, operators, producers, ui, workers
 from app.settings import Settings
@@ -86,6 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.tokens = Tokens.load(settings.tokens, settings.tokens_file)
+    # Innermost: inside the body limit and the observation of requests.
+    app.add_middleware(HotRoutes, routers=[producers.router, workers.router, operators.router])
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.state.metrics = Metrics()
     if settings.access_log:

@@ -1,0 +1,132 @@
+"""The hot routes: the POSTs of workers and producers, answered without FastAPI's per-request machinery.
+
+`/lease`, `/ack`, `/jobs` and their kin carry nearly all of a busy queue's requests, and most of each is
+small. FastAPI serves a request by matching it against every route, wrapping it in a Request, solving the
+route's dependencies one by one and validating a body that Python's json module has parsed first: about
+half of the service's CPU time on a one-job lease or ack. ``HotRoutes`` answers these routes itself: it
+reads the body, parses it with pydantic's parser and validates it with the route's own model, checks
+the caller's role with the route's own ``Admits`` (app/auth.py), and calls the route's own endpoint
+function. The answer is that function's, byte for byte.
+
+Only the ordinary case is taken this way. A query string, a content type other than `application/json`,
+a body nested too deeply or that the parser or the model refuses: these go on to FastAPI as if nothing had
+happened (the body already read is handed on), so every refusal is worded exactly as before. Errors
+raised while answering become the same problem bodies, through ``errors.answer``.
+
+A route of the routers given is hot when it is a ``POST`` to a fixed path (no path parameters), every
+dependency of it is a role check, and its endpoint takes nothing but `body` (a pydantic model), `db`,
+`wakeups` and `request`; a route added later is hot or not by the same rule.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+from fastapi import APIRouter
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from pydantic_core import from_json
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import errors
+from app.auth import Admits
+from app.web import StrictJSONRequest, nesting_depth
+
+ARGUMENTS = {"body", "db", "wakeups", "request"}
+
+
+@dataclass(frozen=True, slots=True)
+class Hot:
+    route: APIRoute
+    model: type[BaseModel]
+    admits: tuple[Admits, ...]
+    endpoint: Callable[..., Awaitable[Any]]
+    wants: frozenset[str]  # which of ARGUMENTS the endpoint takes
+
+
+def hot_routes(routers: Sequence[APIRouter]) -> dict[str, Hot]:
+    """The hot routes of `routers`, by path (see the module's docstring for the rule)."""
+    table = {}
+    for route in (route for router in routers for route in router.routes):
+        if not isinstance(route, APIRoute) or route.methods != {"POST"} or route.param_convertors:
+            continue
+        checks = [getattr(d.dependency, "admits", None) for d in route.dependencies]
+        wants = set(inspect.signature(route.endpoint).parameters)
+        model = get_type_hints(route.endpoint).get("body")
+        if None in checks or not wants <= ARGUMENTS or not isinstance(model, type):
+            continue
+        if not issubclass(model, BaseModel):
+            continue
+        table[route.path] = Hot(route, model, tuple(checks), route.endpoint, frozenset(wants))
+    return table
+
+
+def _is_json(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"application/json"
+    return False
+
+
+class HotRoutes:
+    def __init__(self, app: ASGIApp, routers: Sequence[APIRouter]) -> None:
+        self.app = app
+        self.routes = hot_routes(routers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hot = self.routes.get(scope["path"]) if scope["type"] == "http" else None
+        if hot is None or scope["method"] != "POST" or scope["query_string"] or not _is_json(scope):
+            return await self.app(scope, receive, send)
+        scope["route"], scope["endpoint"], scope["path_params"] = hot.route, hot.endpoint, {}
+        request = StrictJSONRequest(scope, receive)
+        try:
+            body = await request.body()
+            body_model = _parse(hot, body, request.app.state.settings.max_json_depth)
+            response = None if body_model is None else await _call(hot, body_model, request)
+        except ClientDisconnect:
+            return  # gone before its body arrived: nobody to answer
+        except Exception as exc:
+            response = await errors.answer(request, exc)
+        if response is None:  # not the ordinary case: FastAPI answers, from the same body
+            return await self.app(scope, _replay(body, receive), send)
+        await response(scope, receive, send)
+
+
+async def _call(hot: Hot, body: BaseModel, request: Request) -> Response:
+    """The endpoint's answer, once the caller's role is checked."""
+    state = request.app.state
+    authorization = request.headers.get("authorization", "")
+    for admits in hot.admits:
+        admits.check(state.tokens, authorization)
+    arguments = {"body": body, "db": state.db, "wakeups": state.wakeups, "request": request}
+    return await hot.endpoint(**{name: arguments[name] for name in hot.wants})
+
+
+def _parse(hot: Hot, body: bytes, depth_limit: int) -> BaseModel | None:
+    """The body as the route's model; None when anything about it is out of the ordinary."""
+    if nesting_depth(body, depth_limit) > depth_limit:
+        return None
+    try:
+        # pydantic's own parser (jiter): integers keep every digit, as with Python's json module.
+        return hot.model.model_validate(from_json(body, allow_inf_nan=False))
+    except ValueError:  # the parser's and the model's refusals both
+        return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """`receive` with the body, already read, handed out once more first."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay

@@ -1,0 +1,119 @@
+"""Hot routes (app/hot.py): the worker and producer POSTs, answered outside FastAPI's routing.
+
+A body sent as `application/json` takes the hot path; the same body sent as another JSON media type
+(`application/x-test+json`, which FastAPI reads as JSON too) goes through FastAPI. Both must answer alike,
+for successes and for every kind of refusal.
+"""
+
+import json
+
+import httpx
+import pytest
+
+from app.hot import hot_routes
+from app.routers import operators, producers, workers
+
+pytestmark = pytest.mark.anyio
+
+HOT = {"content-type": "application/json"}
+ROUTED = {"content-type": "application/x-test+json"}
+
+
+def test_the_hot_routes_are_the_posts_with_a_fixed_path():
+    table = hot_routes([producers.router, workers.router, operators.router])
+    assert set(table) == {
+        "/jobs",
+        "/jobs/batch",
+        "/lease",
+        "/ack",
+        "/ack/batch",
+        "/nack",
+        "/nack/batch",
+        "/release",
+        "/extend",
+        "/dead/retry",
+    }
+    assert table["/lease"].wants == {"body", "db", "wakeups", "request"}
+    assert {role.value for role in table["/jobs"].admits[0].roles} == {"producer", "admin"}
+
+
+async def both_ways(http: httpx.AsyncClient, path: str, body: object, **headers: str) -> httpx.Response:
+    """POST `body` the hot way and the routed way; the two answers must agree. Returns the hot one."""
+    raw = json.dumps(body).encode() if not isinstance(body, bytes) else body
+    hot = await http.post(path, content=raw, headers=HOT | headers)
+    routed = await http.post(path, content=raw, headers=ROUTED | headers)
+    assert (hot.status_code, hot.json()) == (routed.status_code, routed.json()), (hot.text, routed.text)
+    for name in ("content-type", "www-authenticate", "retry-after"):
+        assert hot.headers.get(name) == routed.headers.get(name), name
+    return hot
+
+
+UNKNOWN_LEASE = {"id": 424242, "lease_token": "0b7e4a5c-1a2b-4c3d-8e9f-0123456789ab"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/lease", {"queue": "empty"}, 200),
+        ("/lease", {"queue": "bad name!"}, 422),
+        ("/lease", {"queue": "q", "max_jobs": 0}, 422),
+        ("/lease", {"queue": "q", "surprise": 1}, 422),
+        ("/ack", UNKNOWN_LEASE, 404),
+        ("/ack", {"id": 424242, "lease_token": "not-a-token"}, 404),
+        ("/ack", {"id": "1", "lease_token": "t"}, 422),
+        ("/ack/batch", {"items": [UNKNOWN_LEASE]}, 200),
+        ("/nack", UNKNOWN_LEASE | {"error": "boom"}, 404),
+        ("/nack/batch", {"items": [UNKNOWN_LEASE]}, 200),
+        ("/extend", UNKNOWN_LEASE | {"visibility_timeout": 10}, 404),
+        ("/extend", UNKNOWN_LEASE | {"visibility_timeout": 10**9}, 422),
+        ("/release", {"items": [UNKNOWN_LEASE]}, 200),
+        ("/jobs", {"queue": "q"}, 422),
+        ("/jobs", {"queue": "q", "payload": 1, "run_at": "2030-01-01T00:00:00Z", "delay": 5}, 422),
+        ("/jobs", {"queue": "q", "payload": "a\u0000b"}, 422),
+        ("/jobs/batch", {"jobs": []}, 422),
+        ("/dead/retry", {}, 422),
+        ("/dead/retry", {"ids": [424242]}, 200),
+        ("/lease", b"[1, 2", 422),
+        ("/lease", b'{"queue": "q", "wait": NaN}', 422),
+        ("/jobs", b'{"queue": "q", "payload": "\\ud800"}', 422),
+    ],
+)
+async def test_answers_agree(client, db, path, body, status):
+    assert (await both_ways(client, path, body)).status_code == status
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+
+
+async def test_a_body_the_hot_parser_refuses_is_still_taken(client, db):
+    """Integers beyond 64 bits and lone surrogates aside, what FastAPI accepts the hot path accepts or
+    hands on: a job enqueued either way is the same job."""
+    body = {"queue": "q", "payload": {"n": 2**70, "s": "é\U0001f600", "f": 0.1}, "priority": 3}
+    hot = await client.post("/jobs", content=json.dumps(body), headers=HOT)
+    routed = await client.post("/jobs", content=json.dumps(body), headers=ROUTED)
+    assert hot.status_code == routed.status_code == 201
+    strip = {"id", "run_at", "created_at", "updated_at"}
+    assert {k: v for k, v in hot.json().items() if k not in strip} == {
+        k: v for k, v in routed.json().items() if k not in strip
+    }
+    assert json.loads(hot.text)["payload"]["n"] == 2**70
+    rows = await db.fetch("SELECT payload::text FROM jobq.jobs ORDER BY id")
+    assert rows[0][0] == rows[1][0]
+
+
+async def test_no_content_type_goes_to_fastapi(client, db):
+    r = await client.post("/jobs", content=b'{"queue": "q", "payload": 1}')
+    routed = await client.post("/jobs", content=b'{"queue": "q", "payload": 1}', headers={"content-type": ""})
+    assert r.status_code == routed.status_code == 422
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+
+
+async def test_roles_are_checked_alike(start_service):
+    service = start_service(tokens={"p": "producer", "w": "worker"})
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        assert (await both_ways(http, "/lease", {"queue": "q"})).status_code == 401
+        wrong = await both_ways(http, "/lease", {"queue": "q"}, authorization="Bearer nope")
+        assert wrong.status_code == 401
+        forbidden = await both_ways(http, "/lease", {"queue": "q"}, authorization="Bearer p")
+        assert forbidden.status_code == 403
+        assert (await both_ways(http, "/lease", {"queue": "q"}, authorization="Bearer w")).status_code == 200
+        # An invalid body and no token: the token is checked first, either way.
+        assert (await both_ways(http, "/lease", {"queue": "bad name!"})).status_code == 401
