@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -70,6 +71,17 @@ async def enqueue(
         _encode_payload(r.payload, limit, f"jobs[{i}].payload" if len(requests) > 1 else "payload")
         for i, r in enumerate(requests)
     ]
+    if all(r.dedup_key is None for r in requests):
+        async with db.acquire() as conn:
+            if then is None:
+                new = await _insert_new(conn, requests, payloads)
+            else:
+                async with conn.transaction():
+                    new = await _insert_new(conn, requests, payloads)
+                    await then(conn, new)
+        db.metrics.enqueued.count(new)
+        return new
+
     # Collapse repeats within the batch onto their first occurrence before touching the database.
     first: dict[tuple[str, str], int] = {}
     unique: list[int] = []  # request indexes actually inserted
@@ -84,22 +96,49 @@ async def enqueue(
         source.append((len(unique), False))
         unique.append(i)
 
-    results: list[tuple[Row, bool] | None] = [None] * len(unique)
+    results: list[Row | None] = [None] * len(unique)
     async with db.acquire() as conn:
-        if first or then is not None:
-            # A duplicate needs a second statement to find its holder; keep the batch all or nothing.
-            async with conn.transaction():
-                await _insert(conn, requests, payloads, unique, results)
-                if then is not None:
-                    await then(conn, [row for row, _ in results])  # type: ignore[misc]
-        else:
+        # A duplicate needs a second statement to find its holder; keep the batch all or nothing.
+        async with conn.transaction():
             await _insert(conn, requests, payloads, unique, results)
-    db.metrics.enqueued.count([row for row, duplicate in results if not duplicate])  # type: ignore[misc]
-    out = []
-    for index, repeated in source:
-        row, duplicate = results[index]  # type: ignore[misc]
-        out.append({**row, "duplicate": duplicate or repeated})
-    return out
+            if then is not None:
+                await then(conn, results)  # type: ignore[arg-type]
+    db.metrics.enqueued.count([row for row in results if not row["duplicate"]])  # type: ignore[index]
+    return [
+        {**results[index], "duplicate": True} if repeated else results[index]  # type: ignore[dict-item]
+        for index, repeated in source
+    ]
+
+
+def _columns(requests: Sequence[EnqueueRequest], payloads: list[str]) -> dict[str, list | None]:
+    """The batch as ENQUEUE's arrays. A column the whole batch leaves at its default is None: unnest pads
+    it with NULLs, and asyncpg need not encode a thousand of them."""
+
+    def column(values: list) -> list | None:
+        return values if any(v is not None for v in values) else None
+
+    return {
+        "queues": [r.queue for r in requests],
+        "payloads": payloads,
+        "priorities": column([r.priority or None for r in requests]),
+        "run_ats": column([r.run_at for r in requests]),
+        "delays": column([r.delay for r in requests]),
+        "max_attempts": column([r.max_attempts for r in requests]),
+    }
+
+
+async def _insert_new(
+    conn: asyncpg.Connection, requests: Sequence[EnqueueRequest], payloads: list[str]
+) -> list[Row]:
+    """Insert jobs without dedup keys; the new jobs, in request order."""
+    row = await conn.fetchrow(q.ENQUEUE_NEW.text, *q.ENQUEUE_NEW.args(**_columns(requests, payloads)))
+    created_at = row["created_at"]
+    return [
+        _new_job(request, payload, job_id, run_at or created_at, max_attempts, created_at)
+        for request, payload, job_id, run_at, max_attempts in zip(
+            requests, payloads, row["ids"], row["run_ats"], row["max_attempts"], strict=True
+        )
+    ]
 
 
 async def _insert(
@@ -107,7 +146,7 @@ async def _insert(
     requests: Sequence[EnqueueRequest],
     payloads: list[str],
     unique: list[int],
-    results: list[tuple[Row, bool] | None],
+    results: list[Row | None],
 ) -> None:
     todo = list(range(len(unique)))
     # A holder found in conflict may finish before we read it, freeing its key: then insert again.
@@ -116,12 +155,7 @@ async def _insert(
         rows = await conn.fetch(
             q.ENQUEUE.text,
             *q.ENQUEUE.args(
-                queues=[r.queue for r in chosen],
-                payloads=[payloads[unique[k]] for k in todo],
-                priorities=[r.priority for r in chosen],
-                run_ats=[r.run_at for r in chosen],
-                delays=[r.delay for r in chosen],
-                max_attempts=[r.max_attempts for r in chosen],
+                **_columns(chosen, [payloads[unique[k]] for k in todo]),
                 dedup_keys=[r.dedup_key for r in chosen],
             ),
         )
@@ -131,7 +165,10 @@ async def _insert(
             if row["id"] is None:
                 conflicted.append(k)
             else:
-                results[k] = (_new_job(requests[unique[k]], payloads[unique[k]], row), False)
+                request, payload = requests[unique[k]], payloads[unique[k]]
+                results[k] = _new_job(
+                    request, payload, row["id"], row["run_at"], row["max_attempts"], row["created_at"]
+                )
         if not conflicted:
             return
         keys = [(requests[unique[k]].queue, requests[unique[k]].dedup_key) for k in conflicted]
@@ -143,7 +180,7 @@ async def _insert(
         todo = []
         for k, key in zip(conflicted, keys, strict=False):
             if key in by_key:
-                results[k] = (_job(by_key[key]), True)
+                results[k] = _job(by_key[key]) | {"duplicate": True}
             else:
                 todo.append(k)
         if not todo:
@@ -151,23 +188,31 @@ async def _insert(
     raise Unavailable("dedup keys kept changing hands; retry the request")
 
 
-def _new_job(request: EnqueueRequest, payload: str, row: asyncpg.Record) -> Row:
+def _new_job(
+    request: EnqueueRequest,
+    payload: str,
+    job_id: int,
+    run_at: datetime,
+    max_attempts: int,
+    created_at: datetime,
+) -> Row:
     """A job just inserted, as GET /jobs/{id} would show it: the request, and what the database set."""
     return {
-        "id": row["id"],
+        "id": job_id,
         "queue": request.queue,
         "status": "pending",
         "payload": raw_json(payload),
         "priority": request.priority,
-        "run_at": row["run_at"],
+        "run_at": run_at,
         "attempts": 0,
-        "max_attempts": row["max_attempts"],
+        "max_attempts": max_attempts,
         "dedup_key": request.dedup_key,
         "last_error": None,
         "lease_expires_at": None,
-        "created_at": row["created_at"],
-        "updated_at": row["created_at"],
+        "created_at": created_at,
+        "updated_at": created_at,
         "completed_at": None,
+        "duplicate": False,
     }
 
 

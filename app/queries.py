@@ -75,14 +75,48 @@ def _notify(source: str, where: str = "true") -> str:
 
 NOTIFIED = "(SELECT count(*) FROM notified) >= 0"
 
-# Insert a batch of jobs (one job is a batch of one), creating their queues on first use.
-# - Ids are drawn up front so each inserted row can be matched to its place in the request.
+# Insert a batch of jobs that have no dedup_key (one job is a batch of one), creating their queues on
+# first use: the common case, and the cheapest statement that does it.
+# - Columns go in as arrays, one element per job; a column the whole batch leaves at its default goes in
+#   as NULL (unnest pads it with NULLs), so it costs nothing to send.
+# - Ids come from the column default, drawn as rows are inserted in request order (ORDER BY ord), so
+#   they ascend in request order: the n-th smallest id returned is the n-th job of the request.
+# - run_at and delay are resolved on the database clock, like every other deadline.
+# - Only what the database decided comes back, as one row of arrays in id order: the ids, each run_at
+#   that is not the insert time (NULL: the job is ready at once), the resolved max_attempts, and the
+#   insert time once (every row of a statement shares it). The rest of a new job is what the caller
+#   sent (jobs.enqueue builds it), so a batch of 1,000 is not sent back and decoded column by column.
+ENQUEUE_NEW = Query.define(
+    "enqueue_new",
+    f"""
+    WITH new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT DISTINCT unnest(:queues::text[]) ON CONFLICT DO NOTHING
+    ), j AS (
+        INSERT INTO jobq.jobs AS j (queue, payload, priority, run_at, max_attempts)
+        SELECT queue, payload::jsonb, coalesce(priority, 0),
+               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts
+        FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
+                    :delays::float8[], :max_attempts::int[])
+             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, ord)
+        ORDER BY ord
+        RETURNING j.id, j.queue, j.run_at, j.created_at, j.max_attempts
+    ), {_notify("j")}
+    SELECT array_agg(j.id ORDER BY j.id) AS ids,
+           array_agg(nullif(j.run_at, j.created_at) ORDER BY j.id) AS run_ats,
+           array_agg(coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) ORDER BY j.id)
+               AS max_attempts,
+           min(j.created_at) AS created_at
+    FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
+    WHERE {NOTIFIED}
+    """,
+)
+
+# Insert a batch of jobs some of which have a dedup_key, creating their queues on first use. As
+# ENQUEUE_NEW, and:
 # - ON CONFLICT DO NOTHING against uq_jobs_dedup: a job whose dedup_key an active job of its queue holds
 #   is not inserted; its row comes back with NULL columns and jobs.enqueue looks up the holder.
-# - run_at and delay are resolved on the database clock, like every other deadline.
-# - only what the database decided comes back (id, run_at, created_at, the resolved max_attempts):
-#   the rest of a new job is what the caller sent (jobs.enqueue builds it), so a batch of 1,000 is not
-#   sent back and decoded column by column.
+# - So ids are drawn up front, and each row of the answer is matched to its place in the request by
+#   ord, one row per job.
 ENQUEUE = Query.define(
     "enqueue",
     f"""
@@ -95,7 +129,7 @@ ENQUEUE = Query.define(
         INSERT INTO jobq.queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
     ), j AS (
         INSERT INTO jobq.jobs AS j (id, queue, payload, priority, run_at, max_attempts, dedup_key)
-        SELECT id, queue, payload::jsonb, priority,
+        SELECT id, queue, payload::jsonb, coalesce(priority, 0),
                coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, dedup_key
         FROM input ORDER BY ord
         ON CONFLICT (queue, dedup_key) WHERE status IN ('pending', 'running') AND dedup_key IS NOT NULL
