@@ -43,12 +43,16 @@ def _lease_token(text: str) -> uuid.UUID | None:
         return None
 
 
-def _encode_payload(payload: Any, limit: int, where: str) -> str:
-    text = encode_json(payload)
-    size = len(text.encode())
-    if size > limit:
-        raise PayloadTooLarge(f"{where} is {size} bytes encoded; the limit is {limit} bytes")
-    return text
+def _encode_payloads(requests: Sequence[EnqueueRequest], limit: int) -> list[str]:
+    """Each job's payload as JSON text for PostgreSQL, none over `limit` bytes."""
+    texts = []
+    for i, request in enumerate(requests):
+        data = encode_json(request.payload)
+        if len(data) > limit:
+            where = f"jobs[{i}].payload" if len(requests) > 1 else "payload"
+            raise PayloadTooLarge(f"{where} is {len(data)} bytes encoded; the limit is {limit} bytes")
+        texts.append(data.decode())
+    return texts
 
 
 # --- producers -------------------------------------------------------------------------------------
@@ -66,11 +70,7 @@ async def enqueue(
     repeated (queue, dedup_key) is a duplicate of its first occurrence. `then`, if given, runs in the
     same transaction with the jobs (the SQS API stores message attributes beside them this way).
     """
-    limit = db.settings.max_payload_bytes
-    payloads = [
-        _encode_payload(r.payload, limit, f"jobs[{i}].payload" if len(requests) > 1 else "payload")
-        for i, r in enumerate(requests)
-    ]
+    payloads = _encode_payloads(requests, db.settings.max_payload_bytes)
     if all(r.dedup_key is None for r in requests):
         async with db.acquire() as conn:
             if then is None:
@@ -115,7 +115,7 @@ def _columns(requests: Sequence[EnqueueRequest], payloads: list[str]) -> dict[st
     it with NULLs, and asyncpg need not encode a thousand of them."""
 
     def column(values: list) -> list | None:
-        return values if any(v is not None for v in values) else None
+        return None if values.count(None) == len(values) else values
 
     return {
         "queues": [r.queue for r in requests],

@@ -166,10 +166,10 @@ def raw_json(text: str) -> orjson.Fragment:
     return orjson.Fragment(text)
 
 
-def encode_json(value: Any) -> str:
-    """A request's JSON value as compact text for PostgreSQL (orjson; Python's encoder for integers
-    beyond 64 bits, which orjson refuses and jsonb keeps exactly)."""
+def encode_json(value: Any) -> bytes:
+    """A request's JSON value as compact UTF-8 text for PostgreSQL (orjson; Python's encoder for
+    integers beyond 64 bits, which orjson refuses and jsonb keeps exactly)."""
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value)
     except orjson.JSONEncodeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
