@@ -16,7 +16,7 @@ import asyncio
 import time
 
 import asyncpg
-import httpx
+import served
 from common import Service, fresh_database, summary_ms, write_results
 
 from app import queries
@@ -24,18 +24,17 @@ from app import queries
 
 async def jobq_pickup(url: str, rounds: int) -> list[float]:
     latencies = []
-    async with (
-        httpx.AsyncClient(base_url=url, timeout=60) as worker,
-        httpx.AsyncClient(base_url=url) as producer,
-    ):
+    async with served.session(1) as worker, served.session(1) as producer:
         for i in range(rounds):
-            waiting = asyncio.create_task(worker.post("/lease", json={"queue": "pickup", "wait": 30}))
+            waiting = asyncio.create_task(
+                served.post(worker, f"{url}/lease", {"queue": "pickup", "wait": 30})
+            )
             await asyncio.sleep(0.02)
             started = time.perf_counter()
-            await producer.post("/jobs", json={"queue": "pickup", "payload": i})
-            (job,) = (await waiting).json()["jobs"]
+            await served.post(producer, f"{url}/jobs", {"queue": "pickup", "payload": i})
+            (job,) = (await waiting)["jobs"]
             latencies.append(time.perf_counter() - started)
-            await worker.post("/ack", json={"id": job["id"], "lease_token": job["lease_token"]})
+            await served.post(worker, f"{url}/ack", {"id": job["id"], "lease_token": job["lease_token"]})
     return latencies
 
 
@@ -83,7 +82,7 @@ async def hold_long_polls(url: str, count: int) -> list[asyncio.StreamWriter]:
 async def main(rounds: int) -> None:
     async with fresh_database() as dsn, Service(dsn) as service:
         raw = await raw_pickup(dsn, rounds)
-        served = await jobq_pickup(service.url, rounds)
+        jobq = await jobq_pickup(service.url, rounds)
 
         idle_rss = service.rss_mb()
         writers = await hold_long_polls(service.url, 1000)
@@ -99,7 +98,7 @@ async def main(rounds: int) -> None:
             writer.close()
 
     results = {
-        "pickup": {"jobq": summary_ms(served), "raw_sql": summary_ms(raw)},
+        "pickup": {"jobq": summary_ms(jobq), "raw_sql": summary_ms(raw)},
         "waiting_1000": {
             "rss_idle_mb": round(idle_rss, 1),
             "rss_waiting_mb": round(waiting_rss, 1),

@@ -4,7 +4,7 @@
 
 PostgreSQL is JOBQ_BENCH_DATABASE_URL, by default the local server on 127.0.0.1:5432 (over TCP for jobq
 and the references alike); each run uses a fresh database. jobq runs as `jobq serve` in its own process
-and is driven over HTTP by aiohttp; references run in this process on bare asyncpg. Throughputs are
+and is driven over HTTP by bench/served.py's client; references run in this process on bare asyncpg. Throughputs are
 medians of `--repeat` alternating runs; each figure is also given as a ratio to its reference, since on a
 shared, noisy machine only same-run ratios mean much. Results: a table here, JSON in bench/results/.
 """
@@ -252,10 +252,8 @@ class Bench:
         )
 
     async def _claim_latencies(self, queue: str, rounds: int) -> list[float]:
-        import aiohttp
-
         latencies = []
-        async with aiohttp.ClientSession(headers=served.JSON) as http:
+        async with served.session(1) as http:
             for _ in range(rounds):
                 started = time.perf_counter()
                 (job,) = (await served.post(http, f"{self.url}/lease", {"queue": queue}))["jobs"]

@@ -16,8 +16,8 @@ import asyncio
 import random
 import time
 
-import aiohttp
 import asyncpg
+import httpx
 import served
 from common import Service, fresh_database, percentile, write_results
 
@@ -28,17 +28,17 @@ async def main(minutes: float, rate: int, every: float) -> None:
         Service(dsn, JOBQ_SWEEP_INTERVAL="0.5", JOBQ_PRUNE_INTERVAL="5") as service,
     ):
         url = service.url
-        async with served.session(64) as http:
-            await served.post(http, f"{url}/jobs", {"queue": "soak", "payload": 0})
-            async with http.patch(f"{url}/queues/soak", json={"retention": 30, "visibility_timeout": 2}) as r:
-                assert r.status == 200
+        async with httpx.AsyncClient(base_url=url) as setup:
+            assert (await setup.post("/jobs", json={"queue": "soak", "payload": 0})).status_code == 201
+            r = await setup.patch("/queues/soak", json={"retention": 30, "visibility_timeout": 2})
+            assert r.status_code == 200
         conn = await asyncpg.connect(dsn)
         stop = asyncio.Event()
         enqueued: set[int] = set()
         acked: set[int] = set()
         lat = {"enqueue": [], "ack": []}
 
-        async def producer(http: aiohttp.ClientSession) -> None:
+        async def producer(http: served.Session) -> None:
             n = 0
             interval = 10 / rate  # ten producers
             next_at = time.perf_counter()
@@ -57,7 +57,7 @@ async def main(minutes: float, rate: int, every: float) -> None:
                 lat["enqueue"].append(time.perf_counter() - started)
                 await asyncio.sleep(max(0, next_at - time.perf_counter()))
 
-        async def worker(http: aiohttp.ClientSession) -> None:
+        async def worker(http: served.Session) -> None:
             while not stop.is_set():
                 jobs = (
                     await served.post(http, f"{url}/lease", {"queue": "soak", "max_jobs": 10, "wait": 1})
