@@ -7,6 +7,7 @@ transaction only where several must commit together) and returns plain dicts, or
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,8 +36,14 @@ MAX_SHARED = 1000  # calls per shared ack, nack or enqueue statement
 MAX_SHARED_CLAIM = 1000  # jobs per shared claim statement
 
 
-def _lease_token(text: str) -> uuid.UUID | None:
-    """Tokens are UUIDs inside; anything else cannot be any job's current token."""
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _lease_token(text: str) -> uuid.UUID | str | None:
+    """Tokens are UUIDs inside; anything else cannot be any job's current token. A token as jobq wrote
+    it goes to asyncpg as it is (its UUID codec parses it in C); other spellings are parsed here."""
+    if _CANONICAL_UUID.fullmatch(text):
+        return text
     try:
         return uuid.UUID(text)
     except ValueError:
@@ -423,8 +430,14 @@ async def ack(db: Database, items: Sequence[AckRequest]) -> list[Row]:
             results.append({"id": job_id, "ok": True})
             continue
         state = states.get(job_id)
-        if state is not None and state["status"] == "completed" and state["lease_token"] == token:
-            results.append({"id": job_id, "ok": True})  # a repeated ack: already done, by this lease
+        repeated = (
+            state is not None
+            and state["status"] == "completed"
+            and token is not None
+            and str(state["lease_token"]) == str(token)
+        )
+        if repeated:  # a repeated ack: already done, by this lease
+            results.append({"id": job_id, "ok": True})
         else:
             results.append(_refused(job_id, states))
     return results
