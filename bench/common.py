@@ -67,6 +67,8 @@ class Service:
         deadline = time.monotonic() + 60
         async with httpx.AsyncClient() as http:
             while time.monotonic() < deadline:
+                if self.process.poll() is not None:  # e.g. the port is taken, maybe by a stale run
+                    raise RuntimeError(f"jobq exited at start (is {self.url} in use?)")
                 try:
                     if (await http.get(f"{self.url}/readyz")).status_code == 200:
                         return self

@@ -362,6 +362,8 @@ async def main(args: argparse.Namespace) -> None:
     async with fresh_database() as dsn, Service(dsn) as service:
         bare = BareApp(dsn)
         await asyncio.sleep(2)
+        if bare.process.poll() is not None:  # a stale reference would answer in its place
+            raise RuntimeError(f"the bare FastAPI reference exited at start (is {bare.url} in use?)")
         bench = Bench(dsn, service, bare.url, args.repeat, 0.25 if args.quick else 1.0)
         try:
             for name in chosen:
