@@ -225,7 +225,8 @@ def _new_job(
 
 def _job(row: asyncpg.Record) -> Row:
     job = dict(row)
-    job.pop("ord", None)
+    job.pop("ord", None)  # statements' bookkeeping, not the job's
+    job.pop("slot", None)
     job["payload"] = raw_json(job["payload"])
     token = job.pop("lease_token", None)
     if token is not None:
