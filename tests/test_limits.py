@@ -62,6 +62,42 @@ async def test_nesting_deeper_than_the_limit_is_422(start_service, db):
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 2
 
 
+def depth_of(value: object) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (a scalar is 0)."""
+    if isinstance(value, dict):
+        return 1 + max(map(depth_of, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(depth_of, value), default=0)
+    return 0
+
+
+def test_nesting_depth_counts_what_the_parser_sees():
+    """app.web.nesting_depth against the depth of the parsed value, on random JSON whose strings hold
+    brackets, quotes and backslashes, at many limits: over the limit exactly when the value is."""
+    import random
+
+    from app.web import nesting_depth
+
+    rng = random.Random(7)
+    texts = ["a[{", 'x\\"}', "\\", '\\\\"[', ']]"', "é{", "\n[", ""]
+
+    def value(levels: int) -> object:
+        if levels == 0 or rng.random() < 0.25:
+            return rng.choice([1, None, 2.5, *texts])
+        if rng.random() < 0.5:
+            return [value(levels - 1) for _ in range(rng.randint(0, 4))]
+        return {rng.choice(texts) + str(i): value(levels - 1) for i in range(rng.randint(0, 4))}
+
+    for _ in range(2000):
+        parsed = value(rng.randint(0, 16))
+        body = json.dumps(parsed, ensure_ascii=rng.random() < 0.5).encode()
+        limit = rng.randint(0, 12)
+        assert (nesting_depth(body, limit) > limit) == (depth_of(parsed) > limit), (body, limit)
+    # Deep, and wide and shallow, far past any limit.
+    assert nesting_depth(b"[" * 100_000 + b"]" * 100_000, 64) == 65
+    assert nesting_depth(b"[" + b"[]," * 50_000 + b"[]]", 64) == 2
+
+
 async def test_default_nesting_limit_holds_for_absurd_depth(client, db):
     body = '{"queue": "q", "payload": ' + "[" * 100_000 + "]" * 100_000 + "}"
     r = await client.post("/jobs", content=body, headers={"Content-Type": "application/json"})
