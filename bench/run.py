@@ -197,7 +197,7 @@ class Bench:
             )
 
     async def full_cycle(self) -> None:
-        total = self.n(4000)
+        total = self.n(20000)
         for mode, batch in (("single", 1), ("batch", 100)):
 
             async def jobq(batch=batch) -> float:

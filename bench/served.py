@@ -100,8 +100,10 @@ async def enqueue_batches(
 
 
 async def drain_count(url: str, queue: str, workers: int, batch: int, total: int) -> None:
-    """Workers long-poll and ack until `total` jobs are done (producers may still be running)."""
+    """Workers long-poll and ack until `total` jobs are done (producers may still be running). The
+    workers still waiting in a long-poll then are called off, not waited for."""
     done = 0
+    finished = asyncio.Event()
     async with session(workers) as http:
 
         async def work() -> None:
@@ -118,8 +120,13 @@ async def drain_count(url: str, queue: str, workers: int, batch: int, total: int
                     items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in jobs]
                     await post(http, f"{url}/ack/batch", {"items": items})
                 done += len(jobs)
+            finished.set()
 
-        await asyncio.gather(*(work() for _ in range(workers)))
+        tasks = [asyncio.create_task(work()) for _ in range(workers)]
+        await finished.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def drain(
