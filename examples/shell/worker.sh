@@ -31,6 +31,8 @@ while ((!stopping)); do
   # The long-poll runs in the background, so that a signal ends the wait at once.
   post /lease "$(jq -cn --arg queue "$queue" '{queue: $queue, wait: 20}')" &
   poll=$!
+  # A signal that came before $poll was set could not end the wait: look once more.
+  if ((stopping)); then kill "$poll" 2>/dev/null; break; fi
   if ! wait "$poll" || ((stopping)); then
     ((stopping)) && break
     echo "lease: $(cat "$answer"); trying again" >&2
