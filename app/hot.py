@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import errors
 from app.auth import Admits
-from app.web import StrictJSONRequest, nesting_depth
+from app.web import nesting_depth
 
 ARGUMENTS = {"body", "db", "wakeups", "request"}
 
@@ -83,7 +83,7 @@ class HotRoutes:
         if hot is None or scope["method"] != "POST" or scope["query_string"] or not _is_json(scope):
             return await self.app(scope, receive, send)
         scope["route"], scope["endpoint"], scope["path_params"] = hot.route, hot.endpoint, {}
-        request = StrictJSONRequest(scope, receive)
+        request = Request(scope, receive)
         try:
             body = await request.body()
             body_model = _parse(hot, body, request.app.state.settings.max_json_depth)

@@ -24,7 +24,7 @@ from app import queries
 
 async def jobq_pickup(url: str, rounds: int) -> list[float]:
     latencies = []
-    async with served.session(1) as worker, served.session(1) as producer:
+    async with served.Session() as worker, served.Session() as producer:
         for i in range(rounds):
             waiting = asyncio.create_task(
                 served.post(worker, f"{url}/lease", {"queue": "pickup", "wait": 30})

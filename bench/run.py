@@ -253,7 +253,7 @@ class Bench:
 
     async def _claim_latencies(self, queue: str, rounds: int) -> list[float]:
         latencies = []
-        async with served.session(1) as http:
+        async with served.Session() as http:
             for _ in range(rounds):
                 started = time.perf_counter()
                 (job,) = (await served.post(http, f"{self.url}/lease", {"queue": queue}))["jobs"]

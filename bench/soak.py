@@ -72,7 +72,7 @@ async def main(minutes: float, rate: int, every: float) -> None:
                     acked.update(r["id"] for r in results if r["ok"])
 
         samples = []
-        async with served.session(64) as http:
+        async with served.Session() as http:
             tasks = [asyncio.create_task(producer(http)) for _ in range(10)]
             tasks += [asyncio.create_task(worker(http)) for _ in range(8)]
             started = time.perf_counter()
