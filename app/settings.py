@@ -38,9 +38,14 @@ class Settings(BaseSettings):
     tokens: dict[str, Role] = {}
     tokens_file: Path | None = None
     # Credentials for the SQS API (app/sqs), as JSON: {"<access key id>": {"secret": "<secret access
-    # key>", "role": "producer" | "worker" | "admin"}} (default: none). With tokens configured, every SQS
-    # request must carry an AWS Signature Version 4 made with one of them.
+    # key>", "role": "producer" | "worker" | "admin"}} (default: none). Once any is configured, every SQS
+    # request must carry an AWS Signature Version 4 made with one of them (tokens or not).
     aws_credentials: dict[str, AwsCredential] = {}
+    # Regions a signature's credential scope may name, as a JSON list (default ["us-east-1"]): an SQS
+    # endpoint serves one region and refuses signatures made for another, so a request signed for one
+    # deployment cannot be replayed against another that shares its keys. us-east-1 is what jobq's ARNs
+    # say and what SDKs, kombu and the examples default to.
+    aws_regions: list[str] = ["us-east-1"]
     # `jobq serve` refuses to listen on a non-loopback address without tokens unless this is set
     # (or --insecure is given). Default off.
     allow_insecure: bool = False

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
 import boto3
+import httpx
 import pytest
 from botocore import UNSIGNED
 from botocore.config import Config
@@ -14,11 +21,13 @@ CREDENTIALS = {
 }
 
 
-def client(url: str, key: str = "AKIAADMIN", secret: str = "admin-secret", **config):
+def client(
+    url: str, key: str = "AKIAADMIN", secret: str = "admin-secret", region: str = "eu-west-1", **config
+):
     return boto3.client(
         "sqs",
         endpoint_url=url,
-        region_name="eu-west-1",
+        region_name=region,
         aws_access_key_id=key,
         aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 1}, **config),
@@ -27,7 +36,9 @@ def client(url: str, key: str = "AKIAADMIN", secret: str = "admin-secret", **con
 
 @pytest.fixture
 def secured(start_service):
-    return start_service(tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS)
+    return start_service(
+        tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS, aws_regions=["eu-west-1"]
+    )
 
 
 def code_and_status(call, **kwargs) -> tuple[str, int]:
@@ -77,3 +88,170 @@ def test_a_tampered_body_does_not_match_its_signature(secured):
 def test_without_tokens_signatures_are_not_required(service):
     unsigned = client(service.url, signature_version=UNSIGNED)
     assert unsigned.create_queue(QueueName="open")["QueueUrl"].endswith("/open")
+
+
+# --- forgeries of a captured request (issue 12, point 1) -------------------------------------------
+# A signer of our own (the few lines of SigV4 a client runs), so that each test can sign exactly what a
+# careless client would and then change what an attacker replaying the request would change.
+
+REGION = "eu-west-1"  # the region `regional` serves (and the boto3 clients above sign for)
+JSON_TYPE = "application/x-amz-json-1.0"
+
+
+def _key(secret: str, date: str, region: str, service: str) -> bytes:
+    key = f"AWS4{secret}".encode()
+    for part in (date, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return key
+
+
+def sign(
+    url: str,
+    action: str,
+    body: bytes,
+    *,
+    signed: tuple[str, ...] = ("content-type", "host", "x-amz-date", "x-amz-target"),
+    content_sha256: bool = False,
+    region: str = REGION,
+    service: str = "sqs",
+    key: str = "AKIAADMIN",
+    secret: str = "admin-secret",
+) -> dict[str, str]:
+    """The headers of ``POST /`` calling ``action`` with ``body``, signed over the ``signed`` headers."""
+    amz_date = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    payload = hashlib.sha256(body).hexdigest()
+    headers = {
+        "host": urlsplit(url).netloc,
+        "x-amz-date": amz_date,
+        "x-amz-target": f"AmazonSQS.{action}",
+        "content-type": JSON_TYPE,
+    }
+    if content_sha256:
+        headers["x-amz-content-sha256"] = payload
+    names = sorted(signed)
+    canonical = "\n".join(
+        ["POST", "/", "", "".join(f"{n}:{headers[n]}\n" for n in names), ";".join(names), payload]
+    )
+    scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    signature = hmac.new(
+        _key(secret, amz_date[:8], region, service), to_sign.encode(), hashlib.sha256
+    ).hexdigest()
+    headers["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={key}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
+    )
+    return headers
+
+
+def post(url: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+    """Send ``POST /`` as given; the status and the SQS error code (``""`` on success)."""
+    response = httpx.post(f"{url}/", content=body, headers=headers)
+    code = response.json().get("__type", "").rpartition("#")[2] if response.status_code >= 400 else ""
+    return response.status_code, code
+
+
+def send_body(queue_url: str, text: str) -> bytes:
+    return json.dumps({"QueueUrl": queue_url, "MessageBody": text}).encode()
+
+
+async def stored(db, queue: str) -> list[str]:
+    rows = await db.fetch("SELECT payload FROM jobq.jobs WHERE queue = $1 ORDER BY id", queue)
+    return [json.loads(r["payload"]) for r in rows]
+
+
+@pytest.fixture
+def regional(start_service):
+    """A secured service that serves eu-west-1 only."""
+    return start_service(tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS, aws_regions=[REGION])
+
+
+@pytest.mark.anyio
+async def test_our_signer_is_accepted_so_the_forgeries_below_are_refused_for_their_change(regional, db):
+    url = client(regional.url).create_queue(QueueName="control")["QueueUrl"]
+    for content_sha256 in (False, True):
+        body = send_body(url, f"signed, header {content_sha256}")
+        headers = sign(regional.url, "SendMessage", body, content_sha256=content_sha256)
+        assert post(regional.url, headers, body) == (200, "")
+    assert await stored(db, "control") == ["signed, header False", "signed, header True"]
+
+
+@pytest.mark.anyio
+async def test_a_body_swapped_under_its_content_sha256_header_is_refused(regional, db):
+    url = client(regional.url).create_queue(QueueName="swap")["QueueUrl"]
+    honest = send_body(url, "honest")
+    headers = sign(regional.url, "SendMessage", honest, content_sha256=True)  # captured
+    forged = send_body(url, "forged")
+    assert post(regional.url, headers, forged) == (403, "SignatureDoesNotMatch")
+    # An UNSIGNED-PAYLOAD header does not unsign it either: SQS always authenticates the body.
+    headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
+    assert post(regional.url, headers, forged) == (403, "SignatureDoesNotMatch")
+    assert await stored(db, "swap") == []
+    headers = sign(regional.url, "SendMessage", honest, content_sha256=True)
+    assert post(regional.url, headers, honest) == (200, "")
+    assert await stored(db, "swap") == ["honest"]
+
+
+@pytest.mark.anyio
+async def test_an_unsigned_action_cannot_be_replayed_as_another(regional, db):
+    url = client(regional.url).create_queue(QueueName="keep")["QueueUrl"]
+    body = json.dumps({"QueueUrl": url}).encode()
+    headers = sign(regional.url, "ListQueues", body, signed=("content-type", "host", "x-amz-date"))
+    headers["x-amz-target"] = "AmazonSQS.DeleteQueue"
+    assert post(regional.url, headers, body) == (403, "SignatureDoesNotMatch")
+    # Signed, the action is covered by the signature like any signed header.
+    headers = sign(regional.url, "ListQueues", body)
+    headers["x-amz-target"] = "AmazonSQS.DeleteQueue"
+    assert post(regional.url, headers, body) == (403, "SignatureDoesNotMatch")
+    assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'keep'") == 1
+
+
+@pytest.mark.anyio
+async def test_an_unsigned_content_type_or_date_is_refused(regional, db):
+    url = client(regional.url).create_queue(QueueName="typed")["QueueUrl"]
+    body = send_body(url, "retyped")
+    headers = sign(regional.url, "SendMessage", body, signed=("host", "x-amz-date", "x-amz-target"))
+    headers["content-type"] = "application/x-www-form-urlencoded"
+    assert post(regional.url, headers, body) == (403, "SignatureDoesNotMatch")
+    undated = sign(regional.url, "SendMessage", body, signed=("content-type", "host", "x-amz-target"))
+    assert post(regional.url, undated, body) == (403, "SignatureDoesNotMatch")
+    assert await stored(db, "typed") == []
+
+
+@pytest.mark.anyio
+async def test_the_credential_scope_must_name_sqs_and_a_region_served_here(regional, db):
+    url = client(regional.url).create_queue(QueueName="scoped")["QueueUrl"]
+    body = send_body(url, "out of scope")
+    assert post(regional.url, sign(regional.url, "SendMessage", body, service="s3"), body) == (
+        403,
+        "SignatureDoesNotMatch",
+    )
+    assert post(regional.url, sign(regional.url, "SendMessage", body, region="us-west-2"), body) == (
+        403,
+        "SignatureDoesNotMatch",
+    )
+    assert code_and_status(client(regional.url, region="us-west-2").list_queues) == (
+        "SignatureDoesNotMatch",
+        403,
+    )
+    assert await stored(db, "scoped") == []
+
+
+@pytest.mark.anyio
+async def test_credentials_are_enforced_without_tokens(start_service, db):
+    service = start_service(aws_credentials=CREDENTIALS, aws_regions=[REGION])
+    admin = client(service.url)
+    url = admin.create_queue(QueueName="keyed")["QueueUrl"]
+    unsigned = client(service.url, signature_version=UNSIGNED)
+    assert code_and_status(unsigned.send_message, QueueUrl=url, MessageBody="anonymous") == (
+        "MissingAuthenticationToken",
+        403,
+    )
+    wrong = client(service.url, secret="not-the-secret")
+    assert code_and_status(wrong.send_message, QueueUrl=url, MessageBody="guessed") == (
+        "SignatureDoesNotMatch",
+        403,
+    )
+    producer = client(service.url, key="AKIAPRODUCER", secret="producer-secret")
+    assert code_and_status(producer.purge_queue, QueueUrl=url) == ("AccessDenied", 403)
+    admin.send_message(QueueUrl=url, MessageBody="signed")
+    assert await stored(db, "keyed") == ["signed"]

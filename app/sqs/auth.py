@@ -1,14 +1,29 @@
 """AWS Signature Version 4 for the SQS API, checked with hmac against the configured credentials.
 
-With bearer tokens configured (``JOBQ_TOKENS``), jobq is secured, and so is its SQS API: every request
-must be signed with an access key id of ``JOBQ_AWS_CREDENTIALS``, whose role decides what it may do
-(as for tokens: producers send, workers receive, delete and change visibility, admins do everything;
-creating queues and reading them is open to every role, since SDKs and Celery do it on start).
-Without tokens, signatures are not required (and not checked).
+With access keys configured (``JOBQ_AWS_CREDENTIALS``) or bearer tokens (``JOBQ_TOKENS``), every
+request must be signed with an access key id of ``JOBQ_AWS_CREDENTIALS``, whose role decides what it may
+do (as for tokens: producers send, workers receive, delete and change visibility, admins do everything;
+creating queues and reading them is open to every role, since SDKs and Celery do it on start). Keys
+without tokens are enforced too: configuring a key and leaving the API open would be a trap. With
+neither, signatures are not required (and not checked), as for the rest of a service without tokens.
 
-The errors are the ones AWS answers and SDKs know: MissingAuthenticationToken (no signature),
-InvalidClientTokenId (unknown access key), SignatureDoesNotMatch, RequestExpired (a signing time more
-than 15 minutes off), AccessDenied (a role that may not do this).
+What a signature covers is what Amazon SQS makes it cover, so a captured request cannot be replayed
+as another within its 15 minutes:
+
+- The body. Its SHA-256 is computed here, never taken from the client: ``x-amz-content-sha256``, when
+  sent, must equal it. ``UNSIGNED-PAYLOAD`` is refused, as SQS does (only S3 accepts unsigned
+  payloads; every SQS SDK signs the body).
+- ``host`` and ``x-amz-date`` must be signed, and so must ``x-amz-target`` (the action) and
+  ``content-type`` whenever the request carries them, as botocore and the JavaScript SDK do: an action
+  left out of the signature could be swapped for another.
+- The credential scope must name the service ``sqs``, a region of ``JOBQ_AWS_REGIONS`` and the date of
+  ``X-Amz-Date``.
+
+The errors are the ones AWS answers and SDKs know, all 403: MissingAuthenticationToken (no signature),
+IncompleteSignature (a malformed Authorization or X-Amz-Date), InvalidClientTokenId (unknown access key),
+SignatureDoesNotMatch (a wrong signature, an unsigned header that must be signed, a scope of another
+service or region, a body that is not the one hashed), RequestExpired (a signing time more than 15
+minutes off), AccessDenied (a role that may not do this).
 """
 
 from __future__ import annotations
@@ -61,16 +76,17 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     return key
 
 
-def canonical_request(request: Request, signed_headers: list[str], body: bytes) -> str:
+def canonical_request(request: Request, signed_headers: list[str], payload: str) -> str:
+    """``payload`` is the body's SHA-256 as computed here (never the client's claim)."""
     query = sorted(
         (quote(k, safe="-_.~"), quote(v, safe="-_.~")) for k, v in request.query_params.multi_items()
     )
+    # A header sent twice is signed as its values joined by commas (SigV4's rule), so a second copy
+    # added to a signed request changes what is signed.
     headers = "".join(
-        f"{name}:{' '.join(request.headers.get(name, '').split())}\n" for name in signed_headers
+        f"{name}:{','.join(' '.join(v.split()) for v in request.headers.getlist(name))}\n"
+        for name in signed_headers
     )
-    payload = request.headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
-    if payload == "UNSIGNED-PAYLOAD":
-        payload = hashlib.sha256(body).hexdigest()
     return "\n".join(
         [
             request.method,
@@ -83,8 +99,15 @@ def canonical_request(request: Request, signed_headers: list[str], body: bytes) 
     )
 
 
+def _must_sign(request: Request) -> list[str]:
+    """The headers a signature must cover: host and the date always, and the action and the content type
+    when sent, since an unsigned one could be changed in a replay (ListQueues replayed as DeleteQueue)."""
+    return ["host", "x-amz-date"] + [h for h in ("x-amz-target", "content-type") if h in request.headers]
+
+
 async def check(request: Request, body: bytes, action: str) -> None:
-    if not request.app.state.tokens:
+    settings = request.app.state.settings
+    if not request.app.state.tokens and not settings.aws_credentials:
         return
     header = request.headers.get("authorization", "")
     match = _AUTHORIZATION.match(header.strip())
@@ -97,21 +120,42 @@ async def check(request: Request, body: bytes, action: str) -> None:
     if len(parts) != 5 or parts[4] != "aws4_request":
         raise _denied("IncompleteSignature", "The Credential of the Authorization header is malformed.")
     key_id, date, region, service, _ = parts
-    credential = request.app.state.settings.aws_credentials.get(key_id)
+    credential = settings.aws_credentials.get(key_id)
     if credential is None:
         raise _denied("InvalidClientTokenId", "The security token included in the request is invalid.")
+    if service != "sqs":
+        raise _denied("SignatureDoesNotMatch", "Credential should be scoped to correct service: 'sqs'.")
+    if region not in settings.aws_regions:
+        raise _denied(
+            "SignatureDoesNotMatch",
+            f"Credential should be scoped to a valid region, not '{region}'"
+            f" (this service serves {', '.join(settings.aws_regions) or 'none'}: JOBQ_AWS_REGIONS).",
+        )
     signed_headers = match["signed"].split(";")
-    if "host" not in signed_headers:
-        raise _denied("SignatureDoesNotMatch", "The host header must be signed.")
+    for name in _must_sign(request):
+        if name not in signed_headers:
+            raise _denied("SignatureDoesNotMatch", f"'{name}' must be a SignedHeader in the Authorization.")
     amz_date = request.headers.get("x-amz-date", "")
     try:
         when = datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
     except ValueError as exc:
         raise _denied("IncompleteSignature", "X-Amz-Date is missing or malformed.") from exc
-    if abs((datetime.now(UTC) - when).total_seconds()) > MAX_SKEW or not amz_date.startswith(date):
+    if amz_date[:8] != date:
+        raise _denied(
+            "SignatureDoesNotMatch", "The date of the Credential scope does not match the date of X-Amz-Date."
+        )
+    if abs((datetime.now(UTC) - when).total_seconds()) > MAX_SKEW:
         raise _denied("RequestExpired", "Signature expired: the signing time is more than 15 minutes off.")
+    payload = hashlib.sha256(body).hexdigest()
+    claimed = request.headers.get("x-amz-content-sha256")
+    if claimed is not None and claimed != payload:
+        raise _denied(
+            "SignatureDoesNotMatch",
+            "SQS signs the body itself: the provided 'x-amz-content-sha256' header (UNSIGNED-PAYLOAD"
+            " included) does not match the SHA-256 of the body.",
+        )
     scope = f"{date}/{region}/{service}/aws4_request"
-    digest = hashlib.sha256(canonical_request(request, signed_headers, body).encode()).hexdigest()
+    digest = hashlib.sha256(canonical_request(request, signed_headers, payload).encode()).hexdigest()
     string_to_sign = f"{ALGORITHM}\n{amz_date}\n{scope}\n{digest}"
     expected = hmac.new(
         signing_key(credential.secret, date, region, service), string_to_sign.encode(), hashlib.sha256
