@@ -4,13 +4,14 @@ service (worker, enqueue, stats, dead, queues) in app/cli_client.py."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated
 
 import typer
 
 from app import cli_client
-from app.settings import Settings
+from app.settings import Settings, is_loopback
 
 cli = typer.Typer(
     help="jobq: an HTTP job queue on PostgreSQL.",
@@ -43,7 +44,7 @@ def serve(
 
     settings = Settings()
     host = host or settings.host
-    if not _loopback(host) and not Tokens.load(settings.tokens, settings.tokens_file):
+    if not is_loopback(host) and not Tokens.load(settings.tokens, settings.tokens_file):
         if not (insecure or settings.allow_insecure):
             typer.echo(
                 f"refusing to listen on {host} without tokens: anyone who can reach it could take and "
@@ -51,6 +52,9 @@ def serve(
                 err=True,
             )
             raise typer.Exit(2)
+    # The app, built by uvicorn in each of its processes, reads Settings from the environment: it must
+    # know the address it listens on, which decides the host names it answers to (app/origin.py).
+    os.environ["JOBQ_HOST"] = host
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -81,17 +85,6 @@ def _log_config(level: str) -> dict:
     }
     config["loggers"]["jobq"] = {"handlers": ["jobq"], "level": level.upper(), "propagate": False}
     return config
-
-
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name that may resolve anywhere
 
 
 @cli.command()

@@ -17,6 +17,7 @@ from app.auth import Tokens
 from app.db import Database, create_pool
 from app.hot import HotRoutes
 from app.metrics import Metrics
+from app.origin import OriginCheck, allowed_hosts
 from app.routers import health, metrics, operators, producers, ui, workers
 from app.settings import Settings
 from app.sqs import router as sqs
@@ -105,6 +106,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Innermost: inside the body limit and the observation of requests.
     app.add_middleware(HotRoutes, routers=[producers.router, workers.router, operators.router])
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    # Outside the hot routes and the body limit: a request naming another host, or sent by a page of
+    # another site, is refused before any of it is read or any route answers (app/origin.py).
+    app.add_middleware(
+        OriginCheck, allowed_hosts=allowed_hosts(settings), trusted_origins=settings.trusted_origins
+    )
     app.state.metrics = Metrics()
     if settings.access_log:
         access_log.install()

@@ -6,10 +6,14 @@ Every setting says its default and unit. Tests build their own ``Settings(...)``
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.auth import Role
 
@@ -49,6 +53,17 @@ class Settings(BaseSettings):
     # `jobq serve` refuses to listen on a non-loopback address without tokens unless this is set
     # (or --insecure is given). Default off.
     allow_insecure: bool = False
+    # Host names this service answers to, checked against every request's Host header (port ignored;
+    # another name is refused with 400): a JSON list or comma-separated, `*` for any, `.example.com` for
+    # example.com and every subdomain of it. Default: the loopback names (localhost, 127.0.0.1, ::1)
+    # when `host` is a loopback address, so that a web page whose name its owner then points at
+    # 127.0.0.1 (DNS rebinding) cannot use a local jobq through a visitor's browser; `*` otherwise, where
+    # tokens are required. /healthz and /readyz answer any host. See app/origin.py.
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = None
+    # Origins (`https://ops.example.com`: scheme, host and port if not the default) whose pages may send
+    # state-changing requests from another origin; a JSON list or comma-separated (default none). Other
+    # cross-origin requests from browsers are refused with 403. See app/origin.py.
+    trusted_origins: Annotated[list[str], NoDecode] = []
 
     # Largest request body in bytes, checked while it is read (default 16 MiB; larger is 413).
     max_body_bytes: int = 16 * 1024 * 1024
@@ -104,6 +119,29 @@ class Settings(BaseSettings):
     # uvicorn's own access log off. Payloads are never logged.
     access_log: bool = True
 
+    @field_validator("allowed_hosts", "trusted_origins", mode="before")
+    @classmethod
+    def _list(cls, value: Any) -> Any:
+        """A list from the environment as JSON (`["a", "b"]`) or, as people write host lists, `a, b`."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("trusted_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        """Each as browsers send an Origin header: `scheme://host[:port]`, lowercase, nothing after."""
+        spelled = []
+        for origin in origins:
+            parts = urlsplit(origin.strip().lower())
+            if not parts.scheme or not parts.netloc or parts.path.strip("/") or parts.query or parts.fragment:
+                raise ValueError(f"not an origin (scheme://host[:port]): {origin!r}")
+            spelled.append(f"{parts.scheme}://{parts.netloc}")
+        return spelled
+
 
 def sqlalchemy_url(dsn: str) -> str:
     """The asyncpg DSN spelled for SQLAlchemy (Alembic), which names its driver in the scheme."""
@@ -111,3 +149,14 @@ def sqlalchemy_url(dsn: str) -> str:
     if not sep:
         raise ValueError(f"not a database URL: {dsn!r}")
     return f"postgresql+asyncpg://{rest}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether an address to listen on (or a host name) is this machine's loopback only."""
+    host = host.strip().lower().removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name that may resolve anywhere
