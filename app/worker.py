@@ -12,10 +12,12 @@
   the last frames of its traceback, and the queue's backoff decides when it runs again.
 - While a handler runs, its lease is extended every half visibility timeout, so long work is not handed
   to another worker; a lease lost anyway (the worker was stalled) makes its ack a counted, logged no-op.
-- `stop()` (SIGTERM or SIGINT under `jobq worker`) stops leasing at once and gives running handlers
-  `grace` seconds to finish; jobs leased but not started are given back (`POST /release`, the attempt
-  not counted); the jobs still running then are released (nacked with `retry_after` 0,
-  so another worker takes them now). A second `stop()` releases them without waiting.
+- `stop()` (SIGTERM or SIGINT under `jobq worker`) stops leasing at once (a waiting long-poll is
+  cancelled, which closes its connection, so the service claims nothing more for this worker) and gives
+  running handlers `grace` seconds to finish; jobs leased but not started, those of a lease answered
+  as the stop came included, are given back (`POST /release`, the attempt not counted); the jobs still
+  running then are released (nacked with `retry_after` 0, so another worker takes them now). A second
+  `stop()` releases them without waiting.
 """
 
 from __future__ import annotations

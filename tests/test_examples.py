@@ -3,6 +3,7 @@ complete, fail, retry and go dead as they should, in the database; they stop cle
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from waiting import equals, until
+from waiting import equals, quiet, until
 
 from app.client import AsyncClient
 
@@ -147,3 +148,110 @@ async def test_shell_producer_and_worker(service, db):
     assert f"attempt 1 of job {ok}: " + json.dumps({"n": 1}, separators=(",", ":")) in output
     assert f"job {flaky} failed with exit status 1" in output and f"job {flaky} done" in output
     assert output.endswith("stopped\n")
+
+
+# Each example worker on an empty queue, running `cat` (the shell worker's command) on any job it gets.
+IDLE_WORKERS = [
+    pytest.param(["examples/shell/worker.sh", "idle", "cat"], marks=needs_curl_jq, id="shell"),
+    pytest.param(["node", "examples/node/worker.mjs", "idle"], marks=needs_node, id="node"),
+]
+POLL_WAIT = 20  # seconds the examples' long-polls wait
+
+
+def stop_idle(process: subprocess.Popen) -> tuple[int, str, float]:
+    """SIGTERM, then `exited(process)`."""
+    process.send_signal(signal.SIGTERM)
+    return exited(process)
+
+
+def exited(process: subprocess.Popen) -> tuple[int, str, float]:
+    """Wait for the process to exit and print that it stopped, but not for its output to end, which a
+    child left behind would hold open. Its exit status, output and seconds taken to exit (it must exit
+    before its long-poll would have ended by itself)."""
+    started = time.monotonic()
+    try:
+        status = process.wait(timeout=POLL_WAIT / 2)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    took = time.monotonic() - started
+    output = ""
+    while not output.endswith("stopped\n") and (line := process.stdout.readline()):
+        output += line
+    process.stdout.close()
+    return status, output, took
+
+
+async def assert_nothing_stranded(service, db) -> None:
+    """A job enqueued once the worker has exited stays pending, its attempt not counted: the worker's
+    long-poll ended with it (had it gone on, the job would be leased for nobody, running until its lease
+    expired). The service gets the time to lease it if anyone still polled: until no long-poll waits."""
+    async with AsyncClient(service.url, token="producer-token") as client:
+        job = await client.enqueue("idle", {"n": 1})
+    await until(quiet(service))
+    assert await by_id(db)() == {job.id: ("pending", 0)}
+
+
+@pytest.mark.parametrize("command", IDLE_WORKERS)
+async def test_a_worker_stopped_in_its_long_poll_strands_nothing(service, db, command):
+    worker = start(command, service.url, JOBQ_TOKEN="worker-token")
+    try:
+        await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
+    finally:
+        status, output, took = stop_idle(worker)
+    assert status == 0 and output.endswith("stopped\n"), output
+    assert took < POLL_WAIT / 2, output  # its poll was cut short, not waited out
+    await assert_nothing_stranded(service, db)
+
+
+@pytest.mark.parametrize("command", IDLE_WORKERS)
+async def test_a_worker_stopped_as_its_long_poll_starts_strands_nothing(service, db, command):
+    """SIGTERM as soon as the worker says it is working: just before, during or just after the start of
+    its first long-poll. Ten rounds, as the moment varies: a signal the worker missed as the poll started
+    (the shell worker once did, between starting curl and noting its pid) shows up within them about
+    half the time, as a worker that waits out its poll."""
+    for _ in range(10):
+        worker = start(command, service.url, JOBQ_TOKEN="worker-token")
+        try:
+            assert (await asyncio.to_thread(worker.stdout.readline)).startswith("working on idle")
+        finally:
+            status, output, took = stop_idle(worker)
+        assert status == 0 and output.endswith("stopped\n"), output
+        assert took < POLL_WAIT / 2, output
+    await assert_nothing_stranded(service, db)
+
+
+def child_states(pid: int) -> list[str]:
+    """The states (R, S, Z, ...) of a process's children, from /proc."""
+    states = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, parent = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except OSError:  # gone meanwhile
+            continue
+        if int(parent) == pid:
+            states.append(state)
+    return states
+
+
+@needs_curl_jq
+async def test_the_shell_worker_gives_back_a_job_its_long_poll_brought_as_it_stopped(service, db):
+    """The long-poll's answer, a job, arrived just as SIGTERM did: the worker gives the job back (pending
+    at once, its attempt not counted) instead of leaving it leased, and does not run it. The moment is
+    made certain by freezing the worker (SIGSTOP) while its curl gets the job and exits, and sending
+    SIGTERM before it thaws."""
+    worker = start(["examples/shell/worker.sh", "idle", "cat"], service.url, JOBQ_TOKEN="worker-token")
+    try:
+        await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
+        worker.send_signal(signal.SIGSTOP)
+        async with AsyncClient(service.url, token="producer-token") as client:
+            job = await client.enqueue("idle", {"n": 1})
+        await until(lambda: child_states(worker.pid) == ["Z"])  # its curl got the job and exited
+        assert await by_id(db)() == {job.id: ("running", 1)}
+        worker.send_signal(signal.SIGTERM)
+    finally:
+        worker.send_signal(signal.SIGCONT)
+        status, output, _ = exited(worker)
+    assert await by_id(db)() == {job.id: ("pending", 0)}
+    assert status == 0 and output.endswith(f"job {job.id} given back\nstopped\n"), output
+    assert '{"n":1}' not in output  # `cat` never had it

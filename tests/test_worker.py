@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from service_process import jobq_env
 from typer.testing import CliRunner
-from waiting import equals, states, until
+from waiting import equals, quiet, states, until
 
 from app.cli import cli
 from app.client import AsyncClient, Retry, ValidationError
@@ -244,6 +244,59 @@ async def test_a_refusal_ends_the_run(service):
     async with AsyncClient(service.url) as client:
         with pytest.raises(ValidationError):
             await Worker(lambda job: None, "not a queue!", client=client, visibility_timeout=5).run()
+
+
+POLL_WAIT = 20  # seconds the stopping tests' long-polls wait: the worker must exit well before that
+
+
+async def assert_nothing_stranded(service, db, queue: str) -> None:
+    """A job enqueued once the worker has stopped stays pending, its attempt not counted: the worker's
+    long-poll ended with it (had it gone on, the job would be leased for nobody, running until its lease
+    expired). The service gets the time to lease it if anyone still polled: until no long-poll waits."""
+    async with AsyncClient(service.url) as client:
+        job = await client.enqueue(queue, "after the stop")
+    await until(quiet(service))
+    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs WHERE id = $1", job.id)
+    assert tuple(row) == ("pending", 0)
+
+
+async def test_stop_ends_a_waiting_long_poll_and_strands_nothing(start_service, db):
+    service = start_service(wakeup_safety_interval=0.5)  # a gone client's long-poll ends within 0.5 s
+    async with AsyncClient(service.url) as client:
+        worker = Worker(lambda job: None, "idle", client=client, wait=POLL_WAIT, visibility_timeout=30)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
+        worker.stop()
+        stats = await asyncio.wait_for(run, POLL_WAIT / 2)  # the poll was cut short, not waited out
+        assert (stats.done, stats.released, stats.in_flight) == (0, 0, 0)
+        await assert_nothing_stranded(service, db, "idle")  # the client still open: the poll's request ended
+
+
+async def test_stop_as_the_long_poll_starts_strands_nothing(start_service, db):
+    """stop() after 0 to 7 turns of the event loop: before its first lease request, and as it goes out."""
+    service = start_service(wakeup_safety_interval=0.5)
+    async with AsyncClient(service.url) as client:
+        for steps in range(8):
+            worker = Worker(lambda job: None, "idle", client=client, wait=POLL_WAIT, visibility_timeout=30)
+            run = asyncio.create_task(worker.run())
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            worker.stop()
+            await asyncio.wait_for(run, POLL_WAIT / 2)
+        await assert_nothing_stranded(service, db, "idle")
+
+
+async def test_jobq_worker_stopped_in_its_long_poll_strands_nothing(start_service, db, tmp_path):
+    service = start_service(wakeup_safety_interval=0.5)
+    process = _worker_process(tmp_path, service.url, "--wait", str(POLL_WAIT), stderr=subprocess.DEVNULL)
+    try:
+        await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(POLL_WAIT / 2) == 0  # the poll was cut short, not waited out
+    finally:
+        if process.poll() is None:
+            process.kill()
+    await assert_nothing_stranded(service, db, "cli")
 
 
 def test_describe_keeps_type_message_and_the_innermost_frames():

@@ -43,3 +43,17 @@ def equals(query: Callable[[], Any], expected: Any) -> Callable[[], Any]:
         return await query() == expected
 
     return check
+
+
+def quiet(service) -> Callable[[], bool]:
+    """A predicate: the in-process `service` has no long-poll waiting and no request in progress, so
+    every client that polled it has gone, as far as the service can tell (a long-poll whose client
+    disconnected ends once the service notices, handing back anything it claimed for it)."""
+
+    def check() -> bool:
+        try:
+            return service.app.state.wakeups.waiter_count() == 0 and not service.server.server_state.tasks
+        except RuntimeError:  # the service's thread changed its waiters while this one counted them
+            return False
+
+    return check

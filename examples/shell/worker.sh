@@ -5,8 +5,9 @@
 #
 #   examples/shell/worker.sh emails ./send-email.sh
 #
-# SIGTERM or SIGINT: no more leases; the job in hand finishes, then it exits. A job's lease lasts the
-# queue's visibility timeout (30 s unless configured): give the queue a longer one for longer commands.
+# SIGTERM or SIGINT: no more leases (a waiting long-poll ends at once; a job it brings as the signal comes
+# is given back); the job in hand finishes, then it exits. A job's lease lasts the queue's visibility
+# timeout (30 s unless configured): give the queue a longer one for longer commands.
 # JOBQ_URL (default http://127.0.0.1:8000) and JOBQ_TOKEN as for the other clients. Needs curl and jq.
 set -uo pipefail
 
@@ -24,22 +25,49 @@ post() { # PATH JSON: the answer in $answer
     -H 'Content-Type: application/json' -d "$2" "$JOBQ$1" >"$answer"
 }
 
+# The long-poll, run in the background so that a signal ends the wait at once. It is curl itself (exec),
+# not a subshell running it: killing $poll must end the request and close its connection, which tells
+# the service to claim nothing more for this worker (a killed subshell would leave curl polling, and
+# the job it got would stay running for nobody until its lease expired, its attempt counted).
+lease_request=$(jq -cn --arg queue "$queue" '{queue: $queue, wait: 20}')
+long_poll() {
+  exec curl -sS --retry 5 --retry-connrefused "${auth[@]}" \
+    -H 'Content-Type: application/json' -d "$lease_request" "$JOBQ/lease" >"$answer"
+}
+
+# Stopping during a long-poll: end it and wait until curl has gone, its connection closed with it.
+# Jobs its answer brought anyway (it came as the signal did) are given back untouched: pending again
+# at once, their attempt not counted.
+give_back() {
+  kill "$poll" 2>/dev/null
+  while kill -0 "$poll" 2>/dev/null; do wait "$poll" 2>/dev/null; done
+  local leased
+  leased=$(jq -c '[.jobs[]? | {id, lease_token}]' "$answer" 2>/dev/null) # nothing if curl was cut short
+  if [[ -n $leased && $leased != "[]" ]]; then
+    post /release "{\"items\": $leased}"
+    jq -r '.results[]? | "job \(.id) " + if .ok then "given back" else "not given back (\(.code))" end' \
+      "$answer"
+  fi
+}
+
 stopping=0 poll=
 trap 'stopping=1; if [[ -n $poll ]]; then kill "$poll" 2>/dev/null; fi' TERM INT
 echo "working on $queue at $JOBQ: $*"
 while ((!stopping)); do
-  # The long-poll runs in the background, so that a signal ends the wait at once.
-  post /lease "$(jq -cn --arg queue "$queue" '{queue: $queue, wait: 20}')" &
+  : >"$answer" # curl killed before it opened $answer must not leave an older answer to give back
+  long_poll &
   poll=$!
   # A signal that came before $poll was set could not end the wait: look once more.
-  if ((stopping)); then kill "$poll" 2>/dev/null; break; fi
-  if ! wait "$poll" || ((stopping)); then
-    ((stopping)) && break
+  if ((stopping)); then break; fi
+  wait "$poll"
+  status=$?
+  if ((stopping)); then break; fi
+  poll=
+  if ((status)); then
     echo "lease: $(cat "$answer"); trying again" >&2
     sleep 1
     continue
   fi
-  poll=
   if jq -e .code "$answer" >/dev/null; then # refused: a bad token, a bad queue name, 503 for long
     echo "lease: $(jq -r '"\(.detail) (\(.code))"' "$answer"); trying again" >&2
     sleep 1
@@ -67,4 +95,5 @@ while ((!stopping)); do
     echo "job $id $outcome"
   fi
 done
+if [[ -n $poll ]]; then give_back; fi
 echo "stopped"
