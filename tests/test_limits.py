@@ -26,7 +26,7 @@ async def test_streamed_body_is_cut_off_while_it_is_read(start_service, db):
     host, port = service.url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.write(
-        b"POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n"
     )
     chunk = b"[" * 4096
