@@ -7,6 +7,7 @@ Create Date: ${create_date}
 
 from alembic import op
 import sqlalchemy as sa
+from app.migrations import lock_tables
 ${imports if imports else ""}
 
 revision = ${repr(up_revision)}
@@ -14,8 +15,13 @@ down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
 
+# The oldest code revision that runs on the schema once this revision is applied: an expand keeps the
+# previous revision's value, a contract raises it (the rules: app/migrations.py).
+compatible_from = "<the previous revision's compatible_from>"
+
 
 def upgrade() -> None:
+    # Changing existing tables? Lock them first, in the service's order: lock_tables("jobs", "queues").
     ${upgrades if upgrades else "pass"}
 
 

@@ -92,17 +92,30 @@ def migrate(
     revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
     down: Annotated[bool, typer.Option("--down", help="Downgrade to the revision instead")] = False,
 ) -> None:
-    """Run the Alembic chain against the configured (or embedded) database."""
+    """Run the Alembic chain against the configured (or embedded) database. Each step waits at most
+    JOBQ_MIGRATION_LOCK_TIMEOUT for its locks and is retried up to JOBQ_MIGRATION_ATTEMPTS times; on a
+    schema a newer release migrated there is nothing to upgrade (exit 0)."""
     import asyncio
 
     from app import migrations
     from app.main import resolve_database_url
 
-    dsn = asyncio.run(resolve_database_url(Settings()))
-    if down:
-        migrations.downgrade(dsn, revision)
-    else:
-        migrations.upgrade(dsn, revision)
+    settings = Settings()
+    dsn = asyncio.run(resolve_database_url(settings))
+    try:
+        if down:
+            migrations.downgrade(dsn, revision, settings=settings)
+        else:
+            migrations.upgrade(dsn, revision, settings=settings)
+    except migrations.SchemaAhead as ahead:
+        typer.echo(str(ahead))
+        if down:
+            typer.echo("Move it down with the release that knows it: its `jobq migrate --down`.", err=True)
+            raise typer.Exit(1) from None
+        return
+    except migrations.MigrationBlocked as blocked:
+        typer.echo(str(blocked), err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"schema at {'base' if down and revision == 'base' else revision}")
 
 

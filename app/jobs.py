@@ -646,9 +646,11 @@ async def lock_waits(db: Database) -> Row:
         return dict(await conn.fetchrow(q.LOCK_WAITS.text))
 
 
-async def schema_revision(db: Database) -> str | None:
+async def schema_state(db: Database) -> tuple[str | None, str | None]:
+    """The schema's revision and the floor recorded with it (both None before any migration)."""
     async with db.acquire() as conn:
         try:
-            return await conn.fetchval(q.SCHEMA_REVISION.text)
-        except asyncpg.UndefinedTableError:
-            return None
+            row = await conn.fetchrow(q.SCHEMA_STATE.text)
+        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+            return None, None
+    return row["revision"], row["floor"]

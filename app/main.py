@@ -73,7 +73,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         dsn = await resolve_database_url(settings)
         if settings.migrate_on_start:
-            await asyncio.to_thread(migrations.upgrade, dsn)
+            try:
+                await asyncio.to_thread(migrations.upgrade, dsn, settings=settings)
+            except migrations.SchemaAhead as ahead:
+                # A newer release migrated (a rolling upgrade, or this build rolled back): nothing to
+                # upgrade. Serve; /readyz says whether this build can run on that schema.
+                log.warning("%s", ahead)
         pool = await create_pool(dsn, settings)
         db = Database(pool, settings, app.state.metrics)
         app.state.db = db

@@ -532,5 +532,12 @@ SET_PAUSED = Query.define(
 )
 
 
-# Readiness: the schema's migration revision.
-SCHEMA_REVISION = Query.define("schema_revision", "SELECT version_num FROM jobq.alembic_version")
+# Readiness: the schema's migration revision, and the compatibility floor the migration recorded with
+# it (a comment, so that a build that does not know a newer revision can still read it; app/migrations.py).
+SCHEMA_STATE = Query.define(
+    "schema_state",
+    """
+    SELECT (SELECT version_num FROM jobq.alembic_version) AS revision,
+           obj_description('jobq.alembic_version'::regclass, 'pg_class') AS floor
+    """,
+)

@@ -276,4 +276,9 @@ class Readiness(BaseModel):
     ready: bool
     database: bool
     schema_revision: str | None
+    # This build's head revision: the schema may be at it or at a newer, compatible one.
     expected_revision: str
+    # Whether this build can run on the schema (null while the database is unreachable).
+    compatible: bool | None = None
+    # The oldest code revision the schema runs, as its migration recorded it (null if unknown).
+    compatible_from: str | None = None

@@ -73,6 +73,14 @@ class Settings(BaseSettings):
     # Run the Alembic chain when the service starts (default on). Concurrent replicas are serialised by an
     # advisory lock, so each may do it.
     migrate_on_start: bool = True
+    # Seconds a migration statement may wait for a lock (PostgreSQL's lock_timeout; default 2 s, 0 waits
+    # for ever). Service statements queue behind a migration's waiting lock request, so this is also how
+    # long traffic can stall behind a migration held up by someone's open transaction.
+    migration_lock_timeout: float = Field(default=2.0, ge=0)
+    # Attempts per migration step when its locks did not come in time (or a deadlock ended it), with
+    # backoff between them (0.5 s doubling, at most 15 s); then `jobq migrate` fails naming the session
+    # in the way, the step undone (default 10: about two minutes with the default lock timeout).
+    migration_attempts: int = Field(default=10, ge=1)
 
     # Connections per service process (asyncpg pool). Waiting long-polls hold none.
     pool_min_size: int = 2

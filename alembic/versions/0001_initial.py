@@ -15,6 +15,9 @@ down_revision = None
 branch_labels = None
 depends_on = None
 
+# The oldest code revision that runs on the schema once this revision is applied (app/migrations.py).
+compatible_from = "0001"
+
 SCHEMA = "jobq"
 
 # Enqueue inside the caller's own transaction: the job exists exactly when the caller's writes commit.

@@ -9,16 +9,23 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from alembic import op
+from app.migrations import lock_tables
 
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
 
+# The oldest code revision that runs on the schema once this revision is applied (app/migrations.py).
+compatible_from = "0001"
+
 SCHEMA = "jobq"
 
 
 def upgrade() -> None:
+    # Both tables at once, in the service's order (queues, then jobs): altering jobs and then queues
+    # deadlocked with enqueues, which take queues and then jobs.
+    lock_tables("jobs", "queues")
     # All nullable without defaults: adding them rewrites nothing, and jobs enqueued through jobq's own
     # API simply have none.
     op.add_column("jobs", sa.Column("message_attributes", postgresql.JSONB(), nullable=True), schema=SCHEMA)
@@ -29,6 +36,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    lock_tables("jobs", "queues")
     op.drop_column("queues", "sqs_attributes", schema=SCHEMA)
     op.drop_column("jobs", "first_received_at", schema=SCHEMA)
     op.drop_column("jobs", "message_attributes", schema=SCHEMA)

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from app import jobs
 from app.deps import DB, answers
 from app.errors import DATABASE_UNAVAILABLE, problem
-from app.migrations import head_revision
+from app.migrations import compatibility, head_revision
 from app.schemas import Health, Readiness
 from app.web import JobqRoute, JSONBody
 
@@ -22,10 +22,12 @@ async def healthz() -> JSONBody:
 
 @router.get("/readyz", response_model=None, responses=answers(Readiness, auth=False))
 async def readyz(db: DB):
-    """Ready when the database answers and its schema is at the latest migration; else 503."""
+    """Ready when the database answers and this build can run on its schema: at this build's head, or
+    at a newer revision whose recorded `compatible_from` is this build's head or older (a rolling
+    upgrade, or a rollback of the code). Else 503, saying why and what to do."""
     expected = head_revision()
     try:
-        revision = await jobs.schema_revision(db)
+        revision, floor = await jobs.schema_state(db)
     except DATABASE_UNAVAILABLE:
         return problem(
             503,
@@ -35,17 +37,17 @@ async def readyz(db: DB):
             database=False,
             schema_revision=None,
             expected_revision=expected,
+            compatible=None,
+            compatible_from=None,
         )
-    if revision != expected:
-        return problem(
-            503,
-            "unavailable",
-            f"schema at {revision}, expected {expected}; run `jobq migrate`",
-            ready=False,
-            database=True,
-            schema_revision=revision,
-            expected_revision=expected,
-        )
-    return JSONBody(
-        {"ready": True, "database": True, "schema_revision": revision, "expected_revision": expected}
-    )
+    verdict = compatibility(revision, floor)
+    body = {
+        "database": True,
+        "schema_revision": revision,
+        "expected_revision": expected,
+        "compatible": verdict.ready,
+        "compatible_from": verdict.compatible_from,
+    }
+    if not verdict.ready:
+        return problem(503, "unavailable", verdict.detail, ready=False, **body)
+    return JSONBody({"ready": True, **body})

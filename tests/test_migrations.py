@@ -1,0 +1,496 @@
+"""Migrations on a live service: lock timeouts and retries that never stall traffic, no deadlock with the
+service's statements, and old code on a newer schema (rolling upgrades and rollbacks).
+
+A second "build" is this build's revisions copied into a temporary versions directory plus test-only
+revisions on top of today's head (computed, so a revision landing meanwhile changes nothing here), run
+through the same alembic/env.py. The real app, this build, then faces the schema that build left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from problems import assert_problem
+from service_process import jobq_env
+from waiting import until
+
+from alembic import command
+from app import migrations
+from app.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = ROOT / "alembic" / "versions"
+HEAD = migrations.head_revision()
+JOBQ = [sys.executable, "-m", "app.cli"]
+
+
+def this_build() -> ScriptDirectory:
+    return ScriptDirectory.from_config(migrations.alembic_config("postgresql://unused"))
+
+
+def floor_of(revision: str) -> str:
+    """The compatible_from a revision declares (an expand-only revision on top keeps it)."""
+    return getattr(this_build().get_revision(revision).module, "compatible_from", revision)
+
+
+def revision(rev: str, down: str, compatible_from: str, upgrade: str, downgrade: str = "pass") -> str:
+    """The source of a test-only revision module."""
+
+    def body(code: str) -> str:
+        return textwrap.indent(textwrap.dedent(code).strip(), "    ")
+
+    uses = "from app.migrations import lock_tables\n" if "lock_tables" in upgrade + downgrade else ""
+    return (
+        f'"""test-only revision {rev}"""\n'
+        f"from alembic import op\n{uses}\n"
+        f"revision = {rev!r}\ndown_revision = {down!r}\nbranch_labels = None\ndepends_on = None\n"
+        f"compatible_from = {compatible_from!r}\n\n\n"
+        f"def upgrade() -> None:\n{body(upgrade)}\n\n\n"
+        f"def downgrade() -> None:\n{body(downgrade)}\n"
+    )
+
+
+# Expand-only: a nullable column; old code ignores it, so the floor stays where today's head put it.
+EXPAND = revision(
+    "t_expand",
+    HEAD,
+    floor_of(HEAD),
+    'op.execute("ALTER TABLE jobq.jobs ADD COLUMN test_note text")',
+    'op.execute("ALTER TABLE jobq.jobs DROP COLUMN test_note")',
+)
+# Contract: code from before t_expand cannot run on it (as if it dropped something today's code reads).
+CONTRACT = revision(
+    "t_contract",
+    "t_expand",
+    "t_expand",
+    'op.execute("ALTER TABLE jobq.jobs DROP COLUMN test_note")',
+    'op.execute("ALTER TABLE jobq.jobs ADD COLUMN test_note text")',
+)
+# A step like the issue's (0002 altered jobs, then queues), written to the rule: both tables locked
+# first, in the service's order, whatever order the arguments name them in.
+BOTH = revision(
+    "t_both",
+    HEAD,
+    floor_of(HEAD),
+    """\
+    lock_tables("jobs", "queues")
+    op.execute("ALTER TABLE jobq.jobs ADD COLUMN test_both text")
+    op.execute("ALTER TABLE jobq.queues ADD COLUMN test_both text")
+    """,
+    """\
+    lock_tables("jobs", "queues")
+    op.execute("ALTER TABLE jobq.jobs DROP COLUMN test_both")
+    op.execute("ALTER TABLE jobq.queues DROP COLUMN test_both")
+    """,
+)
+
+
+def newer_build(tmp_path: Path, *sources: str) -> Path:
+    """A versions directory holding this build's revisions and `sources`."""
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    for path in VERSIONS.glob("*.py"):
+        shutil.copy(path, versions / path.name)
+    for n, source in enumerate(sources):
+        (versions / f"9{n:03}_test.py").write_text(source)
+    return versions
+
+
+def run_build(dsn: str, versions: Path, target: str = "head", *, down: bool = False, **settings) -> None:
+    """`jobq migrate` as that build would run it: this env.py, its versions, these settings."""
+    config: Config = migrations.alembic_config(dsn)
+    config.set_main_option("version_locations", str(versions))
+    config.attributes["settings"] = Settings(database_url=dsn, **settings)
+    (command.downgrade if down else command.upgrade)(config, target)
+
+
+class Retries(logging.Handler):
+    """The migration's log lines about retries."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "retry" in record.getMessage():
+            self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def retries():
+    handler = Retries()
+    logger = logging.getLogger("jobq.migrations")
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(previous)
+
+
+async def blocker(dsn: str) -> asyncpg.Connection:
+    """Another client's transaction left open on jobq.jobs (it read the table, so it holds a lock)."""
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": "test-blocker"})
+    await conn.execute("BEGIN")
+    await conn.fetchval("SELECT count(*) FROM jobq.jobs")
+    return conn
+
+
+async def schema(db) -> tuple[str, list[str]]:
+    revision = await db.fetchval("SELECT version_num FROM jobq.alembic_version")
+    columns = await db.fetch(
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_schema = 'jobq' AND table_name = 'jobs'"
+    )
+    return revision, sorted(c["column_name"] for c in columns)
+
+
+class LockWaits:
+    """Samples pg_stat_activity: the longest any of the service's statements has waited for a lock."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.longest = 0.0
+        self.samples = 0
+        self.stop = asyncio.Event()
+
+    async def run(self) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            while not self.stop.is_set():
+                waited = await conn.fetchval(
+                    """
+                    SELECT coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)::float8
+                    FROM pg_stat_activity
+                    WHERE datname = current_database() AND application_name = 'jobq'
+                      AND wait_event_type = 'Lock'
+                    """
+                )
+                self.longest = max(self.longest, waited)
+                self.samples += 1
+                await asyncio.sleep(0.02)
+        finally:
+            await conn.close()
+
+
+# --- point 5: lock_timeout, retries, lock order -----------------------------------------------------
+
+
+async def test_a_blocked_migration_retries_without_stalling_traffic(
+    tmp_path, database_url, service, client, db, retries
+):
+    """An ALTER TABLE queued behind an open transaction used to hold every later statement on jobq.jobs
+    (a POST /jobs waited 15 s). Now the migration gives up its place after lock_timeout and retries,
+    traffic is answered meanwhile, and the step completes once the blocker goes."""
+    lock_timeout = 0.5
+    versions = newer_build(tmp_path, EXPAND)
+    holder = await blocker(database_url)
+    waits = LockWaits(database_url)
+    sampler = asyncio.create_task(waits.run())
+    migration = asyncio.create_task(
+        asyncio.to_thread(
+            run_build, database_url, versions, migration_lock_timeout=lock_timeout, migration_attempts=1000
+        )
+    )
+    try:
+        # The migration has asked for its lock at least once.
+        await until(
+            lambda: db.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query ILIKE 'ALTER TABLE jobq.jobs%'"
+            )
+        )
+        rounds = 0
+        while rounds < 10 or len(retries.lines) < 3:
+            assert not migration.done(), "the migration ended while the blocker was still there"
+            r = await client.post("/jobs", json={"queue": "live", "payload": rounds}, timeout=10)
+            assert r.status_code == 201, r.text
+            r = await client.post("/lease", json={"queue": "live"}, timeout=10)
+            assert r.status_code == 200 and len(r.json()["jobs"]) == 1, r.text
+            rounds += 1
+        # The blocker was there all along, and the schema is still today's.
+        assert (await schema(db))[0] == HEAD
+    finally:
+        await holder.execute("COMMIT")
+        await holder.close()
+    await asyncio.wait_for(migration, 60)
+    waits.stop.set()
+    await sampler
+    revision_after, columns = await schema(db)
+    assert revision_after == "t_expand" and "test_note" in columns
+    assert waits.samples > 10
+    # A service statement waits behind the migration's lock request at most about lock_timeout (here
+    # 0.5 s; the margin is for a busy test machine), never until the blocker ends.
+    assert waits.longest < lock_timeout + 2.5, waits.longest
+
+
+async def test_a_migration_gives_up_on_a_blocker_that_stays(tmp_path, database_url, service, client, db):
+    """Attempts are bounded: then a clear error naming the blocking session, and the schema unchanged."""
+    versions = newer_build(tmp_path, EXPAND)
+    holder = await blocker(database_url)
+    pid = await holder.fetchval("SELECT pg_backend_pid()")
+    before = await schema(db)
+    migration = asyncio.create_task(
+        asyncio.to_thread(run_build, database_url, versions, migration_lock_timeout=0.2, migration_attempts=3)
+    )
+    try:
+        await until(migration.done, timeout=30)
+    finally:
+        await holder.execute("ROLLBACK")
+        await holder.close()
+    error = migration.exception()
+    assert isinstance(error, migrations.MigrationBlocked), repr(error)
+    message = str(error)
+    assert f"pid {pid}" in message and "test-blocker" in message, message
+    assert "3 attempts" in message and HEAD in message, message
+    assert await schema(db) == before
+    # And the service never noticed.
+    r = await client.post("/jobs", json={"queue": "after", "payload": 1}, timeout=10)
+    assert r.status_code == 201
+
+
+async def test_each_step_commits_on_its_own(tmp_path, database_url, db):
+    """A retry repeats only the step that failed: the one before it stays applied."""
+    second = revision(
+        "t_second", "t_expand", floor_of(HEAD), 'op.execute("ALTER TABLE jobq.queues ADD COLUMN test_q text")'
+    )
+    versions = newer_build(tmp_path, EXPAND, second)
+    # Blocks only the second step: it needs jobq.queues, which the first does not touch.
+    holder = await asyncpg.connect(database_url)
+    await holder.execute("BEGIN")
+    await holder.fetchval("SELECT count(*) FROM jobq.queues")
+    try:
+        with pytest.raises(migrations.MigrationBlocked):
+            await asyncio.to_thread(
+                run_build, database_url, versions, migration_lock_timeout=0.2, migration_attempts=2
+            )
+    finally:
+        await holder.execute("ROLLBACK")
+        await holder.close()
+    revision_after, columns = await schema(db)
+    assert revision_after == "t_expand" and "test_note" in columns
+    await asyncio.to_thread(run_build, database_url, versions)
+    assert (await schema(db))[0] == "t_second"
+
+
+async def test_no_deadlock_under_mixed_load_while_migrating(
+    tmp_path, database_url, start_service, db, retries
+):
+    """Enqueues (queues, then jobs), leases, acks, nacks, the expiry sweep (jobs, then queues) and queue
+    settings, from many clients, while a step that needs both tables is applied and undone again and
+    again: every call is answered, the migration completes, and PostgreSQL reports no deadlock."""
+    service = start_service(sweep_interval=0.05)
+    versions = newer_build(tmp_path, BOTH)
+    deadlocks_before = await db.fetchval(
+        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+    )
+    failures: list[str] = []
+    answered = {"n": 0}
+    stop = asyncio.Event()
+
+    async def call(http: httpx.AsyncClient, method: str, path: str, **kw) -> httpx.Response | None:
+        try:
+            r = await http.request(method, path, timeout=20, **kw)
+        except httpx.HTTPError as exc:
+            failures.append(f"{method} {path}: {exc!r}")
+            return None
+        if r.status_code >= 500:
+            failures.append(f"{method} {path}: {r.status_code} {r.text}")
+        answered["n"] += 1
+        return r
+
+    async def producer(n: int) -> None:
+        async with httpx.AsyncClient(base_url=service.url) as http:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                queue = f"mix{i % 3}"
+                if i % 4:
+                    await call(http, "POST", "/jobs", json={"queue": queue, "payload": [n, i]})
+                else:
+                    jobs = [{"queue": queue, "payload": [n, i, k]} for k in range(5)]
+                    await call(http, "POST", "/jobs/batch", json={"jobs": jobs})
+
+    async def worker(n: int) -> None:
+        rng = random.Random(n)
+        async with httpx.AsyncClient(base_url=service.url) as http:
+            while not stop.is_set():
+                lease = {"queue": f"mix{n % 3}", "max_jobs": 5, "visibility_timeout": 0.5}
+                r = await call(http, "POST", "/lease", json=lease)
+                for job in r.json()["jobs"] if r is not None and r.status_code == 200 else []:
+                    token = {"id": job["id"], "lease_token": job["lease_token"]}
+                    choice = rng.random()
+                    if choice < 0.5:
+                        await call(http, "POST", "/ack", json=token)
+                    elif choice < 0.8:
+                        await call(http, "POST", "/nack", json={**token, "error": "x", "retry_after": 0})
+                    # else: left to expire, for the sweep
+
+    async def operator() -> None:
+        async with httpx.AsyncClient(base_url=service.url) as http:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                await call(http, "PATCH", f"/queues/mix{i % 3}", json={"max_attempts": 3 + i % 3})
+                await call(http, "GET", "/queues")
+
+    load = [asyncio.create_task(producer(n)) for n in range(3)]
+    load += [asyncio.create_task(worker(n)) for n in range(3)]
+    load.append(asyncio.create_task(operator()))
+
+    def migrate_back_and_forth() -> None:
+        settings = {"migration_lock_timeout": 1.0, "migration_attempts": 50}
+        for _ in range(5):
+            run_build(database_url, versions, **settings)
+            run_build(database_url, versions, HEAD, down=True, **settings)
+
+    try:
+        await until(lambda: answered["n"] > 50)
+        await asyncio.wait_for(asyncio.to_thread(migrate_back_and_forth), 240)
+        applied = await db.fetchval("SELECT version_num FROM jobq.alembic_version")
+        seen = answered["n"]
+        await until(lambda: answered["n"] > seen + 50)
+    finally:
+        stop.set()
+        await asyncio.gather(*load)
+    service.stop()
+    assert applied == HEAD
+    assert failures == [], failures[:5]
+    assert not [line for line in retries.lines if "deadlock" in line], retries.lines
+    # Every session of the test has ended (their statistics are written when they end).
+    conn = await asyncpg.connect(database_url)
+    try:
+        deadlocks = await conn.fetchval(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        )
+    finally:
+        await conn.close()
+    assert deadlocks == deadlocks_before
+
+
+def test_lock_tables_takes_the_service_order():
+    assert migrations.LOCK_ORDER == ("queues", "jobs")
+    with pytest.raises(ValueError, match="LOCK_ORDER"):
+        migrations.lock_order(["jobs", "unheard_of"])
+    assert migrations.lock_order(["jobs", "queues"]) == ["queues", "jobs"]
+
+
+# --- point 6: rolling upgrades and rollbacks --------------------------------------------------------
+
+
+def test_every_revision_declares_compatible_from():
+    script = this_build()
+    for rev in script.walk_revisions():
+        floor = getattr(rev.module, "compatible_from", None)
+        assert floor is not None, f"{rev.path} has no compatible_from"
+        ancestors = {a.revision for a in script.iterate_revisions(rev.revision, "base")}
+        assert floor in ancestors, f"{rev.path}: compatible_from {floor} is not {rev.revision} or before it"
+    assert script.get_revision("0001").module.compatible_from == "0001"
+    assert script.get_revision("0002").module.compatible_from == "0001"
+
+
+async def test_the_migration_records_its_floor(database_url, db):
+    recorded = await db.fetchval("SELECT obj_description('jobq.alembic_version'::regclass, 'pg_class')")
+    assert recorded is not None
+    assert json.loads(recorded) == {"revision": HEAD, "compatible_from": floor_of(HEAD)}
+    # A schema migrated before floors were recorded gets its floor from the next run, which has no
+    # step to apply.
+    await db.execute("COMMENT ON TABLE jobq.alembic_version IS NULL")
+    await asyncio.to_thread(migrations.upgrade, database_url)
+    recorded = await db.fetchval("SELECT obj_description('jobq.alembic_version'::regclass, 'pg_class')")
+    assert json.loads(recorded) == {"revision": HEAD, "compatible_from": floor_of(HEAD)}
+
+
+async def test_old_code_stays_ready_on_a_newer_compatible_schema(tmp_path, database_url, start_service, db):
+    versions = newer_build(tmp_path, EXPAND)
+    await asyncio.to_thread(run_build, database_url, versions)
+    assert (await schema(db))[0] == "t_expand"
+    # A replica of this build that was already running,
+    running = start_service()
+    # and one that (re)starts now, migrating on start as replicas do: nothing to upgrade, no crash.
+    restarted = start_service(migrate_on_start=True)
+    for service in (running, restarted):
+        async with httpx.AsyncClient(base_url=service.url, timeout=10) as http:
+            r = await http.get("/readyz")
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["ready"] is True and body["database"] is True
+            assert body["schema_revision"] == "t_expand" and body["expected_revision"] == HEAD
+            assert body["compatible"] is True and body["compatible_from"] == floor_of(HEAD)
+            r = await http.post("/jobs", json={"queue": "old", "payload": 1})
+            assert r.status_code == 201, r.text
+            r = await http.post("/lease", json={"queue": "old"})
+            assert len(r.json()["jobs"]) == 1
+    assert (await schema(db))[0] == "t_expand"
+
+
+async def test_old_code_is_unready_on_an_incompatible_schema(tmp_path, database_url, start_service, db):
+    versions = newer_build(tmp_path, EXPAND, CONTRACT)
+    await asyncio.to_thread(run_build, database_url, versions)
+    service = start_service(migrate_on_start=True)  # starts: nothing it can upgrade
+    async with httpx.AsyncClient(base_url=service.url, timeout=10) as http:
+        body = assert_problem(await http.get("/readyz"), 503, "unavailable")
+    assert body["ready"] is False and body["database"] is True and body["compatible"] is False
+    assert body["schema_revision"] == "t_contract" and body["expected_revision"] == HEAD
+    assert body["compatible_from"] == "t_expand"
+    for word in ("t_contract", HEAD, "t_expand", "upgrade"):
+        assert word in body["detail"], body["detail"]
+    assert (await schema(db))[0] == "t_contract"
+
+
+async def test_old_schema_is_not_ready(database_url, start_service, db):
+    previous = this_build().get_revision(HEAD).down_revision
+    await asyncio.to_thread(migrations.downgrade, database_url, previous)
+    service = start_service()
+    async with httpx.AsyncClient(base_url=service.url, timeout=10) as http:
+        body = assert_problem(await http.get("/readyz"), 503, "unavailable")
+    assert body["schema_revision"] == previous and body["expected_revision"] == HEAD
+    assert "jobq migrate" in body["detail"]
+
+
+def test_migrate_command_of_an_old_build_on_a_newer_schema(tmp_path, database_url):
+    versions = newer_build(tmp_path, EXPAND)
+    run_build(database_url, versions)
+    done = subprocess.run(
+        [*JOBQ, "migrate"], env=jobq_env(JOBQ_DATABASE_URL=database_url), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "t_expand" in done.stdout + done.stderr and HEAD in done.stdout + done.stderr
+
+
+def test_the_newer_build_can_roll_the_schema_back(tmp_path, database_url):
+    """A rollback of the schema is the newer build's `jobq migrate --down <revision>`; afterwards the
+    recorded floor is the older revision's."""
+    versions = newer_build(tmp_path, EXPAND, CONTRACT)
+    run_build(database_url, versions)
+    run_build(database_url, versions, HEAD, down=True)
+
+    async def recorded():
+        conn = await asyncpg.connect(database_url)
+        try:
+            return await conn.fetchrow(
+                "SELECT (SELECT version_num FROM jobq.alembic_version) AS revision,"
+                " obj_description('jobq.alembic_version'::regclass, 'pg_class') AS compat"
+            )
+        finally:
+            await conn.close()
+
+    row = asyncio.run(recorded())
+    assert row["revision"] == HEAD
+    assert json.loads(row["compat"]) == {"revision": HEAD, "compatible_from": floor_of(HEAD)}
