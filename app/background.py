@@ -1,5 +1,6 @@
-"""Work each service process does on its own: expiring leases, pruning finished jobs, reading the
-metrics' database gauges, and vacuuming the jobs table where autovacuum does not (app/maintenance.py).
+"""Work each service process does on its own: expiring leases, pruning finished jobs and expired
+idempotency keys, reading the metrics' database gauges, and vacuuming the jobs table where autovacuum
+does not (app/maintenance.py).
 
 Every replica runs these loops; the statements claim rows with SKIP LOCKED and re-check states, so
 replicas share the work instead of colliding. A failing step (database down) is logged and retried on
@@ -44,6 +45,9 @@ def start(db: Database) -> list[asyncio.Task]:
         pruned = await jobs.prune_finished(db)
         if pruned:
             log.info("pruned %d finished jobs past retention", pruned)
+        forgotten = await jobs.prune_idempotency_keys(db)
+        if forgotten:
+            log.info("forgot %d expired idempotency keys", forgotten)
 
     async def refresh_gauges() -> None:
         queues = await jobs.queue_gauges(db)

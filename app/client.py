@@ -20,6 +20,7 @@ import inspect
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -143,6 +144,8 @@ class Call(Generic[T]):
     # Whether sending it again is harmless when an answer was lost in transit (the request may have
     # been carried out). Requests that never reached the service are always sent again.
     idempotent: bool = True
+    # Sent with the request, the same on every try (an enqueue's Idempotency-Key).
+    headers: dict[str, str] | None = None
 
 
 def _compact(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,6 +173,13 @@ def _segment(name: str) -> str:
     return quote(name, safe="")
 
 
+def _once(idempotency_key: str | None) -> dict[str, str]:
+    """The header that makes an enqueue safe to send again: the service carries out a request with a
+    given key once and answers its repeats with the first answer (for a few minutes), so a retry after
+    a lost answer cannot enqueue twice. One key per call, the same on each of its tries."""
+    return {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+
+
 class Calls:
     """Every call of the API, written once. The clients expose each under the same name."""
 
@@ -183,21 +193,25 @@ class Calls:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
+        idempotency_key: str | None = None,
     ) -> Call[Job]:
         """Enqueue a job (`POST /jobs`). With a `dedup_key` an active job of the queue already holds, the
-        answer is that job, with `duplicate` True. Lower `priority` runs first; `delay` is in seconds."""
+        answer is that job, with `duplicate` True. Lower `priority` runs first; `delay` is in seconds.
+        The call is sent with an `Idempotency-Key` (`idempotency_key`, else a fresh random one), so
+        its retries enqueue it at most once."""
         options = dict(priority=priority, delay=delay, run_at=run_at, max_attempts=max_attempts)
         body = _new_job({"queue": queue, "payload": payload, **options, "dedup_key": dedup_key})
-        # Without a dedup_key, sending it again after a lost answer could enqueue it twice.
-        return Call("POST", "/jobs", _job, json=body, idempotent=dedup_key is not None)
+        return Call("POST", "/jobs", _job, json=body, headers=_once(idempotency_key))
 
     @staticmethod
-    def enqueue_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job]]:
+    def enqueue_many(
+        jobs: Iterable[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> Call[list[Job]]:
         """Enqueue 1..1000 jobs at once, all or nothing (`POST /jobs/batch`); each is a mapping with the
-        fields of `enqueue` (`{"queue": ..., "payload": ..., "priority": ...}`). Answers in order."""
+        fields of `enqueue` (`{"queue": ..., "payload": ..., "priority": ...}`). Answers in order. Sent
+        with an `Idempotency-Key`, as `enqueue` is."""
         body = [_new_job(j) for j in jobs]
-        idempotent = all(j.get("dedup_key") is not None for j in body)
-        return Call("POST", "/jobs/batch", _jobs, json={"jobs": body}, idempotent=idempotent)
+        return Call("POST", "/jobs/batch", _jobs, json={"jobs": body}, headers=_once(idempotency_key))
 
     @staticmethod
     def get_job(id: int) -> Call[Job]:
@@ -344,9 +358,16 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """How calls are retried: after connection errors, 503 (and a proxy's 502 or 504), never after any
-    other answer. The n-th retry sleeps `backoff * 2**n` seconds, capped at `cap`, less up to half of it
-    at random, or the answer's `Retry-After` when that is longer."""
+    """How calls are retried, never after an answer other than 503 (or a proxy's 502 or 504):
+
+    - Idempotent calls (reads, lease, ack, extend, release, queue settings, and enqueues, which carry an
+      Idempotency-Key) go again after connection errors, 503, 502 and 504: a repeat is harmless.
+    - The others (nack, cancel, dead retry, purge) go again only when they surely were not carried
+      out: the connection was never made, or the 503 says `nothing_done` (the service had not sent
+      anything to its database). A lost answer or another 503 may follow their commit: they raise.
+
+    The n-th retry sleeps `backoff * 2**n` seconds, capped at `cap`, less up to half of it at random, or
+    the answer's `Retry-After` when that is longer."""
 
     attempts: int = 6  # tries in all, the first one included (default 6: about 8 s of trying at most)
     backoff: float = 0.25  # seconds before the first retry
@@ -354,6 +375,14 @@ class Retry:
 
     def delay(self, retry: int) -> float:
         return min(self.cap, self.backoff * 2**retry) * random.uniform(0.5, 1.0)
+
+
+def _nothing_done(response: httpx.Response) -> bool:
+    """Whether a problem answer says the service did nothing for the request (app/errors.py)."""
+    try:
+        return response.json().get("nothing_done") is True
+    except (ValueError, AttributeError):
+        return False
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -383,9 +412,11 @@ def _exchange(call: Call[T], retry: Retry) -> Generator[Step, Outcome, T]:
             continue
         assert outcome is not None
         status = outcome.status_code
-        # 503: the service could not do it (its database is away). A proxy's 502/504 may hide a request
-        # that was carried out, so only idempotent calls go again after those.
-        if not last and (status == 503 or (status in (502, 504) and call.idempotent)):
+        # 503: the service could not answer (its database is away), but the request may have been
+        # carried out before the connection to the database was lost; a proxy's 502/504 may hide one
+        # too. So only idempotent calls go again, unless the service says nothing was done.
+        again = call.idempotent or (status == 503 and _nothing_done(outcome))
+        if not last and status in (502, 503, 504) and again:
             yield max(retry.delay(n), min(_retry_after(outcome), retry.cap))
             continue
         if outcome.is_success:
@@ -453,7 +484,14 @@ class _Transport:
             timeout = httpx.Timeout(
                 connect=timeout.connect, read=timeout.read + call.wait, write=timeout.write, pool=timeout.pool
             )
-        return dict(method=call.method, url=call.path, json=call.json, params=call.params, timeout=timeout)
+        return dict(
+            method=call.method,
+            url=call.path,
+            json=call.json,
+            params=call.params,
+            headers=call.headers,
+            timeout=timeout,
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

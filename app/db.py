@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import asyncpg
 
+from app.errors import NOTHING_DONE
 from app.metrics import Metrics
 from app.settings import Settings
 
@@ -57,15 +59,62 @@ class Database:
         self.pool = pool
         self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics()
-        self._batchers: dict[object, Any] = {}
+        self._batchers: dict[object, Any] = {}  # fixed keys (ack, nack, enqueue): a handful, kept
+        self._shared: dict[object, list[Any]] = {}  # keys naming a queue: [batcher, callers in it]
 
     def batcher(self, key: object, make: Callable[[], Any]) -> Any:
-        """The process's Batcher for `key` (app/coalesce.py), made on first use."""
+        """The process's Batcher for `key` (app/coalesce.py), made on first use and kept: for the few
+        fixed keys only. Keys that carry a name a client sends go through ``sharing``."""
         batcher = self._batchers.get(key)
         if batcher is None:
             batcher = self._batchers[key] = make()
         return batcher
 
-    def acquire(self) -> asyncpg.pool.PoolAcquireContext:
+    @contextmanager
+    def sharing(self, key: object, make: Callable[[], Any]) -> Iterator[Any]:
+        """The Batcher for `key` while the block runs: made for the first caller, dropped when the last
+        one leaves. Concurrent callers share it, which is all a Batcher is for; an idle one is worth
+        nothing, and keeping one per key (a queue name, which any client may invent) would grow without
+        bound. A statement still running for callers that went away finishes on its own (the Batcher
+        holds its task, and hands back what it claimed)."""
+        entry = self._shared.get(key)
+        if entry is None:
+            entry = self._shared[key] = [make(), 0]
+        entry[1] += 1
+        try:
+            yield entry[0]
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._shared[key]
+
+    def batcher_count(self) -> int:
+        """How many Batchers the process keeps now."""
+        return len(self._batchers) + len(self._shared)
+
+    def acquire(self) -> _Acquire:
         """One connection for one request (or one background step); 503 when none comes in time."""
-        return self.pool.acquire(timeout=self.settings.pool_acquire_timeout)
+        return _Acquire(self.pool.acquire(timeout=self.settings.pool_acquire_timeout))
+
+
+class _Acquire:
+    """The pool's acquire, marking a failure to get a connection (none free in time, or the database
+    refusing a new one) as one where nothing was sent to the database: the 503 then says
+    `nothing_done` (app/errors.py), and a client may send even a call that is not idempotent again.
+    Every operation that is not idempotent acquires once, before any statement, so for those the mark
+    holds for the whole request."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context: asyncpg.pool.PoolAcquireContext) -> None:
+        self._context = context
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        try:
+            return await self._context.__aenter__()
+        except Exception as exc:
+            setattr(exc, NOTHING_DONE, True)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._context.__aexit__(*exc)

@@ -68,7 +68,13 @@ class Invalid(JobqError):
 
 
 class Unavailable(JobqError):
+    """Not now, try again: answered with `Retry-After: <retry_after>` (seconds)."""
+
     status, code = 503, "unavailable"
+
+    def __init__(self, detail: str, *, retry_after: int = 1, **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.retry_after = retry_after
 
 
 # Errors meaning "the database cannot be reached or is going away": answered 503, and the pool
@@ -82,6 +88,17 @@ DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.OperatorInterventionError,  # shutdown, cannot connect now, statement timeout
     asyncpg.InsufficientResourcesError,  # too many connections, disk full
 )
+
+# Set on such an error (as an attribute of that name) when it came before anything was sent to the
+# database (app/db.py: no connection could be had). The 503 then carries `"nothing_done": true`, so a
+# client knows it may send again even a call that is not idempotent: any other 503 may follow a commit
+# (the connection lost after the statement ran, a timeout), and then only idempotent calls go again.
+NOTHING_DONE = "jobq_nothing_done"
+
+# PostgreSQL rolled the request's transaction back to break a deadlock or a serialization conflict (a
+# migration's lock against a service statement, say): nothing of it was committed, and the same request
+# sent again can succeed, so 503 with `nothing_done`, never a 500.
+TRANSACTION_ROLLED_BACK: tuple[type[BaseException], ...] = (asyncpg.TransactionRollbackError,)
 
 # Values PostgreSQL refuses (a NUL character, an out-of-range number): the client's input, so 422.
 DATABASE_REJECTED_INPUT: tuple[type[BaseException], ...] = (
@@ -117,6 +134,8 @@ async def _jobq_error(request: Request, exc: Exception) -> JSONResponse:
     response = problem(exc.status, exc.code, exc.detail, **exc.extra)
     if isinstance(exc, Unauthorized):
         response.headers["WWW-Authenticate"] = 'Bearer realm="jobq"'
+    elif isinstance(exc, Unavailable):
+        response.headers["Retry-After"] = str(exc.retry_after)
     return response
 
 
@@ -153,7 +172,20 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
-    response = problem(503, "unavailable", "the database is unreachable; retry shortly")
+    done = {"nothing_done": True} if getattr(exc, NOTHING_DONE, False) else {}
+    response = problem(503, "unavailable", "the database is unreachable; retry shortly", **done)
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+async def _transaction_rolled_back(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("transaction rolled back on %s %s: %r", request.method, request.url.path, exc)
+    response = problem(
+        503,
+        "unavailable",
+        f"the database rolled this request back ({exc}); nothing was done, send it again",
+        nothing_done=True,
+    )
     response.headers["Retry-After"] = "1"
     return response
 
@@ -176,6 +208,7 @@ HANDLERS: dict[type[BaseException], Any] = {
     RequestValidationError: _request_validation,
     StarletteHTTPException: _http_exception,
     **dict.fromkeys(DATABASE_UNAVAILABLE, _database_unavailable),
+    **dict.fromkeys(TRANSACTION_ROLLED_BACK, _transaction_rolled_back),
     **dict.fromkeys(DATABASE_REJECTED_INPUT, _database_rejected_input),
     RecursionError: _recursion,
     Exception: _unexpected,

@@ -6,7 +6,8 @@ route's dependencies one by one and validating a body that Python's json module 
 half of the service's CPU time on a one-job lease or ack. ``HotRoutes`` answers these routes itself: it
 reads the body, parses it with pydantic's parser and validates it with the route's own model, checks
 the caller's role with the route's own ``Admits`` (app/auth.py), and calls the route's own endpoint
-function. The answer is that function's, byte for byte.
+function, with the caller's Grant, which the endpoint uses to check the queues the body names (as it
+does when FastAPI calls it). The answer is that function's, byte for byte.
 
 Only the ordinary case is taken this way. A query string, a content type other than `application/json`,
 a body nested too deeply or that the parser or the model refuses: these go on to FastAPI as if nothing had
@@ -15,7 +16,7 @@ raised while answering become the same problem bodies, through ``errors.answer``
 
 A route of the routers given is hot when it is a ``POST`` to a fixed path (no path parameters), every
 dependency of it is a role check, and its endpoint takes nothing but `body` (a pydantic model), `db`,
-`wakeups` and `request`; a route added later is hot or not by the same rule.
+`wakeups`, `request` and `caller`; a route added later is hot or not by the same rule.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import errors
-from app.auth import Admits
+from app.auth import OPEN, Admits
 from app.web import nesting_depth
 
-ARGUMENTS = {"body", "db", "wakeups", "request"}
+ARGUMENTS = {"body", "db", "wakeups", "request", "caller"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +99,15 @@ class HotRoutes:
 
 
 async def _call(hot: Hot, body: BaseModel, request: Request) -> Response:
-    """The endpoint's answer, once the caller's role is checked."""
+    """The endpoint's answer, once the caller's role is checked. The endpoint gets the caller's Grant
+    as `caller`, as FastAPI would give it (app/auth.py ``Caller``), and checks the queues the body names
+    with it: one check for both ways in."""
     state = request.app.state
     authorization = request.headers.get("authorization", "")
+    grant = OPEN
     for admits in hot.admits:
-        admits.check(state.tokens, authorization)
-    arguments = {"body": body, "db": state.db, "wakeups": state.wakeups, "request": request}
+        grant = admits.check(state.tokens, authorization)
+    arguments = {"body": body, "db": state.db, "wakeups": state.wakeups, "request": request, "caller": grant}
     return await hot.endpoint(**{name: arguments[name] for name in hot.wants})
 
 

@@ -18,7 +18,7 @@ from app.db import Database, create_pool
 from app.hot import HotRoutes
 from app.metrics import Metrics
 from app.origin import OriginCheck, allowed_hosts
-from app.routers import health, metrics, operators, producers, ui, workers
+from app.routers import docs, health, metrics, operators, producers, ui, workers
 from app.settings import Settings
 from app.sqs import router as sqs
 from app.wakeups import Wakeups
@@ -82,7 +82,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pool = await create_pool(dsn, settings)
         db = Database(pool, settings, app.state.metrics)
         app.state.db = db
-        app.state.wakeups = wakeups = Wakeups(dsn, safety_interval=settings.wakeup_safety_interval)
+        app.state.wakeups = wakeups = Wakeups(
+            dsn, safety_interval=settings.wakeup_safety_interval, max_waiters=settings.max_waiters
+        )
         await wakeups.start()
         _answer_waiters_on_signals(wakeups)
         tasks = background.start(db)
@@ -105,6 +107,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # FastAPI's built-in OpenTelemetry hooks look up their providers on every request; jobq exports
         # its own Prometheus metrics instead.
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        # FastAPI's own /openapi.json, /docs and /redoc are public whatever the tokens; app/routers/docs.py
+        # serves the same behind a role check.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.tokens = Tokens.load(settings.tokens, settings.tokens_file)
@@ -122,7 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: it times every request, also those a middleware inside it answers.
     app.add_middleware(access_log.ObserveRequests, metrics=app.state.metrics, access_log=settings.access_log)
     errors.install(app)
-    for module in (producers, workers, operators, health, metrics, ui):
+    for module in (producers, workers, operators, health, metrics, ui, docs):
         app.include_router(module.router)
     app.include_router(sqs.router)  # the SQS API at POST / (app/sqs)
     return app

@@ -12,6 +12,10 @@ Three kinds of numbers, each gathered where it is cheapest:
 - Histograms of request latency per route template (fed by the request middleware in
   app/access_log.py) and of the claim statement's duration per queue.
 
+Series per queue exist only for queues that exist: the job counters move only when a statement changed
+jobs of the queue, and a claim series is made for a queue the last snapshot lists or a claim that
+leased something (a lease may name any queue, and names that are none must not grow /metrics).
+
 Counters live in each service process; with ``jobq serve --workers N`` a scrape reaches one process of
 the N, so run one process per replica (container) and scrape each replica. The gauges are the same
 whichever process answers: they come from the database.
@@ -171,6 +175,7 @@ class Metrics:
             registry=r,
         )
         self._claim_children: dict[str, Any] = {}
+        self._queues: frozenset[str] = frozenset()  # the queues the last snapshot listed
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.gauges = QueueGauges()
         r.register(_Gauges(self))
@@ -179,9 +184,12 @@ class Metrics:
     # --- hot path -----------------------------------------------------------------------------------
 
     def claimed(self, queue: str, seconds: float, jobs: int) -> None:
-        """One claim statement ran on `queue` for `seconds` and leased `jobs` jobs."""
+        """One claim statement ran on `queue` for `seconds` and leased `jobs` jobs. Not observed for a
+        queue not known to exist (a name no queue has, or one newer than the last snapshot)."""
         child = self._claim_children.get(queue)
         if child is None:
+            if not jobs and queue not in self._queues:
+                return
             child = self._claim_children[queue] = self.claim_seconds.labels(queue)
         child.observe(seconds)
         self.leased.inc(queue, jobs)
@@ -202,6 +210,7 @@ class Metrics:
     def refreshed(self, gauges: QueueGauges) -> None:
         """A new database snapshot; also samples the counters for `throughput`."""
         self.gauges = gauges
+        self._queues = frozenset(map(_QUEUE, gauges.queues))
         now = time.monotonic()
         self._history.append((now, self.enqueued.totals(), self.acked.totals()))
         # Keep one sample at or beyond the window's start, so the rate always spans the whole window.

@@ -19,12 +19,13 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Text,
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -167,3 +168,32 @@ class Job(Base):
     # the SQS API (app/sqs), and when SQS first handed it out (ApproximateFirstReceiveTimestamp).
     message_attributes: Mapped[dict | None] = mapped_column(JSONB)
     first_received_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class IdempotencyKey(Base):
+    """The answer of an enqueue sent with an `Idempotency-Key` header, kept so that the same request
+    sent again (a client retrying after a lost answer) gets it again and inserts nothing. Written in the
+    same statement or transaction as the jobs, so a key exists exactly when its jobs were committed;
+    deleted once past `expires_at` (app/jobs.py `enqueue`, `prune_idempotency_keys`)."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index("ix_idempotency_keys_expires_at", "expires_at"),)
+
+    # Whose key: the hex SHA-256 digest of the bearer token that sent it, '' without tokens configured.
+    # Keys of one credential never answer another's requests.
+    scope: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    # SHA-256 of the route and the request's jobs: the same key with another request is refused.
+    request_hash: Mapped[bytes] = mapped_column(LargeBinary)
+    # What the database decided for each job of the answer, in request order (the rest of a new job is
+    # the request itself): its id, its run_at where that is not created_at, its resolved max_attempts.
+    ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    run_ats: Mapped[list[datetime | None] | None] = mapped_column(ARRAY(DateTime(timezone=True)))
+    max_attempts: Mapped[list[int | None]] = mapped_column(ARRAY(Integer))
+    # Items answered as duplicates (an active dedup_key's holder, or a repeat within the batch): each
+    # one's answer as JSON text, byte for byte, in request order, NULL for new jobs; NULL when there were
+    # none. Text, not jsonb, so that the payload in it keeps its spelling.
+    holders: Mapped[list[str | None] | None] = mapped_column(ARRAY(Text))
+    # When the jobs were inserted (their created_at); kept until expires_at (JOBQ_IDEMPOTENCY_TTL later).
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

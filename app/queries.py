@@ -83,6 +83,31 @@ def _notify(source: str, where: str = "true") -> str:
 
 NOTIFIED = "(SELECT count(*) FROM notified) >= 0"
 
+# Enqueues and SQS DeleteQueue serialise per queue, so that no job outlives its queue row (the lease,
+# the sweep and pruning all join it: such a job would never be seen again). Every statement that inserts
+# jobs first takes a shared advisory lock on each queue it inserts into, held to the end of its
+# transaction; shared locks do not block each other, so enqueues stay concurrent. DeleteQueue takes the
+# same lock exclusively in a statement of its own before deleting (app/sqs/queries.py), so its delete's
+# snapshot sees every enqueue that got in first, and an enqueue that comes later waits for it and then
+# creates the queue row again. jobq.enqueue() takes it too (alembic 0003, with the same numbers).
+# The two-key form keeps these locks apart from the one-key locks of migrations and maintenance; two
+# queue names with the same hashtext merely serialise with each other's deletes.
+QUEUE_LOCK_CLASS = 1785684593  # 'jobq' in ASCII
+
+
+def _queue_locks(source: str) -> str:
+    """A CTE `locked`: the distinct queues of `source` (a FROM item with a `queue` column), each once its
+    shared lock is held. A statement reads it before inserting anything: its queue rows come from it,
+    and its job insert is filtered by LOCKED, which PostgreSQL evaluates once, before the first row."""
+    return f"""
+    locked AS (
+        SELECT queue, pg_advisory_xact_lock_shared({QUEUE_LOCK_CLASS}, hashtext(queue))
+        FROM (SELECT DISTINCT queue FROM {source}) queues
+    )"""
+
+
+LOCKED = "(SELECT count(*) FROM locked) > 0"
+
 # Insert a batch of jobs that have no dedup_key (one job is a batch of one), creating their queues on
 # first use: the common case, and the cheapest statement that does it.
 # - Columns go in as arrays, one element per job; a column the whole batch leaves at its default goes in
@@ -90,25 +115,29 @@ NOTIFIED = "(SELECT count(*) FROM notified) >= 0"
 # - Ids come from the column default, drawn as rows are inserted in request order (ORDER BY ord), so
 #   they ascend in request order: the n-th smallest id returned is the n-th job of the request.
 # - run_at and delay are resolved on the database clock, like every other deadline.
+# - The queues' locks (QUEUE_LOCK_CLASS) are taken before anything is inserted.
 # - Only what the database decided comes back, as one row of arrays in id order: the ids, each run_at
 #   that is not the insert time (NULL: the job is ready at once), the resolved max_attempts, and the
 #   insert time once (every row of a statement shares it). The rest of a new job is what the caller
 #   sent (jobs.enqueue builds it), so a batch of 1,000 is not sent back and decoded column by column.
-ENQUEUE_NEW = Query.define(
-    "enqueue_new",
-    f"""
-    WITH new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT DISTINCT unnest(:queues::text[]) ON CONFLICT DO NOTHING
-    ), j AS (
+_INSERT_NEW = f"""
+    j AS (
         INSERT INTO jobq.jobs AS j (queue, payload, priority, run_at, max_attempts)
         SELECT queue, payload::jsonb, coalesce(priority, 0),
                coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts
         FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
                     :delays::float8[], :max_attempts::int[])
              WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, ord)
+        WHERE {LOCKED}
         ORDER BY ord
         RETURNING j.id, j.queue, j.run_at, j.created_at, j.max_attempts
-    ), {_notify("j")}
+    )"""
+ENQUEUE_NEW = Query.define(
+    "enqueue_new",
+    f"""
+    WITH {_queue_locks("unnest(:queues::text[]) AS t(queue)")}, new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
+    ), {_INSERT_NEW}, {_notify("j")}
     SELECT array_agg(j.id ORDER BY j.id) AS ids,
            array_agg(nullif(j.run_at, j.created_at) ORDER BY j.id) AS run_ats,
            array_agg(coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) ORDER BY j.id)
@@ -133,13 +162,13 @@ ENQUEUE = Query.define(
         FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
                     :delays::float8[], :max_attempts::int[], :dedup_keys::text[])
              WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, dedup_key, ord)
-    ), new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT DISTINCT queue FROM input ON CONFLICT DO NOTHING
+    ), {_queue_locks("input")}, new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
     ), j AS (
         INSERT INTO jobq.jobs AS j (id, queue, payload, priority, run_at, max_attempts, dedup_key)
         SELECT id, queue, payload::jsonb, coalesce(priority, 0),
                coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, dedup_key
-        FROM input ORDER BY ord
+        FROM input WHERE {LOCKED} ORDER BY ord
         ON CONFLICT (queue, dedup_key) WHERE status IN ('pending', 'running') AND dedup_key IS NOT NULL
         DO NOTHING
         RETURNING *
@@ -166,9 +195,128 @@ DEDUP_HOLDERS = Query.define(
     """,
 )
 
+# Idempotency keys (`Idempotency-Key` on POST /jobs and /jobs/batch; app/jobs.py `enqueue`). A key's
+# row holds what the database decided for each job of its answer, in request order, and is written in
+# the statement (or transaction) that inserts the jobs: either both exist or neither. A key already
+# there makes that statement fail on pk_idempotency_keys, inserting nothing; jobs.enqueue then reads the
+# kept answer (ANSWERS). A second request with a key whose first is still in flight waits on the key's
+# index entry until the first commits, then fails the same way: one insert, whatever the timing.
+# The statements that keep answers under keys take them as :scope, :key and :request_hash (one call) or
+# as arrays, one entry per call (calls sharing a statement, app/coalesce.py); those insert their keys in
+# key order, so two statements waiting on each other's keys (retries overtaking their first tries)
+# cannot deadlock.
+
+# ENQUEUE_NEW for one call (POST /jobs/batch, or a single enqueue alone), keeping its answer, the row of
+# arrays ENQUEUE_NEW returns, under its key: one more CTE, and no work per job.
+ENQUEUE_NEW_ONCE = Query.define(
+    "enqueue_new_once",
+    f"""
+    WITH {_queue_locks("unnest(:queues::text[]) AS t(queue)")}, new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
+    ), {_INSERT_NEW}, {_notify("j")}, answer AS (
+        SELECT array_agg(j.id ORDER BY j.id) AS ids,
+               array_agg(nullif(j.run_at, j.created_at) ORDER BY j.id) AS run_ats,
+               array_agg(coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) ORDER BY j.id)
+                   AS max_attempts,
+               min(j.created_at) AS created_at
+        FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
+    ), kept AS (
+        INSERT INTO jobq.idempotency_keys
+            (scope, key, request_hash, ids, run_ats, max_attempts, created_at, expires_at)
+        SELECT :scope, :key, :request_hash, ids, run_ats, max_attempts, created_at,
+               created_at + make_interval(secs => :ttl)
+        FROM answer
+    )
+    SELECT * FROM answer WHERE {NOTIFIED}
+    """,
+)
+
+# ENQUEUE_NEW for concurrent single enqueues sharing the statement (app/coalesce.py), each call one job
+# with its own key: the n-th job in request order (its id the n-th smallest, see ENQUEUE_NEW) is kept
+# under the n-th key.
+ENQUEUE_NEW_EACH_ONCE = Query.define(
+    "enqueue_new_each_once",
+    f"""
+    WITH {_queue_locks("unnest(:queues::text[]) AS t(queue)")}, new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
+    ), {_INSERT_NEW}, {_notify("j")}, answered AS (
+        SELECT j.id, nullif(j.run_at, j.created_at) AS run_at,
+               coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
+               j.created_at, row_number() OVER (ORDER BY j.id) AS ord
+        FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
+    ), kept AS (
+        INSERT INTO jobq.idempotency_keys
+            (scope, key, request_hash, ids, run_ats, max_attempts, created_at, expires_at)
+        SELECT k.scope, k.key, k.request_hash, ARRAY[a.id], ARRAY[a.run_at], ARRAY[a.max_attempts],
+               a.created_at, a.created_at + make_interval(secs => :ttl)
+        FROM answered a
+        JOIN unnest(:scopes::text[], :keys::text[], :request_hashes::bytea[])
+             WITH ORDINALITY AS k(scope, key, request_hash, ord) ON k.ord = a.ord
+        ORDER BY k.scope, k.key
+    )
+    SELECT array_agg(id ORDER BY id) AS ids, array_agg(run_at ORDER BY id) AS run_ats,
+           array_agg(max_attempts ORDER BY id) AS max_attempts, min(created_at) AS created_at
+    FROM answered
+    WHERE {NOTIFIED}
+    """,
+)
+
+# Keep the answers of calls that went through ENQUEUE (some dedup_key), in the transaction that inserted
+# their jobs, so now() is their created_at. One row per job: its call (:calls, 1-based), id, run_at
+# (NULL: created_at) and max_attempts, or, for a duplicate, its whole answer as JSON text in :holders.
+KEEP_ANSWERS = Query.define(
+    "keep_answers",
+    """
+    WITH keys AS (
+        SELECT * FROM unnest(:scopes::text[], :keys::text[], :request_hashes::bytea[])
+                      WITH ORDINALITY AS k(scope, key, request_hash, call)
+    )
+    INSERT INTO jobq.idempotency_keys
+        (scope, key, request_hash, ids, run_ats, max_attempts, holders, created_at, expires_at)
+    SELECT keys.scope, keys.key, keys.request_hash, array_agg(a.id ORDER BY a.ord),
+           array_agg(a.run_at ORDER BY a.ord), array_agg(a.max_attempts ORDER BY a.ord),
+           CASE WHEN bool_or(a.holder IS NOT NULL) THEN array_agg(a.holder ORDER BY a.ord) END,
+           now(), now() + make_interval(secs => :ttl)
+    FROM unnest(:calls::int[], :ids::bigint[], :run_ats::timestamptz[], :max_attempts::int[],
+                :holders::text[]) WITH ORDINALITY AS a(call, id, run_at, max_attempts, holder, ord)
+    JOIN keys ON keys.call = a.call
+    GROUP BY keys.call, keys.scope, keys.key, keys.request_hash
+    ORDER BY keys.scope, keys.key
+    """,
+)
+
+# The kept answers of these keys. A key past its expires_at that pruning has not reached yet is deleted
+# here instead of answered: from expires_at on, the key is free for a new request.
+ANSWERS = Query.define(
+    "answers",
+    """
+    WITH wanted AS (
+        SELECT * FROM unnest(:scopes::text[], :keys::text[]) AS w(scope, key)
+    ), expired AS (
+        DELETE FROM jobq.idempotency_keys k USING wanted w
+        WHERE k.scope = w.scope AND k.key = w.key AND k.expires_at <= now()
+    )
+    SELECT k.scope, k.key, k.request_hash, k.ids, k.run_ats, k.max_attempts, k.holders, k.created_at
+    FROM jobq.idempotency_keys k JOIN wanted w ON k.scope = w.scope AND k.key = w.key
+    WHERE k.expires_at > now()
+    """,
+)
+
+
+# Scopes: a token or SQS key may be limited to some queues (app/auth.py). Statements that find jobs by
+# id, or list queues or dead jobs, take its patterns as :scope, as LIKE patterns (`celery-%`, with `_`
+# escaped), or NULL for every queue. A job outside them is not found, in the same statement: no extra
+# round trip, and the same answer as a job that does not exist.
+def _in_scope(column: str) -> str:
+    return f"(:scope::text[] IS NULL OR {column} LIKE ANY(:scope::text[]))"
+
+
 GET_JOB = Query.define(
     "get_job",
-    f"SELECT {JOB} FROM jobq.jobs j LEFT JOIN jobq.queues q ON q.name = j.queue WHERE j.id = :id",
+    f"""
+    SELECT {JOB} FROM jobq.jobs j LEFT JOIN jobq.queues q ON q.name = j.queue
+    WHERE j.id = :id AND {_in_scope("j.queue")}
+    """,
 )
 
 # Cancel a job that has not started. Running, finished and dead jobs are left alone.
@@ -177,7 +325,7 @@ CANCEL = Query.define(
     f"""
     UPDATE jobq.jobs j SET status = 'cancelled', completed_at = now(), updated_at = now()
     FROM jobq.queues q
-    WHERE j.id = :id AND j.status = 'pending' AND q.name = j.queue
+    WHERE j.id = :id AND j.status = 'pending' AND q.name = j.queue AND {_in_scope("j.queue")}
     RETURNING {JOB}
     """,
 )
@@ -224,6 +372,8 @@ LEASE = Query.define(
 # Complete jobs whose latest lease token the caller holds. Accepted after the lease expired (the sweep
 # moved the job to pending or dead but kept the token), because the work was done; refused once anyone
 # leased the job again (new token) or nack or dead retry cleared the token.
+# Each row back names the (id, token) that completed it: one statement may carry several items for one
+# job (a batch, or acks of two workers coalesced), and only the item holding that token was done by it.
 ACK = Query.define(
     "ack",
     """
@@ -231,7 +381,7 @@ ACK = Query.define(
     SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL
     FROM unnest(:ids::bigint[], :lease_tokens::uuid[]) AS a(id, lease_token)
     WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.status IN ('running', 'pending', 'dead')
-    RETURNING j.id, j.queue
+    RETURNING j.id, a.lease_token, j.queue
     """,
 )
 
@@ -248,6 +398,8 @@ LEASE_STATES = Query.define(
 #   0-30 % jitter against thundering herds, never more than the cap (the exponent is bounded so the
 #   arithmetic cannot overflow).
 # The token is cleared: this lease is over, and a late ack by the same worker must not complete a retry.
+# As with ACK, each row back names the (id, token) that ended the lease (n.lease_token: the job's own is
+# cleared by then), so only that item is answered as done.
 NACK = Query.define(
     "nack",
     f"""
@@ -267,14 +419,15 @@ NACK = Query.define(
             last_error = n.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
         FROM n
         WHERE j.id = n.id AND j.lease_token = n.lease_token AND j.status = 'running'
-        RETURNING j.id, j.queue, j.status, j.run_at
+        RETURNING j.id, n.lease_token, j.queue, j.status, j.run_at
     ), {_notify("nacked", "status = 'pending'")}
-    SELECT id, queue, status, run_at FROM nacked WHERE {NOTIFIED}
+    SELECT id, lease_token, queue, status, run_at FROM nacked WHERE {NOTIFIED}
     """,
 )
 
 # Hand back jobs claimed for a long-poll whose client went away before they could be delivered: pending
-# again at their place in line, and the attempt not counted (the job never reached a worker).
+# again at their place in line, and the attempt not counted (the job never reached a worker). Each row
+# back names the (id, token) that released it, as with ACK.
 RELEASE = Query.define(
     "release",
     f"""
@@ -284,9 +437,9 @@ RELEASE = Query.define(
             worker_id = NULL, updated_at = now()
         FROM unnest(:ids::bigint[], :lease_tokens::uuid[]) AS r(id, lease_token)
         WHERE j.id = r.id AND j.lease_token = r.lease_token AND j.status = 'running'
-        RETURNING j.id, j.queue, j.run_at
+        RETURNING j.id, r.lease_token, j.queue, j.run_at
     ), {_notify("released")}
-    SELECT id FROM released WHERE {NOTIFIED}
+    SELECT id, lease_token FROM released WHERE {NOTIFIED}
     """,
 )
 
@@ -346,13 +499,28 @@ PRUNE_FINISHED = Query.define(
     """,
 )
 
+# Forget idempotency keys past their expires_at, a bounded batch per statement like PRUNE_FINISHED.
+PRUNE_IDEMPOTENCY_KEYS = Query.define(
+    "prune_idempotency_keys",
+    """
+    WITH doomed AS (
+        SELECT scope, key FROM jobq.idempotency_keys
+        WHERE expires_at <= now()
+        ORDER BY expires_at
+        LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM jobq.idempotency_keys k USING doomed WHERE k.scope = doomed.scope AND k.key = doomed.key
+    """,
+)
+
 # Dead jobs newest first, a page at a time (keyset on id: stable while jobs die meanwhile).
 DEAD_JOBS = Query.define(
     "dead_jobs",
     f"""
     SELECT {JOB}
     FROM jobq.jobs j LEFT JOIN jobq.queues q ON q.name = j.queue
-    WHERE j.status = 'dead' AND j.id < :before_id
+    WHERE j.status = 'dead' AND j.id < :before_id AND {_in_scope("j.queue")}
     ORDER BY j.id DESC
     LIMIT :limit
     """,
@@ -369,7 +537,7 @@ DEAD_JOBS_IN_QUEUE = Query.define(
 )
 
 # Dead jobs back to pending, attempts reset, ready now: by ids, by queue, or both (their intersection),
-# one page of :batch ids below :before_id at a time.
+# one page of :batch ids below :before_id at a time; jobs outside :scope are not candidates.
 # A dedup_key may be active once per queue: a dead job whose key an active job holds is skipped, and of
 # several dead jobs sharing a key only the newest is retried. Every candidate comes back with `retried`.
 RETRY_DEAD = Query.define(
@@ -379,7 +547,7 @@ RETRY_DEAD = Query.define(
         SELECT id, queue, dedup_key FROM jobq.jobs
         WHERE status = 'dead' AND id < :before_id
           AND (:ids::bigint[] IS NULL OR id = ANY(:ids::bigint[]))
-          AND (:queue::text IS NULL OR queue = :queue::text)
+          AND (:queue::text IS NULL OR queue = :queue::text) AND {_in_scope("queue")}
         ORDER BY id DESC
         LIMIT :batch
         FOR UPDATE
@@ -409,16 +577,18 @@ RETRY_DEAD = Query.define(
 
 PURGE_DEAD = Query.define(
     "purge_dead",
-    "DELETE FROM jobq.jobs WHERE id = :id AND status = 'dead' RETURNING id",
+    f"DELETE FROM jobq.jobs WHERE id = :id AND status = 'dead' AND {_in_scope('queue')} RETURNING id",
 )
 
-JOB_STATUS = Query.define("job_status", "SELECT status FROM jobq.jobs WHERE id = :id")
+JOB_STATUS = Query.define(
+    "job_status", f"SELECT status FROM jobq.jobs WHERE id = :id AND {_in_scope('queue')}"
+)
 
 # Per-queue counts. `pending` is ready now; `scheduled` waits for a future run_at (both are state pending).
 # The oldest ready job's age is the lag behind run_at, the first sign of workers falling behind.
 QUEUE_STATS = Query.define(
     "queue_stats",
-    """
+    f"""
     SELECT q.name AS queue,
            coalesce(s.pending, 0) AS pending, coalesce(s.scheduled, 0) AS scheduled,
            coalesce(s.running, 0) AS running, coalesce(s.dead, 0) AS dead,
@@ -437,9 +607,10 @@ QUEUE_STATS = Query.define(
                min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()) AS oldest_ready
         FROM jobq.jobs
         WHERE status <> 'cancelled' AND (:queue::text IS NULL OR queue = :queue::text)
+          AND {_in_scope("queue")}
         GROUP BY queue
     ) s ON s.queue = q.name
-    WHERE :queue::text IS NULL OR q.name = :queue::text
+    WHERE (:queue::text IS NULL OR q.name = :queue::text) AND {_in_scope("q.name")}
     ORDER BY q.name
     """,
 )

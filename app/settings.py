@@ -12,19 +12,21 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.auth import Role
+from app.auth import Access, parse_access
 
 
-class AwsCredential(BaseModel):
+class AwsCredential(Access):
+    """An SQS access key: its secret, and `role` or `roles` and `queues` as for tokens (app/auth.py)."""
+
     secret: str
-    role: Role
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore")
+    # Errors never repeat the values given: tokens, secrets and passwords are among them.
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", hide_input_in_errors=True)
 
     # PostgreSQL to use, e.g. postgresql://user:pass@127.0.0.1:5432/app. Falls back to the conventional
     # DATABASE_URL. Unset (the default): jobq starts an embedded PostgreSQL under `data_dir`.
@@ -37,14 +39,30 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
 
-    # Bearer tokens and their roles, as JSON: {"<token>": "producer" | "worker" | "admin"} (default: none,
-    # and then no authentication). JOBQ_TOKENS_FILE adds lines "<role> <token>" from a file.
-    tokens: dict[str, Role] = {}
+    # Bearer tokens, as JSON (default: none, and then no authentication): {"<token>": "<role>"}, or
+    # {"<token>": {"roles": ["producer", "worker"], "queues": ["celery-*"]}} ("role" for one; "queues",
+    # shell-style patterns, leaves the token limited to those queues; left out: every queue). Roles:
+    # producer, worker, viewer, admin (app/auth.py). JOBQ_TOKENS_FILE adds lines
+    # "<roles> <token> [<queues>]", roles and patterns comma-separated: "producer,worker t0k3n celery-*".
+    tokens: dict[str, Access] = {}
     tokens_file: Path | None = None
     # Credentials for the SQS API (app/sqs), as JSON: {"<access key id>": {"secret": "<secret access
-    # key>", "role": "producer" | "worker" | "admin"}} (default: none). Once any is configured, every SQS
-    # request must carry an AWS Signature Version 4 made with one of them (tokens or not).
+    # key>", "role": "<role>" or "roles": [...], "queues": [...]}}, roles and queues as for tokens
+    # (default: none). Once any is configured, every SQS request must carry an AWS Signature Version 4
+    # made with one of them (tokens or not).
     aws_credentials: dict[str, AwsCredential] = {}
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens(cls, value: Any) -> Any:
+        """Each token's entry, checked with an error that names its position, never the token."""
+        return parse_access(value, setting="JOBQ_TOKENS", secret_keys=True)
+
+    @field_validator("aws_credentials", mode="before")
+    @classmethod
+    def _aws_credentials(cls, value: Any) -> Any:
+        return parse_access(value, setting="JOBQ_AWS_CREDENTIALS", model=AwsCredential, secret_keys=False)
+
     # Regions a signature's credential scope may name, as a JSON list (default ["us-east-1"]): an SQS
     # endpoint serves one region and refuses signatures made for another, so a request signed for one
     # deployment cannot be replayed against another that shares its keys. us-east-1 is what jobq's ARNs
@@ -107,6 +125,12 @@ class Settings(BaseSettings):
     # looks anyway every `wakeup_safety_interval` seconds (default 5), a safety net that costs nothing
     # when no one waits.
     wakeup_safety_interval: float = 5.0
+    # Long-polls (POST /lease with `wait`, SQS ReceiveMessage with WaitTimeSeconds) waiting at once in
+    # one service process (default 10,000). Each holds a socket (a file descriptor), a task and some 30 KB;
+    # the cap keeps a flood of them from exhausting the process's file descriptors or memory, and is
+    # well above what the workers of one replica hold (one each). Past it a long-poll is answered
+    # `503 unavailable` with Retry-After at once; short leases (`wait` 0) are not counted and still work.
+    max_waiters: int = Field(default=10_000, ge=1)
 
     # How often each process returns expired leases to `pending` (seconds, default 1). Safe to run in
     # every replica at once: the sweep claims rows with SKIP LOCKED and re-checks their state.
@@ -116,6 +140,10 @@ class Settings(BaseSettings):
     # long locks.
     prune_interval: float = 60.0
     prune_batch: int = 1000
+    # How long the answer of an enqueue sent with an `Idempotency-Key` header is kept, so that the same
+    # request sent again gets it again and inserts nothing (seconds, default 300: far longer than any
+    # client's retries). Expired keys go with the retention pruning above, in batches of prune_batch.
+    idempotency_ttl: float = Field(default=300.0, gt=0)
     # How often one process checks whether the jobs table needs a VACUUM that autovacuum is not doing
     # (seconds, default 30; 0 turns it off). See app/maintenance.py.
     vacuum_interval: float = 30.0

@@ -12,6 +12,15 @@ jobs it made ready and the earliest ``run_at``. Each service process listens on 
 A slow safety poll (``safety_interval``) lets one waiter per queue look anyway, for anything a
 notification cannot describe exactly (later run_ats inside one batch). When the listener loses its
 connection it reconnects and then wakes every waiter, since anything may have become ready meanwhile.
+
+A wake-up is spent only by a waiter that looks for jobs because of it. One that leaves instead (its
+client went away, the service is closing) hands it to the next waiter of its queue; and a long-poll
+watches its client while it waits (app/jobs.py ``lease``), so a departed one leaves at once rather
+than being woken first.
+
+Everything kept here is bounded: a queue's entry in ``_waiters`` goes with its last waiter, ``_due`` and
+``_timers`` hold only queues that notifications named (queues with jobs), and at most ``max_waiters``
+long-polls wait at once (``long_poll``).
 """
 
 from __future__ import annotations
@@ -42,18 +51,28 @@ class Waiter:
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self.woken = False  # someone woke this waiter
-        self.used = False  # and it acted on it (looked for jobs again)
+        self.used = False  # and it acted on it (looked for jobs again): set by the one waiting
 
     def wake(self) -> None:
         self.woken = True
         self._event.set()
 
-    async def wait(self, timeout: float) -> None:
+    def _interrupt(self, _: object) -> None:
+        self._event.set()  # not woken: the wait just ends
+
+    async def wait(self, timeout: float, gone: asyncio.Future | None = None) -> None:
+        """Until woken, `timeout` seconds pass, or `gone` (the client's departure) completes."""
+        if gone is not None:
+            if gone.done():
+                return
+            gone.add_done_callback(self._interrupt)
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
         except TimeoutError:
             pass
-        self.used = self.woken
+        finally:
+            if gone is not None:
+                gone.remove_done_callback(self._interrupt)
 
 
 class Wakeups:
@@ -64,12 +83,16 @@ class Wakeups:
         safety_interval: float = 5.0,
         health_interval: float = 10.0,
         reconnect_interval: float = 0.5,
+        max_waiters: int = 10_000,
     ) -> None:
         self._dsn = dsn
         self.safety_interval = safety_interval  # seconds between safety looks per waiting queue
         self.health_interval = health_interval  # seconds between pings of the listening connection
         self.reconnect_interval = reconnect_interval  # first retry delay when the listener is down
+        self.max_waiters = max_waiters  # long-polls waiting at once, at most
+        self.long_polls = 0  # long-polls holding a place now (see long_poll)
         self._waiters: dict[str, dict[Waiter, None]] = {}  # per queue, oldest first
+        self._count = 0  # waiters registered, all queues
         self._due: dict[str, list[tuple[float, int]]] = {}  # per queue, a heap of (loop time, n)
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._clock_offset = 0.0  # database clock minus this machine's, seconds
@@ -114,33 +137,54 @@ class Wakeups:
     # --- waiting ---------------------------------------------------------------------------------------
 
     @contextmanager
+    def long_poll(self) -> Iterator[bool]:
+        """One long-poll's place among the process's `max_waiters`, held for the whole of its wait.
+
+        Yields False, holding nothing, when every place is taken: each waiting long-poll holds a socket,
+        a task and some memory, so past the cap a client is told to come back rather than let in.
+        """
+        if self.long_polls >= self.max_waiters:
+            yield False
+            return
+        self.long_polls += 1
+        try:
+            yield True
+        finally:
+            self.long_polls -= 1
+
+    @contextmanager
     def waiting(self, queue: str) -> Iterator[Waiter]:
         """Register a waiter for `queue` for the duration of the block.
 
         Register *before* looking for jobs: a wake-up that arrives while the look is under way is then
-        kept, not lost. A wake-up the waiter did not need (its look found jobs) is passed on.
+        kept, not lost. A wake-up the waiter did not act on (its look found jobs, or it left without
+        looking again, which it marks by leaving `used` unset) is passed on to the next waiter.
         """
         waiter = Waiter()
         self._waiters.setdefault(queue, {})[waiter] = None
+        self._count += 1
         try:
             yield waiter
         finally:
             waiters = self._waiters.get(queue)
-            if waiters is not None:
-                waiters.pop(waiter, None)
+            if waiters is not None and waiter in waiters:  # not woken meanwhile
+                del waiters[waiter]
+                self._count -= 1
                 if not waiters:
                     del self._waiters[queue]
             if waiter.woken and not waiter.used and not self._closing:
                 self._wake(queue, 1)
 
     def waiter_count(self) -> int:
-        return sum(len(w) for w in self._waiters.values())
+        """Waiters registered now, all queues (safe to read from another thread)."""
+        return self._count
 
     def _wake(self, queue: str, n: int) -> None:
         waiters = self._waiters.get(queue)
         while waiters and n > 0:
             waiter = next(iter(waiters))
             del waiters[waiter]
+            self._count -= 1
             waiter.wake()
             self.wakes += 1
             n -= 1

@@ -173,3 +173,16 @@ def encode_json(value: Any) -> bytes:
         return orjson.dumps(value)
     except orjson.JSONEncodeError:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def disconnected(request: Request) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A function that returns once the client of `request` has gone, for a long-poll to race its wait
+    against. Call it only after the body has been read: ASGI servers then send nothing but
+    ``http.disconnect``, when the connection closes (uvicorn: its receive() blocks until then), so this
+    reads no request data and costs nothing while it waits. Cancel it when the answer is ready."""
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return gone

@@ -5,6 +5,7 @@ the SQS API (signed, with tokens configured), a task that fails once is retried 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -23,10 +24,11 @@ pytest.importorskip("kombu.transport.SQS", reason="kombu[sqs] is not installed")
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parent.parent
-# The worker's key is an admin's: a retry is a new SendMessage from the worker.
+# The keys of the README's least-privilege table: the worker's is producer and worker (a retry is a new
+# SendMessage from the worker) and, like the sender's, limited to Celery's queues.
 CREDENTIALS = {
-    "AKIACELERY": {"secret": "celery-secret", "role": "admin"},
-    "AKIASENDER": {"secret": "sender-secret", "role": "producer"},
+    "AKIACELERY": {"secret": "celery-secret", "roles": ["producer", "worker"], "queues": ["celery-*"]},
+    "AKIASENDER": {"secret": "sender-secret", "role": "producer", "queues": ["celery-*"]},
 }
 
 
@@ -47,6 +49,11 @@ def test_readme_configuration_is_the_tested_one():
     assert re.fullmatch(r"sqs://AKIA\w+:<its secret>@[\w.]+:\d+", match[1])
     options = ast.literal_eval(match[2])
     assert options.items() <= celery_app.app.conf.broker_transport_options.items()
+    # Its key, as the README gives it, is the worker's key below (secret aside).
+    key = re.search(r"JOBQ_AWS_CREDENTIALS='(\{\"AKIACELERY\".*\})'\n", readme)
+    assert key, "the README lost the Celery key's configuration"
+    (given,) = json.loads(key[1]).values()
+    assert {**given, "secret": None} == {**CREDENTIALS["AKIACELERY"], "secret": None}
 
 
 async def test_celery_tasks_through_jobq(start_service, database_url, db):

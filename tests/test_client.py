@@ -21,6 +21,7 @@ from app.client import (
     Conflict,
     Forbidden,
     Job,
+    JobqError,
     LeasedJob,
     LeaseLost,
     NotFound,
@@ -244,29 +245,46 @@ async def test_retries_503_but_never_4xx(start_service, db):
 
 
 def test_retry_policy_after_lost_answers():
-    """An answer lost after the request went out: idempotent calls go again, the others do not (an enqueue
-    without dedup_key could land twice). The policy is I/O-free, so it is driven here by hand."""
+    """An answer lost after the request went out, or a 503 that may follow a commit: idempotent calls go
+    again (an enqueue is one: it carries an Idempotency-Key, the same on every try), the others do not,
+    unless the request surely was not carried out. The policy is I/O-free, so it is driven here by hand."""
     lost = httpx.ReadError("connection reset")
     request = httpx.Request("POST", "http://jobq/jobs")
     ok = httpx.Response(201, json={"id": 1, "status": "completed"}, request=request)
+    unavailable = httpx.Response(503, json={"code": "unavailable"}, request=request)
+    nothing_done = httpx.Response(503, json={"code": "unavailable", "nothing_done": True}, request=request)
+    gateway = httpx.Response(502, text="bad gateway", request=request)
 
-    steps = _exchange(Calls.enqueue("q", 1), Retry())
-    assert next(steps).path == "/jobs"
-    with pytest.raises(Unreachable):
-        steps.send(lost)
+    def goes_again(call, outcome) -> bool:
+        steps = _exchange(call, Retry())
+        assert next(steps) is call
+        try:
+            pause = steps.send(outcome)
+        except (JobqError, StopIteration):  # the answer's error (Unreachable, Unavailable, ...)
+            return False
+        assert isinstance(pause, float) and steps.send(None) is call  # a pause, then the same call
+        return True
+
+    enqueue, batch = Calls.enqueue("q", 1), Calls.enqueue_many([{"queue": "q", "payload": 1}])
+    nack = Calls.nack(1, "e", lease_token="t")
+    for outcome in (lost, unavailable, nothing_done, gateway):
+        assert goes_again(enqueue, outcome) and goes_again(batch, outcome)
+        assert goes_again(Calls.ack(1, lease_token="t"), outcome)
+    for outcome in (lost, unavailable, gateway):
+        assert not goes_again(nack, outcome)
+        assert not goes_again(Calls.cancel(1), outcome)
+        assert not goes_again(Calls.retry_dead(queue="q"), outcome)
+    refused = httpx.ConnectError("refused")  # never sent: anything goes again
+    for call in (enqueue, nack, Calls.purge_dead(1)):
+        assert goes_again(call, refused) and goes_again(call, nothing_done)
 
     steps = _exchange(Calls.ack(1, lease_token="t"), Retry())
     next(steps)
-    assert isinstance(steps.send(lost), float)  # a pause, then the call again
-    assert steps.send(None).path == "/ack"
+    steps.send(lost)
+    steps.send(None)
     with pytest.raises(StopIteration) as done:
         steps.send(ok)
     assert done.value.value.status == "completed"
-
-    refused = httpx.ConnectError("refused")  # never sent: even an enqueue goes again
-    steps = _exchange(Calls.enqueue("q", 1), Retry())
-    next(steps)
-    assert isinstance(steps.send(refused), float)
 
 
 TOKENS = {"producer-token": "producer", "worker-token": "worker", "admin-token": "admin"}

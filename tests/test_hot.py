@@ -33,7 +33,7 @@ def test_the_hot_routes_are_the_posts_with_a_fixed_path():
         "/extend",
         "/dead/retry",
     }
-    assert table["/lease"].wants == {"body", "db", "wakeups", "request"}
+    assert table["/lease"].wants == {"body", "db", "wakeups", "request", "caller"}
     assert {role.value for role in table["/jobs"].admits[0].roles} == {"producer", "admin"}
 
 
@@ -117,3 +117,25 @@ async def test_roles_are_checked_alike(start_service):
         assert (await both_ways(http, "/lease", {"queue": "q"}, authorization="Bearer w")).status_code == 200
         # An invalid body and no token: the token is checked first, either way.
         assert (await both_ways(http, "/lease", {"queue": "bad name!"})).status_code == 401
+
+
+async def test_queues_are_checked_alike(start_service, db):
+    """A token limited to queues is refused another queue the same way hot and routed, in a body's
+    queue and in each job of a batch; nothing is stored or leased."""
+    scoped = {"roles": ["producer", "worker", "admin"], "queues": ["mine-*"]}
+    service = start_service(tokens={"s": scoped, "a": "admin"})
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        auth = {"authorization": "Bearer s"}
+        await http.post("/jobs", json={"queue": "other", "payload": 0}, headers={"authorization": "Bearer a"})
+        for path, body in (
+            ("/jobs", {"queue": "other", "payload": 1}),
+            ("/jobs/batch", {"jobs": [{"queue": "mine-1", "payload": 1}, {"queue": "other", "payload": 2}]}),
+            ("/lease", {"queue": "other"}),
+            ("/dead/retry", {"queue": "other"}),
+        ):
+            r = await both_ways(http, path, body, **auth)
+            assert r.status_code == 403 and r.json()["allowed_queues"] == ["mine-*"], (path, r.text)
+        assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'pending'") == 1
+        for headers in (HOT, ROUTED):
+            r = await http.post("/jobs", content=b'{"queue": "mine-1", "payload": 1}', headers=headers | auth)
+            assert r.status_code == 201, r.text

@@ -310,3 +310,46 @@ async def test_gauge_query_reads_no_finished_jobs(db):
     assert scans and not any(kind == "Seq Scan" for kind, _ in scans), scans
     rows = await db.fetch(QUEUE_GAUGES.text)
     assert [(r["pending"], r["running"], r["dead"]) for r in rows] == [(5, 5, 5)]
+
+
+async def test_leases_on_unknown_queues_add_no_series_and_keep_no_batchers(start_service):
+    """Any client can name any queue: leasing from 50 names that are no queue adds no metric series and
+    leaves no Batcher behind. Existing queues get their claim series, known from the gauges' snapshot or
+    from a claim that leased something."""
+    service = start_service(metrics_interval=0.1)
+    db = service.app.state.db
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
+        await post(client, "/jobs", {"queue": "real", "payload": 1}, 201)
+        await post(client, "/lease", {"queue": "real"})  # leased a job: the queue exists
+        r = await client.patch("/queues/empty", json={"max_attempts": 3})  # exists, with no jobs
+        assert r.status_code == 200, r.text
+
+        async def snapshot_knows_empty() -> bool:
+            return value(await scrape(client), "jobq_queue_paused", queue="empty") == 0
+
+        await until(snapshot_knows_empty)
+        await post(client, "/lease", {"queue": "empty"})  # claims nothing, on a queue that exists
+
+        def claim_series(samples: dict) -> list[str]:
+            return sorted(
+                dict(labels)["queue"]
+                for name, labels in samples
+                if name == "jobq_claim_duration_seconds_count"
+            )
+
+        before = await scrape(client)
+        assert claim_series(before) == ["empty", "real"]
+        batchers = db.batcher_count()
+
+        leases = [
+            client.post("/lease", json={"queue": f"nobody-{i}", "wait": 0.2 if i % 5 == 0 else 0})
+            for i in range(50)
+        ]
+        for r in await asyncio.gather(*leases):
+            assert r.status_code == 200 and r.json() == {"jobs": []}, r.text
+
+        after = await scrape(client)
+        assert claim_series(after) == ["empty", "real"]
+        assert not [labels for _, labels in after if dict(labels).get("queue", "").startswith("nobody-")]
+        assert len(after) == len(before)  # not one sample more
+        assert db.batcher_count() == batchers

@@ -1,5 +1,6 @@
 """The database goes away and comes back: 503 `unavailable` meanwhile, recovery without a restart."""
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -82,3 +83,20 @@ def test_database_restart_gives_503_then_recovers(own_server, start_service):
             http.post("/jobs", json={"queue": "q", "payload": "woken"})
             (job,) = waiting.result().json()["jobs"]
         assert job["payload"] == "woken" and time.monotonic() - started < 0.5
+
+
+@pytest.mark.anyio
+async def test_a_transaction_postgresql_rolls_back_is_503_nothing_done():
+    """A deadlock victim or a serialization failure (a service statement against a migration's locks,
+    say) committed nothing: 503 with `nothing_done`, so that even a nack may be sent again; never 500."""
+    import asyncpg
+    from starlette.requests import Request
+
+    from app import errors
+
+    request = Request({"type": "http", "method": "POST", "path": "/nack", "headers": []})
+    for exc in (asyncpg.DeadlockDetectedError("deadlock detected"), asyncpg.SerializationError("x")):
+        response = await errors.answer(request, exc)
+        body = json.loads(response.body)
+        assert (response.status_code, body["code"], body["nothing_done"]) == (503, "unavailable", True)
+        assert response.headers["retry-after"] == "1"

@@ -255,3 +255,79 @@ async def test_credentials_are_enforced_without_tokens(start_service, db):
     assert code_and_status(producer.purge_queue, QueueUrl=url) == ("AccessDenied", 403)
     admin.send_message(QueueUrl=url, MessageBody="signed")
     assert await stored(db, "keyed") == ["signed"]
+
+
+# A Celery deployment's key: it sends (a retry is a SendMessage), receives, deletes and changes
+# visibility in its own queues, and nothing else.
+SCOPED = {
+    **CREDENTIALS,
+    "AKIACELERY": {"secret": "celery-secret", "roles": ["producer", "worker"], "queues": ["celery-*"]},
+    "AKIAVIEWER": {"secret": "viewer-secret", "role": "viewer"},
+    "AKIAOPS": {"secret": "ops-secret", "role": "admin", "queues": ["celery-*"]},
+}
+
+
+@pytest.fixture
+def scoped(start_service):
+    return start_service(tokens={"bearer-admin": "admin"}, aws_credentials=SCOPED, aws_regions=["eu-west-1"])
+
+
+@pytest.mark.anyio
+async def test_a_scoped_key_cannot_touch_other_queues(scoped, db):
+    admin = client(scoped.url)
+    native = admin.create_queue(QueueName="native")["QueueUrl"]
+    admin.send_message(QueueUrl=native, MessageBody="keep me")
+    celery = client(scoped.url, key="AKIACELERY", secret="celery-secret")
+    ops = client(scoped.url, key="AKIAOPS", secret="ops-secret")
+    for key in (celery, ops):
+        assert code_and_status(key.delete_queue, QueueUrl=native) == ("AccessDenied", 403)
+        assert code_and_status(key.purge_queue, QueueUrl=native) == ("AccessDenied", 403)
+        assert code_and_status(key.send_message, QueueUrl=native, MessageBody="x") == ("AccessDenied", 403)
+        assert code_and_status(key.receive_message, QueueUrl=native) == ("AccessDenied", 403)
+        assert code_and_status(key.get_queue_attributes, QueueUrl=native) == ("AccessDenied", 403)
+        assert code_and_status(key.get_queue_url, QueueName="native") == ("AccessDenied", 403)
+        assert code_and_status(key.create_queue, QueueName="other") == ("AccessDenied", 403)
+        arn = "arn:aws:sqs:us-east-1:000000000000:native"
+        assert code_and_status(key.list_message_move_tasks, SourceArn=arn)[0] == "AccessDenied"
+    # The queue and its message are still there.
+    assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'native'") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'native'") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'other'") == 0
+
+    # Its own queues: create, send, receive, change visibility, delete. Not DeleteQueue or PurgeQueue,
+    # which are an admin's (the scoped admin key may, in its queues).
+    url = celery.create_queue(QueueName="celery-tasks")["QueueUrl"]
+    assert [u.rsplit("/", 1)[-1] for u in celery.list_queues()["QueueUrls"]] == ["celery-tasks"]
+    assert len(admin.list_queues()["QueueUrls"]) == 2
+    celery.send_message(QueueUrl=url, MessageBody="task")
+    (message,) = celery.receive_message(QueueUrl=url, WaitTimeSeconds=1)["Messages"]
+    handle = message["ReceiptHandle"]
+    celery.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=60)
+    celery.send_message(QueueUrl=url, MessageBody="retry of task")  # what Celery's self.retry does
+    celery.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    assert celery.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert code_and_status(celery.purge_queue, QueueUrl=url) == ("AccessDenied", 403)
+    assert code_and_status(celery.delete_queue, QueueUrl=url) == ("AccessDenied", 403)
+    rows = await db.fetch(
+        "SELECT status, payload #>> '{}' FROM jobq.jobs WHERE queue = 'celery-tasks' ORDER BY id"
+    )
+    assert [tuple(r) for r in rows] == [("completed", "task"), ("pending", "retry of task")]
+    ops.purge_queue(QueueUrl=url)  # the scoped admin key may, in its queues
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'pending'") == 1  # native's
+
+
+def test_a_viewer_key_only_reads(scoped):
+    admin = client(scoped.url)
+    url = admin.create_queue(QueueName="celery-tasks")["QueueUrl"]
+    admin.send_message(QueueUrl=url, MessageBody="x")
+    viewer = client(scoped.url, key="AKIAVIEWER", secret="viewer-secret")
+    assert viewer.get_queue_url(QueueName="celery-tasks")["QueueUrl"] == url
+    assert viewer.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert len(viewer.list_queues()["QueueUrls"]) == 1
+    for call, kwargs in (
+        (viewer.send_message, {"QueueUrl": url, "MessageBody": "x"}),
+        (viewer.receive_message, {"QueueUrl": url}),
+        (viewer.create_queue, {"QueueName": "celery-new"}),
+        (viewer.purge_queue, {"QueueUrl": url}),
+    ):
+        assert code_and_status(call, **kwargs) == ("AccessDenied", 403)

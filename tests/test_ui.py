@@ -212,3 +212,29 @@ async def test_admins_only_when_tokens_are_configured(start_service, db):
         assert (await client.get("/ui", headers=admin)).status_code == 200
         assert (await client.post("/ui/queues/q/pause", headers=admin)).status_code == 303
         assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is True
+
+
+async def test_read_only_for_a_viewer(start_service, db):
+    """A viewer sees every page with no button on it, and its posts are refused, changing nothing."""
+    service = start_service(tokens={"v-secret": "viewer", "a-secret": "admin"})
+    viewer, admin = {"Authorization": "Bearer v-secret"}, {"Authorization": "Bearer a-secret"}
+    async with httpx.AsyncClient(base_url=service.url, headers=admin) as client:
+        job_id = await make_dead(client, "q", {"to": "ada"}, "boom")
+        await until(lambda: service.app.state.metrics.gauges.queues)  # the queues page lists q
+        pages = ("/ui", "/ui/dead", "/ui/dead?queue=q", f"/ui/jobs/{job_id}")
+        for path in pages:
+            shown = await client.get(path)
+            assert shown.status_code == 200 and '<form method="post"' in shown.text, path
+        for path in (*pages, "/ui/static/ui.js", "/ui/static/ui.css"):
+            r = await client.get(path, headers=viewer)
+            assert r.status_code == 200, path
+            assert 'method="post"' not in r.text and ">Retry<" not in r.text and ">Pause<" not in r.text, path
+        assert 'data-queue="q"' in (await client.get("/ui", headers=viewer)).text
+        assert f'data-job="{job_id}"' in (await client.get("/ui/dead", headers=viewer)).text
+        before = await db.fetch("SELECT id, status, attempts, updated_at FROM jobq.jobs ORDER BY id")
+        buttons = ("queues/q/pause", "queues/q/retry-dead", f"dead/{job_id}/retry", f"dead/{job_id}/purge")
+        for action in buttons:
+            r = await client.post(f"/ui/{action}", headers=viewer)
+            assert r.status_code == 403, action
+        assert await db.fetch("SELECT id, status, attempts, updated_at FROM jobq.jobs ORDER BY id") == before
+        assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is False

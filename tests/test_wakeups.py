@@ -1,10 +1,16 @@
 """Long-polls woken through LISTEN/NOTIFY: every path that makes a job ready wakes a waiter at once."""
 
 import asyncio
+import json
 import time
 
 import httpx
 import pytest
+from problems import assert_problem
+from waiting import until
+
+from app.queries import CHANNEL
+from app.wakeups import Wakeups
 
 pytestmark = pytest.mark.anyio
 
@@ -149,7 +155,7 @@ async def test_a_thousand_waiting_long_polls_hold_no_connections(quiet_service, 
     host, port = quiet_service.url.removeprefix("http://").split(":")
     body = b'{"queue": "idle", "wait": 8}'
     request = (
-        b"POST /lease HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /lease HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
     streams = []
@@ -169,3 +175,131 @@ async def test_a_thousand_waiting_long_polls_hold_no_connections(quiet_service, 
     assert connections <= quiet_service.settings.pool_max_size + 1  # the pool, and the one listener
     for _, writer in streams:
         writer.close()
+
+
+# --- long-polls whose clients leave, and the cap on waiting long-polls ------------------------------------
+
+
+async def _long_poll(service, body: dict, *, path: str = "/lease", headers: dict | None = None):
+    """Send a long-poll on a connection of its own and leave it waiting; the writer closes it."""
+    host, port = service.url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    head = {"Host": f"{host}:{port}", "Content-Length": str(len(data)), **(headers or {})}
+    request = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items()) + "\r\n"
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request.encode() + data)
+    await writer.drain()
+    return writer
+
+
+async def _hang_up(writers) -> None:
+    """Close the connections for real: the service sees each client go."""
+    for writer in writers:
+        writer.close()
+        await writer.wait_closed()
+
+
+# A long-poll with `Content-Type: application/json` is answered by app/hot.py; one with another JSON type
+# goes through FastAPI's routing. Both call the same endpoint, and both must notice the client going.
+ROUTES = {
+    "hot": {"Content-Type": "application/json"},
+    "routed": {"Content-Type": "application/vnd.jobq+json"},
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_a_wake_up_reaches_the_live_waiter_behind_clients_that_left(quiet_service, http, route):
+    """Long-polls whose clients hung up are dropped at once, so the one wake-up of one job goes to the
+    long-poll still listening, not to a departed one (the safety poll is a minute away)."""
+    wakeups = quiet_service.app.state.wakeups
+    poll = {"queue": "q", "wait": 30}
+    gone = [await _long_poll(quiet_service, poll, headers=ROUTES[route]) for _ in range(3)]
+    await until(lambda: wakeups.waiter_count() == 3)
+    await _hang_up(gone)
+    await until(lambda: wakeups.waiter_count() == 0, timeout=5)
+
+    live = asyncio.create_task(http.post("/lease", json={"queue": "q", "wait": 30}))
+    await until(lambda: wakeups.waiter_count() == 1)
+    await http.post("/jobs", json={"queue": "q", "payload": "for the one still there"})
+    r = await asyncio.wait_for(live, timeout=3)  # a wake-up, not the safety poll, answered it
+    assert [j["payload"] for j in r.json()["jobs"]] == ["for the one still there"]
+    assert wakeups.waiter_count() == 0
+
+
+def _sqs(action: str) -> dict:
+    """The headers of an SQS API call (the service has no credentials configured: none are checked)."""
+    return {"X-Amz-Target": f"AmazonSQS.{action}", "Content-Type": "application/x-amz-json-1.0"}
+
+
+async def _sqs_queue(http, name: str) -> str:
+    r = await http.post("/", headers=_sqs("CreateQueue"), content=json.dumps({"QueueName": name}))
+    assert r.status_code == 200, r.text
+    return r.json()["QueueUrl"]
+
+
+async def test_sqs_receive_whose_client_left_is_dropped(quiet_service, http, db):
+    """ReceiveMessage long-polls through the same lease: a departed one is dropped, a live one served."""
+    receive = {"QueueUrl": await _sqs_queue(http, "s"), "WaitTimeSeconds": 20}
+    headers = _sqs("ReceiveMessage")
+    wakeups = quiet_service.app.state.wakeups
+    gone = [await _long_poll(quiet_service, receive, path="/", headers=headers) for _ in range(2)]
+    await until(lambda: wakeups.waiter_count() == 2)
+    await _hang_up(gone)
+    await until(lambda: wakeups.waiter_count() == 0, timeout=5)
+
+    live = asyncio.create_task(http.post("/", headers=headers, content=json.dumps(receive)))
+    await until(lambda: wakeups.waiter_count() == 1)
+    await http.post("/jobs", json={"queue": "s", "payload": "hello"})
+    r = await asyncio.wait_for(live, timeout=3)
+    assert [m["Body"] for m in r.json()["Messages"]] == ["hello"]
+    assert await db.fetchval("SELECT attempts FROM jobq.jobs") == 1
+
+
+async def test_a_wake_up_not_acted_on_is_passed_on(database_url, db):
+    """A waiter woken that leaves without looking for jobs (its client went, the service is closing)
+    hands its wake-up to the next waiter of the queue: one ready job is never left to the safety poll."""
+    wakeups = Wakeups(database_url, safety_interval=60.0)
+    await wakeups.start()
+    try:
+        first, second = wakeups.waiting("q"), wakeups.waiting("q")
+        oldest, next_one = first.__enter__(), second.__enter__()
+        await db.execute("SELECT pg_notify($1, $2)", CHANNEL, json.dumps({"queue": "q", "n": 1, "run_at": 0}))
+        await oldest.wait(5)
+        assert oldest.woken and not next_one.woken  # oldest first
+        first.__exit__(None, None, None)  # gone without looking
+        assert next_one.woken
+        second.__exit__(None, None, None)
+        assert wakeups.waiter_count() == 0
+    finally:
+        await wakeups.close()
+
+
+async def test_long_polls_past_the_cap_are_503_and_short_leases_still_work(start_service):
+    service = start_service(max_waiters=3, **QUIET)
+    wakeups = service.app.state.wakeups
+    # The three hold their places on a queue of their own: no job below is theirs to take.
+    poll = {"queue": "idle", "wait": 30}
+    waiting = [await _long_poll(service, poll, headers=ROUTES["hot"]) for _ in range(3)]
+    await until(lambda: wakeups.waiter_count() == 3)
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
+        for headers in ROUTES.values():  # hot and routed alike
+            r = await http.post("/lease", content=json.dumps({"queue": "other", "wait": 1}), headers=headers)
+            problem = assert_problem(r, 503, "unavailable")
+            assert int(r.headers["Retry-After"]) >= 1
+            assert "JOBQ_MAX_WAITERS" in problem["detail"] and "retry" in problem["detail"]
+            assert problem["nothing_done"] is True
+        receive = {"QueueUrl": await _sqs_queue(http, "s"), "WaitTimeSeconds": 1}
+        r = await http.post("/", headers=_sqs("ReceiveMessage"), content=json.dumps(receive))
+        assert r.status_code == 503 and r.json()["__type"].endswith("#ServiceUnavailable"), r.text
+        await http.post("/jobs", json={"queue": "other", "payload": "short"})
+        r = await http.post("/lease", json={"queue": "other"})  # wait 0: no waiting, no cap
+        assert [j["payload"] for j in r.json()["jobs"]] == ["short"]
+
+        await _hang_up(waiting[:1])
+        await until(lambda: wakeups.waiter_count() == 2)
+        again = asyncio.create_task(http.post("/lease", json={"queue": "other", "wait": 30}))
+        await until(lambda: wakeups.waiter_count() == 3)
+        await http.post("/jobs", json={"queue": "other", "payload": "accepted"})
+        r = await asyncio.wait_for(again, timeout=3)
+        assert [j["payload"] for j in r.json()["jobs"]] == ["accepted"]
+    await _hang_up(waiting[1:])

@@ -1,16 +1,17 @@
 """GET /metrics: Prometheus text format (see app/metrics.py for what is in it). With tokens configured,
-an admin token (Prometheus sends it with `authorization: {credentials: ...}` in its scrape config)."""
+a viewer's token (or an admin's), not limited to some queues: the metrics cover every queue. Prometheus
+sends it with `authorization: {credentials: ...}` in its scrape config."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from app.auth import Admin
+from app.auth import Caller, Viewer
 from app.deps import Problem
 from app.errors import PROBLEM_JSON
 from app.metrics import CONTENT_TYPE_LATEST
 
-router = APIRouter(tags=["health"], dependencies=[Admin])
+router = APIRouter(tags=["health"], dependencies=[Viewer])
 _PROBLEM = {"model": Problem, "content": {PROBLEM_JSON: {}}}
 
 
@@ -23,7 +24,8 @@ _PROBLEM = {"model": Problem, "content": {PROBLEM_JSON: {}}}
         403: _PROBLEM,
     },
 )
-async def metrics(request: Request) -> Response:
+async def metrics(request: Request, caller: Caller) -> Response:
     """Counters and histograms of this process; gauges from the database as of the last refresh
     (every `JOBQ_METRICS_INTERVAL` seconds, never per scrape)."""
+    caller.unscoped("/metrics")
     return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

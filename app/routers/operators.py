@@ -1,4 +1,7 @@
-"""Operators: dead letters and queues."""
+"""Operators: dead letters and queues. Viewers read them; admins change them.
+
+A token limited to some queues (app/auth.py) is refused (403) a queue it names outside them; the lists
+show its queues only, and a dead job of another queue is, by id, a job that does not exist."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from app import jobs
-from app.auth import Admin
+from app.auth import Admin, Caller, Viewer
 from app.deps import DB, answers
 from app.models import QUEUE_NAME_PATTERN
 from app.schemas import (
@@ -22,56 +25,67 @@ from app.schemas import (
 )
 from app.web import JobqRoute, JSONBody
 
-router = APIRouter(
-    tags=["operators"], dependencies=[Admin], route_class=JobqRoute, default_response_class=JSONBody
-)
+router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_class=JSONBody)
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=128)]
 
 
-@router.get("/dead", response_model=None, responses=answers(DeadPage))
+@router.get("/dead", dependencies=[Viewer], response_model=None, responses=answers(DeadPage))
 async def dead_jobs(
     db: DB,
+    caller: Caller,
     queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN, max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,
 ) -> JSONBody:
     """Dead jobs, newest first; pass `next_before_id` back as `before_id` for the next page."""
-    return JSONBody(await jobs.dead_jobs(db, queue, limit, before_id))
+    if queue is not None:
+        caller.admit(queue)
+    return JSONBody(await jobs.dead_jobs(db, queue, limit, before_id, caller.like))
 
 
-@router.post("/dead/retry", response_model=None, responses=answers(RetryDeadResponse))
-async def retry_dead(body: RetryDeadRequest, db: DB) -> JSONBody:
+@router.post("/dead/retry", dependencies=[Admin], response_model=None, responses=answers(RetryDeadResponse))
+async def retry_dead(body: RetryDeadRequest, db: DB, caller: Caller) -> JSONBody:
     """Dead jobs (by ids, by queue, or both) back to pending with attempts reset and run_at now."""
-    return JSONBody(await jobs.retry_dead(db, body.ids, body.queue))
+    if body.queue is not None:
+        caller.admit(body.queue)
+    return JSONBody(await jobs.retry_dead(db, body.ids, body.queue, caller.like))
 
 
-@router.delete("/dead/{id}", response_model=None, responses=answers(PurgeResponse, 404, 409))
-async def purge_dead(id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], db: DB) -> JSONBody:
-    return JSONBody(await jobs.purge_dead(db, id))
+@router.delete(
+    "/dead/{id}", dependencies=[Admin], response_model=None, responses=answers(PurgeResponse, 404, 409)
+)
+async def purge_dead(id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], db: DB, caller: Caller) -> JSONBody:
+    return JSONBody(await jobs.purge_dead(db, id, caller.like))
 
 
-@router.get("/queues", response_model=None, responses=answers(list[QueueRow]))
-async def queues(db: DB) -> JSONBody:
-    return JSONBody(await jobs.queues(db))
+@router.get("/queues", dependencies=[Viewer], response_model=None, responses=answers(list[QueueRow]))
+async def queues(db: DB, caller: Caller) -> JSONBody:
+    return JSONBody(await jobs.queues(db, caller.like))
 
 
-@router.get("/queues/{queue}", response_model=None, responses=answers(QueueDetail, 404))
-async def queue(queue: QueuePath, db: DB) -> JSONBody:
+@router.get(
+    "/queues/{queue}", dependencies=[Viewer], response_model=None, responses=answers(QueueDetail, 404)
+)
+async def queue(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
+    caller.admit(queue)
     return JSONBody(await jobs.queue(db, queue))
 
 
-@router.patch("/queues/{queue}", response_model=None, responses=answers(QueueDetail))
-async def configure_queue(queue: QueuePath, body: QueueSettingsPatch, db: DB) -> JSONBody:
+@router.patch("/queues/{queue}", dependencies=[Admin], response_model=None, responses=answers(QueueDetail))
+async def configure_queue(queue: QueuePath, body: QueueSettingsPatch, db: DB, caller: Caller) -> JSONBody:
     """Change some settings (creating the queue if need be); the rest keep their values."""
+    caller.admit(queue)
     return JSONBody(await jobs.configure_queue(db, queue, body))
 
 
-@router.post("/queues/{queue}/pause", response_model=None, responses=answers(QueueRow))
-async def pause(queue: QueuePath, db: DB) -> JSONBody:
+@router.post("/queues/{queue}/pause", dependencies=[Admin], response_model=None, responses=answers(QueueRow))
+async def pause(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
     """Stop leasing from the queue (enqueues still land). Creates the queue if need be."""
+    caller.admit(queue)
     return JSONBody(await jobs.set_paused(db, queue, True))
 
 
-@router.post("/queues/{queue}/resume", response_model=None, responses=answers(QueueRow))
-async def resume(queue: QueuePath, db: DB) -> JSONBody:
+@router.post("/queues/{queue}/resume", dependencies=[Admin], response_model=None, responses=answers(QueueRow))
+async def resume(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
+    caller.admit(queue)
     return JSONBody(await jobs.set_paused(db, queue, False))

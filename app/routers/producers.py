@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 
 from app import jobs
-from app.auth import Admin, Producer, Reader
+from app.auth import Admin, Caller, Producer, Reader
 from app.deps import DB, answers
+from app.errors import Invalid
 from app.schemas import (
     MAX_JOB_ID,
     EnqueueBatchRequest,
@@ -22,17 +25,51 @@ from app.web import JobqRoute, JSONBody
 router = APIRouter(tags=["producers"], route_class=JobqRoute, default_response_class=JSONBody)
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 
+# Enqueue at most once through retries: see app/jobs.py `Once`. Read from the request rather than
+# declared as a parameter, so the routes stay hot (app/hot.py); documented in the OpenAPI here.
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+IDEMPOTENCY_HEADER = {
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
+            "description": "Send the request again with the same key (after a lost answer, say) and it is "
+            "carried out once: the repeat gets the first answer again and inserts nothing, for "
+            "JOBQ_IDEMPOTENCY_TTL seconds (300). Another request under a key in use is 409 conflict. "
+            "Keys are per token. A fresh random value per call, e.g. a UUID.",
+        }
+    ]
+}
+
+
+def _once(request: Request, route: str) -> jobs.Once | None:
+    """The request's idempotency key, scoped to the bearer token that sent it; None without one."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not IDEMPOTENCY_KEY.fullmatch(key):
+        raise Invalid("the Idempotency-Key header must be 1-255 visible ASCII characters (a UUID, say)")
+    scope = ""
+    if request.app.state.tokens:  # the role check has verified the token already
+        token = request.headers.get("authorization", "").partition(" ")[2].strip()
+        scope = hashlib.sha256(token.encode()).hexdigest()
+    return jobs.Once(scope, key, route)
+
 
 @router.post(
     "/jobs",
     status_code=201,
     dependencies=[Producer],
     response_model=None,
-    responses=answers(EnqueuedJob, 413, status=201)
+    responses=answers(EnqueuedJob, 409, 413, status=201)
     | {200: {"model": EnqueuedJob, "description": "A duplicate: the active job holding dedup_key"}},
+    openapi_extra=IDEMPOTENCY_HEADER,
 )
-async def enqueue(body: EnqueueRequest, db: DB) -> JSONBody:
-    job = await jobs.enqueue_one(db, body)
+async def enqueue(body: EnqueueRequest, db: DB, caller: Caller, request: Request) -> JSONBody:
+    caller.admit(body.queue)
+    job = await jobs.enqueue_one(db, body, _once(request, "/jobs"))
     return JSONBody(job, status_code=200 if job["duplicate"] else 201)
 
 
@@ -41,19 +78,25 @@ async def enqueue(body: EnqueueRequest, db: DB) -> JSONBody:
     dependencies=[Producer],
     status_code=201,
     response_model=None,
-    responses=answers(EnqueueBatchResponse, 413, status=201),
+    responses=answers(EnqueueBatchResponse, 409, 413, status=201),
+    openapi_extra=IDEMPOTENCY_HEADER,
 )
-async def enqueue_batch(body: EnqueueBatchRequest, db: DB) -> JSONBody:
+async def enqueue_batch(body: EnqueueBatchRequest, db: DB, caller: Caller, request: Request) -> JSONBody:
     """Enqueue 1..1000 jobs, all or nothing; answers in request order."""
-    return JSONBody({"jobs": await jobs.enqueue(db, body.jobs)}, status_code=201)
+    if caller.queues is not None:
+        for i, job in enumerate(body.jobs):
+            caller.admit(job.queue, where=f"jobs[{i}].queue")
+    answer = await jobs.enqueue(db, body.jobs, once=_once(request, "/jobs/batch"))
+    return JSONBody({"jobs": answer}, status_code=201)
 
 
 @router.get("/jobs/{id}", dependencies=[Reader], response_model=None, responses=answers(Job, 404))
-async def get_job(id: JobIdPath, db: DB) -> JSONBody:
-    return JSONBody(await jobs.get_job(db, id))
+async def get_job(id: JobIdPath, db: DB, caller: Caller) -> JSONBody:
+    """The job; a job of a queue the token may not use is 404, as if it did not exist."""
+    return JSONBody(await jobs.get_job(db, id, caller.like))
 
 
 @router.delete("/jobs/{id}", dependencies=[Admin], response_model=None, responses=answers(Job, 404, 409))
-async def cancel(id: JobIdPath, db: DB) -> JSONBody:
+async def cancel(id: JobIdPath, db: DB, caller: Caller) -> JSONBody:
     """Cancel a pending job; any other state is 409 conflict."""
-    return JSONBody(await jobs.cancel(db, id))
+    return JSONBody(await jobs.cancel(db, id, caller.like))

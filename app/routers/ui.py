@@ -2,8 +2,12 @@
 and a job's page, rendered on the server from the same service layer (``app.jobs``) the JSON API uses.
 
 Every page, button and static file of the dashboard is a route of this one router, so the one
-dependency attached to it covers the whole dashboard: with tokens configured, it is for admins only
-(``Authorization: Bearer <admin token>``, e.g. added by the proxy in front of it).
+dependency attached to it covers the whole dashboard: with tokens configured, it is for viewers and
+admins (``Authorization: Bearer <token>``, e.g. added by the proxy in front of it). The buttons are
+admins' only: a viewer's pages show none, and its posts are refused (403). A token limited to some
+queues (app/auth.py) sees those queues and their jobs only. Posts that a page of
+another site makes the browser send are refused before they get here, as for every route
+(app/origin.py).
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from app import jobs
-from app.auth import Admin
+from app.auth import Admin, Caller, Role, Viewer
 from app.deps import DB
 from app.errors import JobqError, NotFound
 from app.models import QUEUE_NAME_PATTERN
 from app.ui import pages
 
-router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Admin])
+router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Viewer])
 
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=128)]
 JobIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
@@ -61,28 +65,40 @@ def back(next_page: str, flash: str) -> RedirectResponse:
 
 
 @router.get("", response_model=None)
-async def queues_page(db: DB, request: Request, flash: Flash = None) -> Response:
+async def queues_page(db: DB, request: Request, caller: Caller, flash: Flash = None) -> Response:
     metrics = request.app.state.metrics
     # The metrics' query, not GET /queues': it reads only waiting, running and dead jobs, so a page
     # that refreshes itself every few seconds stays cheap however many completed jobs are kept.
-    rows = await jobs.queue_gauges(db)
-    return html(pages.queues_page(rows, metrics.throughput(), metrics.gauges, flash=flash))
+    rows = [row for row in await jobs.queue_gauges(db) if caller.admits(row["queue"])]
+    return html(
+        pages.queues_page(
+            rows, metrics.throughput(), metrics.gauges, flash=flash, actions=caller.has(Role.ADMIN)
+        )
+    )
 
 
 @router.get("/dead", response_model=None)
 async def dead_page(
     db: DB,
     request: Request,
+    caller: Caller,
     queue: Annotated[str | None, Query(max_length=128)] = None,
     before_id: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     flash: Flash = None,
 ) -> Response:
     queue = queue or None  # the picker's "all queues" is an empty value
-    page = await jobs.dead_jobs(db, queue, DEAD_PAGE_SIZE, before_id)
+    if queue is not None:
+        caller.admit(queue)
+    page = await jobs.dead_jobs(db, queue, DEAD_PAGE_SIZE, before_id, caller.like)
     # The picker lists the queues the metrics last saw (refreshed every few seconds), not a fresh scan.
-    names = sorted({row["queue"] for row in request.app.state.metrics.gauges.queues} | ({queue} - {None}))
+    seen = {row["queue"] for row in request.app.state.metrics.gauges.queues}
+    names = sorted({name for name in seen if caller.admits(name)} | ({queue} - {None}))
     here = pages.url("/ui/dead", queue=queue, before_id=before_id)
-    return html(pages.dead_page(page, queue=queue, queues=names, here=here, flash=flash))
+    return html(
+        pages.dead_page(
+            page, queue=queue, queues=names, here=here, flash=flash, actions=caller.has(Role.ADMIN)
+        )
+    )
 
 
 @router.get("/jobs", response_model=None)
@@ -95,12 +111,12 @@ async def find_job(id: Annotated[str, Query(max_length=30)] = "") -> Response:
 
 
 @router.get("/jobs/{id}", response_model=None)
-async def job_page(id: JobIdPath, db: DB, flash: Flash = None) -> Response:
+async def job_page(id: JobIdPath, db: DB, caller: Caller, flash: Flash = None) -> Response:
     try:
-        job = await jobs.get_job(db, id)
+        job = await jobs.get_job(db, id, caller.like)
     except NotFound as exc:
         return html(pages.not_found_page(exc.detail), status=404)
-    return html(pages.job_page(job, flash=flash))
+    return html(pages.job_page(job, flash=flash, actions=caller.has(Role.ADMIN)))
 
 
 @router.get("/static/{name}", response_model=None)
@@ -117,25 +133,27 @@ def _static_file(name: str) -> bytes:
 
 # --- buttons ---------------------------------------------------------------------------------------
 
-# Posts that a page of another site makes the browser send are refused by app/origin.py, as for every
-# route.
-buttons = APIRouter()
+# Admins' only (a viewer's pages show no button); their cross-site posts are refused by app/origin.py.
+buttons = APIRouter(dependencies=[Admin])
 
 
 @buttons.post("/queues/{queue}/pause", response_model=None)
-async def pause(queue: QueuePath, db: DB, next: Next = "/ui") -> Response:
+async def pause(queue: QueuePath, db: DB, caller: Caller, next: Next = "/ui") -> Response:
+    caller.admit(queue)
     await jobs.set_paused(db, queue, True)
     return back(next, f"Paused {queue}: it leases nothing until resumed.")
 
 
 @buttons.post("/queues/{queue}/resume", response_model=None)
-async def resume(queue: QueuePath, db: DB, next: Next = "/ui") -> Response:
+async def resume(queue: QueuePath, db: DB, caller: Caller, next: Next = "/ui") -> Response:
+    caller.admit(queue)
     await jobs.set_paused(db, queue, False)
     return back(next, f"Resumed {queue}.")
 
 
 @buttons.post("/queues/{queue}/retry-dead", response_model=None)
-async def retry_queue(queue: QueuePath, db: DB, next: Next = "/ui") -> Response:
+async def retry_queue(queue: QueuePath, db: DB, caller: Caller, next: Next = "/ui") -> Response:
+    caller.admit(queue)
     result = await jobs.retry_dead(db, None, queue)
     kept = len(result["skipped"])
     skipped = f"; {kept} kept dead (dedup_key held by an active job)" if kept else ""
@@ -143,8 +161,8 @@ async def retry_queue(queue: QueuePath, db: DB, next: Next = "/ui") -> Response:
 
 
 @buttons.post("/dead/{id}/retry", response_model=None)
-async def retry_job(id: JobIdPath, db: DB, next: Next = "/ui/dead") -> Response:
-    result = await jobs.retry_dead(db, [id], None)
+async def retry_job(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/dead") -> Response:
+    result = await jobs.retry_dead(db, [id], None, caller.like)
     if result["retried"]:
         return back(next, f"Retried job {id}: it is pending again.")
     if result["skipped"]:
@@ -153,9 +171,9 @@ async def retry_job(id: JobIdPath, db: DB, next: Next = "/ui/dead") -> Response:
 
 
 @buttons.post("/dead/{id}/purge", response_model=None)
-async def purge_job(id: JobIdPath, db: DB, next: Next = "/ui/dead") -> Response:
+async def purge_job(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/dead") -> Response:
     try:
-        await jobs.purge_dead(db, id)
+        await jobs.purge_dead(db, id, caller.like)
     except JobqError as exc:
         return back(next, exc.detail)
     return back(next, f"Purged job {id}.")

@@ -1,11 +1,15 @@
-"""Workers: lease jobs, then ack, nack or extend them under the lease token."""
+"""Workers: lease jobs, then ack, nack or extend them under the lease token.
+
+Only the lease names a queue, and checks it against the caller's queues (app/auth.py). The calls after
+it name a job and its lease token, which only that lease handed out: the token fences them, so a token
+limited to some queues can ack, nack, extend or release only jobs it leased from them."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
 from app import jobs
-from app.auth import Worker
+from app.auth import Caller, Worker
 from app.deps import DB, WakeupsDep, answers
 from app.schemas import (
     AckBatchRequest,
@@ -21,7 +25,7 @@ from app.schemas import (
     NackRequest,
     NackResponse,
 )
-from app.web import JobqRoute, JSONBody
+from app.web import JobqRoute, JSONBody, disconnected
 
 router = APIRouter(
     tags=["workers"], dependencies=[Worker], route_class=JobqRoute, default_response_class=JSONBody
@@ -29,8 +33,11 @@ router = APIRouter(
 
 
 @router.post("/lease", response_model=None, responses=answers(LeaseResponse))
-async def lease(body: LeaseRequest, db: DB, wakeups: WakeupsDep, request: Request) -> JSONBody:
+async def lease(
+    body: LeaseRequest, db: DB, wakeups: WakeupsDep, request: Request, caller: Caller
+) -> JSONBody:
     """Claim up to max_jobs ready jobs; with `wait`, long-poll until one is ready or `wait` runs out."""
+    caller.admit(body.queue)
     leased = await jobs.lease(
         db,
         wakeups,
@@ -39,7 +46,7 @@ async def lease(body: LeaseRequest, db: DB, wakeups: WakeupsDep, request: Reques
         visibility_timeout=body.visibility_timeout,
         wait=body.wait,
         worker_id=body.worker_id,
-        client_gone=request.is_disconnected,
+        disconnected=disconnected(request),
     )
     return JSONBody({"jobs": leased})
 

@@ -25,9 +25,11 @@ from pydantic import ValidationError
 
 from app import jobs
 from app.access_log import note
+from app.auth import OPEN, Grant
 from app.db import Database
 from app.errors import LeaseLost, NotFound
 from app.schemas import AckRequest, EnqueueRequest, NackRequest, QueueSettingsPatch
+from app.sqs import auth
 from app.sqs import queries as sq
 from app.sqs.attributes import (
     NO_REDRIVE_MAX_ATTEMPTS,
@@ -75,8 +77,11 @@ class Context:
     db: Database
     wakeups: Wakeups
     base_url: str  # scheme://host:port the request came to, for queue URLs
-    client_gone: Callable[[], Awaitable[bool]] | None = None
+    disconnected: Callable[[], Awaitable[object]] | None = None  # returns once the client has gone
     move_tasks: list[MoveTask] = field(default_factory=list)
+    # The signing key's roles and queues. The queues a request names were checked before the action
+    # (app/sqs/auth.py admit); those an action finds itself it checks or filters with this.
+    grant: Grant = OPEN
 
 
 # --- parameters ------------------------------------------------------------------------------------
@@ -226,7 +231,7 @@ async def list_queues(ctx: Context, body: Body) -> Body:
     async with ctx.db.acquire() as conn:
         rows = await conn.fetch(
             sq.LIST_QUEUES.text,
-            *sq.LIST_QUEUES.args(prefix=prefix, after=after, limit=(limit or 1000) + 1),
+            *sq.LIST_QUEUES.args(prefix=prefix, after=after, limit=(limit or 1000) + 1, scope=ctx.grant.like),
         )
     names = [r["name"] for r in rows]
     out: Body = {"QueueUrls": [queue_url(ctx.base_url, n) for n in names[: limit or 1000]]}
@@ -238,7 +243,9 @@ async def list_queues(ctx: Context, body: Body) -> Body:
 async def delete_queue(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     note(queue=name)
-    async with ctx.db.acquire() as conn:
+    async with ctx.db.acquire() as conn, conn.transaction():
+        # Two statements: the delete's snapshot must be taken once the lock is held (sq.LOCK_QUEUE).
+        await conn.execute(sq.LOCK_QUEUE.text, *sq.LOCK_QUEUE.args(queue=name))
         gone = await conn.fetchval(sq.DELETE_QUEUE.text, *sq.DELETE_QUEUE.args(queue=name))
     if gone is None:
         raise queue_does_not_exist(name)
@@ -288,7 +295,8 @@ async def list_dead_letter_source_queues(ctx: Context, body: Body) -> Body:
         rows = await conn.fetch(
             sq.DEAD_LETTER_SOURCES.text, *sq.DEAD_LETTER_SOURCES.args(arn=queue_arn(name))
         )
-    return {"queueUrls": [queue_url(ctx.base_url, r["name"]) for r in rows]}
+    names = [r["name"] for r in rows if ctx.grant.admits(r["name"])]
+    return {"queueUrls": [queue_url(ctx.base_url, name) for name in names]}
 
 
 # --- messages --------------------------------------------------------------------------------------
@@ -425,7 +433,7 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         visibility_timeout=float(visibility) if visibility is not None else None,
         wait=float(wait),
         worker_id="sqs",
-        client_gone=ctx.client_gone,
+        disconnected=ctx.disconnected,
     )
     if not leased:
         return {"Messages": []}
@@ -601,6 +609,9 @@ async def start_message_move_task(ctx: Context, body: Body) -> Body:
                 query_code="AWS.SimpleQueueService.UnsupportedOperation",
             )
         sources = [destination]
+    for source in sources:  # a dead-letter queue's sources may lie outside the key's queues
+        if not ctx.grant.admits(source):
+            raise auth.denied_queue(ctx.grant, source)
     moved = 0
     for source in sources:
         moved += (await jobs.retry_dead(ctx.db, ids=None, queue=source))["retried"]

@@ -1,9 +1,12 @@
 """AWS Signature Version 4 for the SQS API, checked with hmac against the configured credentials.
 
 With access keys configured (``JOBQ_AWS_CREDENTIALS``) or bearer tokens (``JOBQ_TOKENS``), every
-request must be signed with an access key id of ``JOBQ_AWS_CREDENTIALS``, whose role decides what it may
-do (as for tokens: producers send, workers receive, delete and change visibility, admins do everything;
-creating queues and reading them is open to every role, since SDKs and Celery do it on start). Keys
+request must be signed with an access key id of ``JOBQ_AWS_CREDENTIALS``, whose roles decide what it may
+do (``ROLES`` below, as for tokens: producers send, workers receive, delete and change visibility,
+viewers only read, admins do everything; producers and workers may also create queues, since SDKs and
+Celery do it on start; a key with several roles may do what each may). A key limited to queue-name
+patterns (``"queues": ["celery-*"]``, app/auth.py) is refused (AccessDenied) any action on a queue
+outside them, whether named by QueueUrl, QueueName or ARN, and ListQueues shows it its queues only. Keys
 without tokens are enforced too: configuring a key and leaving the API open would be a trap. With
 neither, signatures are not required (and not checked), as for the rest of a service without tokens.
 
@@ -36,17 +39,27 @@ from urllib.parse import quote
 
 from fastapi import Request
 
-from app.auth import Role
-from app.sqs.protocol import SqsError
+from app.auth import Grant, Role
+from app.sqs.protocol import SqsError, name_from_arn, name_from_url
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW = 15 * 60  # seconds between the signing time and now, either way
 
-_EVERYONE = {"CreateQueue", "GetQueueUrl", "ListQueues", "GetQueueAttributes"}
+# What each role's key may call; admins call everything. A Celery worker's key is producer and worker:
+# a retry (self.retry) is a SendMessage from the worker.
+_READ = {
+    "GetQueueUrl",
+    "ListQueues",
+    "GetQueueAttributes",
+    "ListDeadLetterSourceQueues",
+    "ListMessageMoveTasks",
+}
 ROLES: dict[Role, set[str]] = {
-    Role.PRODUCER: _EVERYONE | {"SendMessage", "SendMessageBatch"},
-    Role.WORKER: _EVERYONE
+    Role.VIEWER: _READ,
+    Role.PRODUCER: _READ | {"CreateQueue", "SendMessage", "SendMessageBatch"},
+    Role.WORKER: _READ
     | {
+        "CreateQueue",
         "ReceiveMessage",
         "DeleteMessage",
         "DeleteMessageBatch",
@@ -105,10 +118,12 @@ def _must_sign(request: Request) -> list[str]:
     return ["host", "x-amz-date"] + [h for h in ("x-amz-target", "content-type") if h in request.headers]
 
 
-async def check(request: Request, body: bytes, action: str) -> None:
+async def check(request: Request, body: bytes, action: str) -> Grant | None:
+    """The signing key's Grant, once the signature and the key's roles admit `action` (None when
+    signatures are not required). The queues the request names are checked by ``admit``."""
     settings = request.app.state.settings
     if not request.app.state.tokens and not settings.aws_credentials:
-        return
+        return None
     header = request.headers.get("authorization", "")
     match = _AUTHORIZATION.match(header.strip())
     if match is None:
@@ -165,5 +180,46 @@ async def check(request: Request, body: bytes, action: str) -> None:
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided.",
         )
-    if credential.role != Role.ADMIN and action not in ROLES[credential.role]:
-        raise _denied("AccessDenied", f"A {credential.role} key may not call {action}.")
+    grant = credential.grant
+    if Role.ADMIN not in grant.roles and not any(action in ROLES[role] for role in grant.roles):
+        held = ", ".join(role for role in Role if role in grant.roles)
+        raise _denied("AccessDenied", f"A key of role {held} may not call {action}.")
+    return grant
+
+
+def _named_queues(body: dict) -> list[str]:
+    """The queues a request names: by QueueUrl, QueueName, SourceArn or DestinationArn. One that is
+    malformed is left to the action, which refuses it with the same error it always gives."""
+    names = []
+    for field, name_of in (
+        ("QueueUrl", name_from_url),
+        ("QueueName", lambda value: value),
+        ("SourceArn", lambda value: name_from_arn(value, "SourceArn")),
+        ("DestinationArn", lambda value: name_from_arn(value, "DestinationArn")),
+    ):
+        value = body.get(field)
+        if isinstance(value, str) and value:
+            try:
+                names.append(name_of(value))
+            except SqsError:
+                continue
+    return names
+
+
+def admit(grant: Grant, body: dict) -> None:
+    """AccessDenied unless every queue the request names is among the key's queues. The queues that
+    an action finds by itself (a move task's source queues, a ListQueues page) are the action's to
+    check or filter, with ``Context.grant`` (app/sqs/actions.py)."""
+    if grant.queues is None:
+        return
+    for name in _named_queues(body):
+        if not grant.admits(name):
+            raise denied_queue(grant, name)
+
+
+def denied_queue(grant: Grant, name: str) -> SqsError:
+    assert grant.queues is not None
+    return _denied(
+        "AccessDenied",
+        f"This key may not use queue {name}: it is limited to queues matching {', '.join(grant.queues)}.",
+    )

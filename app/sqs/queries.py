@@ -5,7 +5,7 @@ Same conventions as ``app/queries.py``: named parameters, one purpose each.
 
 from __future__ import annotations
 
-from app.queries import Query
+from app.queries import QUEUE_LOCK_CLASS, Query
 
 # A queue as SQS shows it: jobq's settings, the attributes SQS set, and when it was made and changed.
 QUEUE = Query.define(
@@ -17,12 +17,14 @@ QUEUE = Query.define(
     """,
 )
 
-# Queue names in order, from just after :after, for ListQueues' pages.
+# Queue names in order, from just after :after, for ListQueues' pages; only those matching the key's
+# queue patterns (:scope, LIKE patterns as in app/queries.py; NULL for every queue).
 LIST_QUEUES = Query.define(
     "sqs_list_queues",
     """
     SELECT name FROM jobq.queues
     WHERE starts_with(name, :prefix) AND name > :after
+      AND (:scope::text[] IS NULL OR name LIKE ANY(:scope::text[]))
     ORDER BY name
     LIMIT :limit
     """,
@@ -72,7 +74,17 @@ PURGE = Query.define(
     "DELETE FROM jobq.jobs WHERE queue = :queue AND status IN ('pending', 'running')",
 )
 
-# DeleteQueue: the queue and every job it holds, in any state.
+# DeleteQueue, first: the queue's lock, exclusively (app/queries.py QUEUE_LOCK_CLASS), in a statement of
+# its own, in DELETE_QUEUE's transaction. It waits for every enqueue into the queue in flight, an
+# application's open transaction that called jobq.enqueue() included; DELETE_QUEUE, which starts after,
+# sees their jobs and deletes them too. An enqueue arriving meanwhile waits for the delete to commit,
+# then creates the queue row again with its job. So no job outlives its queue row.
+LOCK_QUEUE = Query.define(
+    "sqs_lock_queue",
+    f"SELECT pg_advisory_xact_lock({QUEUE_LOCK_CLASS}, hashtext(:queue))",
+)
+
+# DeleteQueue: the queue and every job it holds, in any state (after LOCK_QUEUE).
 DELETE_QUEUE = Query.define(
     "sqs_delete_queue",
     """

@@ -11,10 +11,12 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
-from app.errors import DATABASE_UNAVAILABLE, Invalid, JobqError, PayloadTooLarge
+from app.auth import OPEN
+from app.errors import DATABASE_UNAVAILABLE, Invalid, JobqError, PayloadTooLarge, Unavailable
 from app.sqs import auth
 from app.sqs.actions import ACTIONS, Context
 from app.sqs.protocol import SqsError, json_answer
+from app.web import disconnected
 
 log = logging.getLogger("jobq.sqs")
 
@@ -32,6 +34,8 @@ async def sqs(request: Request) -> Response:
         return SqsError("InvalidParameterValue", exc.detail).response()
     except (Invalid, ValidationError) as exc:
         return SqsError("InvalidParameterValue", str(exc).splitlines()[0]).response()
+    except Unavailable as exc:  # e.g. too many long-polls waiting (JOBQ_MAX_WAITERS): SDKs retry it
+        return SqsError("ServiceUnavailable", exc.detail, 503).response()
     except JobqError as exc:
         return SqsError("InvalidParameterValue", exc.detail, status=exc.status).response()
     except DATABASE_UNAVAILABLE:
@@ -46,13 +50,14 @@ async def _dispatch(request: Request) -> dict:
     if action is None:
         raise SqsError("UnknownOperationException", f"jobq does not implement {target}.")
     raw = await request.body()
-    await auth.check(request, raw, target[len(PREFIX) :])
+    grant = await auth.check(request, raw, target[len(PREFIX) :]) or OPEN
     try:
         body = orjson.loads(raw or b"{}")
     except orjson.JSONDecodeError as exc:
         raise SqsError("SerializationException", "The request body is not valid JSON.") from exc
     if not isinstance(body, dict):
         raise SqsError("SerializationException", "The request body must be a JSON object.")
+    auth.admit(grant, body)
     state = request.app.state
     if not hasattr(state, "sqs_move_tasks"):
         state.sqs_move_tasks = []
@@ -60,7 +65,8 @@ async def _dispatch(request: Request) -> dict:
         db=state.db,
         wakeups=state.wakeups,
         base_url=str(request.base_url),
-        client_gone=request.is_disconnected,
+        disconnected=disconnected(request),
         move_tasks=state.sqs_move_tasks,
+        grant=grant,
     )
     return await action(context, body)

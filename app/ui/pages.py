@@ -3,7 +3,8 @@
 Every value that comes from the database or the request goes through ``esc`` (queue names are
 restricted, but payloads, errors and dedup keys are anything). Buttons are small forms that POST to
 the dashboard's own routes, which answer with a redirect back here (post/redirect/get); the action and
-the page to come back to travel in the form's URL, so no form body needs parsing.
+the page to come back to travel in the form's URL, so no form body needs parsing. Pages for a caller
+who may not press them (a viewer: `actions=False`) have no buttons at all.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def queues_page(
     gauges: Any,
     *,
     flash: str | None = None,
+    actions: bool = True,
 ) -> str:
     body_rows = []
     for row in rows:
@@ -127,6 +129,7 @@ def queues_page(
             if paused
             else button(f"/ui/queues/{name}/pause", "Pause", back="/ui")
         )
+        toggle_cell = f"<td>{toggle}</td>" if actions else ""
         dead = row["dead"]
         dead_cell = f'<a href="{esc(url("/ui/dead", queue=name))}">{dead}</a>' if dead else "0"
         body_rows.append(
@@ -137,11 +140,12 @@ def queues_page(
             f'<td class="num lag">{duration(row["lag_seconds"])}</td>'
             f'<td class="num">{rate(rates.get("enqueued"))}</td>'
             f'<td class="num">{rate(rates.get("acked"))}</td>'
-            f'<td class="state">{"paused" if paused else "active"}</td><td>{toggle}</td></tr>'
+            f'<td class="state">{"paused" if paused else "active"}</td>{toggle_cell}</tr>'
         )
     table = (
         "<table><thead><tr><th>Queue</th><th>Pending</th><th>Scheduled</th><th>Running</th><th>Dead</th>"
-        "<th>Lag</th><th>Enqueued</th><th>Acked</th><th>State</th><th></th></tr></thead>"
+        "<th>Lag</th><th>Enqueued</th><th>Acked</th><th>State</th>"
+        f"{'<th></th>' if actions else ''}</tr></thead>"
         f"<tbody>{''.join(body_rows)}</tbody></table>"
         if rows
         else '<p class="empty">No queues yet: a queue appears with its first job.</p>'
@@ -161,6 +165,7 @@ def dead_page(
     queues: Iterable[str],
     here: str,
     flash: str | None = None,
+    actions: bool = True,
 ) -> str:
     options = "".join(
         f'<option value="{esc(q)}"{" selected" if q == queue else ""}>{esc(q)}</option>' for q in queues
@@ -177,7 +182,7 @@ def dead_page(
             back=here,
             confirm=f"Retry every dead job of {queue}?",
         )
-        if queue and page["jobs"]
+        if queue and page["jobs"] and actions
         else ""
     )
     rows = []
@@ -196,11 +201,12 @@ def dead_page(
             f"<td>{when(job['updated_at'])}</td>"
             f'<td class="error" title="{esc(shorten(error, 2000))}">{esc(shorten(error, ERROR_CHARS))}</td>'
             f"<td><code>{esc(shorten(text, PREVIEW_CHARS))}</code></td>"
-            f'<td class="actions">{retry}{purge}</td></tr>'
+            + (f'<td class="actions">{retry}{purge}</td>' if actions else "")
+            + "</tr>"
         )
     table = (
         "<table><thead><tr><th>Job</th><th>Queue</th><th>Attempts</th><th>Died</th><th>Error</th>"
-        f"<th>Payload</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"<th>Payload</th>{'<th></th>' if actions else ''}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
         if rows
         else '<p class="empty">No dead jobs.</p>'
     )
@@ -214,7 +220,7 @@ def dead_page(
     return layout(title, f"<h1>{esc(title)}</h1>{picker}{retry_all}{table}{more}", flash=flash)
 
 
-def job_page(job: Mapping[str, Any], *, flash: str | None = None) -> str:
+def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool = True) -> str:
     job_id = job["id"]
     here = f"/ui/jobs/{job_id}"
     fields = [
@@ -230,9 +236,9 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None) -> str:
         ("Completed", when(job["completed_at"])),
     ]
     table = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in fields)
-    actions = ""
-    if job["status"] == "dead":
-        actions = (
+    buttons = ""
+    if job["status"] == "dead" and actions:
+        buttons = (
             '<div class="actions">'
             + button(f"/ui/dead/{job_id}/retry", "Retry", back=here)
             + button(
@@ -249,7 +255,7 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None) -> str:
         error = f'<h2>Last error</h2><pre class="error">{esc(job["last_error"])}</pre>'
     pretty = json.dumps(json.loads(payload_text(job["payload"])), indent=2, ensure_ascii=False)
     body = (
-        f'<h1>Job {job_id}</h1>{actions}<table class="fields">{table}</table>{error}'
+        f'<h1>Job {job_id}</h1>{buttons}<table class="fields">{table}</table>{error}'
         f'<h2>Payload</h2><pre class="payload">{esc(pretty)}</pre>'
     )
     return layout(f"Job {job_id}", body, flash=flash)

@@ -14,10 +14,12 @@ auth=()
 if [[ -n ${JOBQ_TOKEN:-} ]]; then auth=(-H "Authorization: Bearer $JOBQ_TOKEN"); fi
 
 enqueue() {
-  local job answer
+  local job answer key
   job=$(jq -cn --arg queue "$queue" --argjson payload "$1" '{queue: $queue, payload: $payload}')
   # Retried when the service cannot be reached or answers 503; a refusal (4xx) prints its detail and stops.
-  answer=$(curl -sS --retry 5 --retry-connrefused "${auth[@]}" \
+  # One Idempotency-Key per job, the same on every retry: a retry after a lost answer cannot enqueue twice.
+  key=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  answer=$(curl -sS --retry 5 --retry-connrefused "${auth[@]}" -H "Idempotency-Key: $key" \
     -H 'Content-Type: application/json' -d "$job" "$JOBQ/jobs")
   if ! jq -e .id <<<"$answer" >/dev/null; then
     echo "produce.sh: $(jq -r '"\(.detail) (\(.code))"' <<<"$answer" 2>/dev/null || echo "$answer")" >&2
