@@ -17,14 +17,20 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 
 class PgProxy:
     def __init__(self, upstream_dsn: str) -> None:
         parts = urlsplit(upstream_dsn)
-        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
-        self._dsn = parts
+        query = parse_qsl(parts.query)
+        # A server on a unix socket (the embedded one: `?host=/its/directory`) or on TCP.
+        socket_dir = next((v for k, v in query if k == "host" and v.startswith("/")), None)
+        port = parts.port or 5432
+        self._unix = f"{socket_dir}/.s.PGSQL.{port}" if socket_dir else None
+        self._upstream = (parts.hostname or "127.0.0.1", port)
+        # The client reaches the proxy over TCP: the socket directory is the proxy's business only.
+        self._dsn = parts._replace(query=urlencode([(k, v) for k, v in query if k != "host"]))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.base_events.Server | None = None
@@ -71,7 +77,10 @@ class PgProxy:
 
     async def _connection(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
-            server_r, server_w = await asyncio.open_connection(*self._upstream)
+            if self._unix is not None:
+                server_r, server_w = await asyncio.open_unix_connection(self._unix)
+            else:
+                server_r, server_w = await asyncio.open_connection(*self._upstream)
         except OSError:
             client_w.close()
             return
