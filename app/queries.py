@@ -132,18 +132,24 @@ _INSERT_NEW = f"""
         ORDER BY ord
         RETURNING j.id, j.queue, j.run_at, j.created_at, j.max_attempts
     )"""
-ENQUEUE_NEW = Query.define(
-    "enqueue_new",
-    f"""
+# The jobs' queues locked and created on first use, the jobs inserted (`j`), and the wake-up sent.
+_ENQUEUE_NEW_CTES = f"""
     WITH {_queue_locks("unnest(:queues::text[]) AS t(queue)")}, new_queues AS (
         INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
-    ), {_INSERT_NEW}, {_notify("j")}
+    ), {_INSERT_NEW}, {_notify("j")}"""
+# The answer: one row of arrays, in id order.
+_NEW_JOBS_ROW = f"""
     SELECT array_agg(j.id ORDER BY j.id) AS ids,
            array_agg(nullif(j.run_at, j.created_at) ORDER BY j.id) AS run_ats,
            array_agg(coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) ORDER BY j.id)
                AS max_attempts,
            min(j.created_at) AS created_at
-    FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
+    FROM j LEFT JOIN jobq.queues q ON q.name = j.queue"""
+ENQUEUE_NEW = Query.define(
+    "enqueue_new",
+    f"""
+    {_ENQUEUE_NEW_CTES}
+    {_NEW_JOBS_ROW}
     WHERE {NOTIFIED}
     """,
 )
@@ -211,15 +217,7 @@ DEDUP_HOLDERS = Query.define(
 ENQUEUE_NEW_ONCE = Query.define(
     "enqueue_new_once",
     f"""
-    WITH {_queue_locks("unnest(:queues::text[]) AS t(queue)")}, new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
-    ), {_INSERT_NEW}, {_notify("j")}, answer AS (
-        SELECT array_agg(j.id ORDER BY j.id) AS ids,
-               array_agg(nullif(j.run_at, j.created_at) ORDER BY j.id) AS run_ats,
-               array_agg(coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) ORDER BY j.id)
-                   AS max_attempts,
-               min(j.created_at) AS created_at
-        FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
+    {_ENQUEUE_NEW_CTES}, answer AS ({_NEW_JOBS_ROW}
     ), kept AS (
         INSERT INTO jobq.idempotency_keys
             (scope, key, request_hash, ids, run_ats, max_attempts, created_at, expires_at)
@@ -237,9 +235,7 @@ ENQUEUE_NEW_ONCE = Query.define(
 ENQUEUE_NEW_EACH_ONCE = Query.define(
     "enqueue_new_each_once",
     f"""
-    WITH {_queue_locks("unnest(:queues::text[]) AS t(queue)")}, new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
-    ), {_INSERT_NEW}, {_notify("j")}, answered AS (
+    {_ENQUEUE_NEW_CTES}, answered AS (
         SELECT j.id, nullif(j.run_at, j.created_at) AS run_at,
                coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
                j.created_at, row_number() OVER (ORDER BY j.id) AS ord
