@@ -47,6 +47,7 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 from app.errors import Forbidden, Unauthorized
+from app.models import QUEUE_NAME_CHARS
 
 # Declares the scheme in the OpenAPI document; the check itself is below.
 bearer = HTTPBearer(
@@ -65,8 +66,8 @@ class Role(enum.StrEnum):
 
 ROLE_NAMES = ", ".join(Role)
 
-# A queue-name pattern: the queue-name characters (app/models.py QUEUE_NAME_PATTERN) and the wildcards.
-QUEUE_PATTERN = re.compile(r"[A-Za-z0-9_.:*?-]{1,128}")
+# A queue-name pattern: the wildcards and the queue-name characters (app/models.py).
+QUEUE_PATTERN = re.compile(rf"[*?{QUEUE_NAME_CHARS}]{{1,128}}")
 QUEUE_PATTERN_RULE = (
     "use the queue-name characters A-Z a-z 0-9 _ . : - and the wildcards * (any run of characters) "
     "and ? (one character), 1-128 of them"

@@ -27,6 +27,7 @@ from app.access_log import note
 from app.coalesce import Batcher
 from app.db import Database
 from app.errors import Conflict, JobqError, LeaseLost, NotFound, PayloadTooLarge, Unavailable
+from app.models import MAX_JOB_ID
 from app.schemas import AckRequest, EnqueueRequest, NackRequest, QueueSettingsPatch
 from app.wakeups import Wakeups
 from app.web import encode_json, raw_json
@@ -36,7 +37,8 @@ Row = dict[str, Any]
 # take it as :scope, and a job outside it is answered as one that does not exist.
 Scope = list[str] | None
 
-MAX_ID = 2**63 - 1
+# Keyset paging starts below this: every job.
+PAST_LAST_ID = MAX_JOB_ID + 1
 EXPIRE_BATCH = 1000
 RETRY_BATCH = 1000
 MAX_SHARED = 1000  # calls per shared ack, nack or enqueue statement
@@ -849,7 +851,7 @@ async def dead_jobs(
     db: Database, queue: str | None, limit: int, before_id: int | None, scope: Scope = None
 ) -> Row:
     """Dead jobs of `queue`, or of every queue in `scope` (the caller has checked `queue` against it)."""
-    before = before_id if before_id is not None else MAX_ID
+    before = before_id if before_id is not None else PAST_LAST_ID
     async with db.acquire() as conn:
         if queue is None:
             query, args = q.DEAD_JOBS, q.DEAD_JOBS.args(before_id=before, limit=limit, scope=scope)
@@ -867,7 +869,7 @@ async def retry_dead(db: Database, ids: list[int] | None, queue: str | None, sco
     """Dead jobs back to pending, a page at a time; those whose dedup_key is taken are skipped, those
     outside `scope` are left alone (not counted, as jobs that are not dead)."""
     retried, skipped = 0, []
-    before = MAX_ID
+    before = PAST_LAST_ID
     async with db.acquire() as conn:
         while True:
             try:

@@ -75,7 +75,12 @@ metadata = MetaData(
     },
 )
 
-QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+# Queue names: 1-128 of these characters, wherever a name is checked (the API, the SQS API, the CHECK
+# constraint below, token scopes' patterns).
+QUEUE_NAME_CHARS = "A-Za-z0-9_.:-"
+QUEUE_NAME_PATTERN = rf"^[{QUEUE_NAME_CHARS}]{{1,128}}$"
+# Job ids stay below 2^53, so every JSON client (JavaScript's numbers included) reads them exactly.
+MAX_JOB_ID = 2**53 - 1
 
 
 class Base(DeclarativeBase):

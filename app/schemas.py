@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from app.models import MAX_VISIBILITY_TIMEOUT, QUEUE_NAME_PATTERN
+from app.models import MAX_JOB_ID, MAX_VISIBILITY_TIMEOUT, QUEUE_NAME_PATTERN
 
 QueueName = Annotated[
     str, Field(pattern=QUEUE_NAME_PATTERN, min_length=1, max_length=128, examples=["emails"])
@@ -34,8 +34,6 @@ def _json_string(value: Any) -> Any:
 # would convert ("2", true).
 Number = BeforeValidator(_json_number)
 
-# Ids stay below 2^53, so every JSON client (JavaScript's numbers included) reads them exactly.
-MAX_JOB_ID = 2**53 - 1
 # Constraints first, then the validator, so the constraints reach the JSON schema as minimum/maximum.
 JobId = Annotated[int, Field(strict=False, ge=1, le=MAX_JOB_ID), Number]
 Seconds = Annotated[float, Field(ge=0, le=10 * 365 * 86400, allow_inf_nan=False), Number]

@@ -24,13 +24,13 @@ from app import jobs
 from app.auth import Admin, Caller, Role, Viewer
 from app.deps import DB
 from app.errors import JobqError, NotFound
-from app.models import QUEUE_NAME_PATTERN
+from app.models import MAX_JOB_ID, QUEUE_NAME_PATTERN
 from app.ui import pages
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Viewer])
 
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=128)]
-JobIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
+JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 Flash = Annotated[str | None, Query(max_length=500)]
 Next = Annotated[str, Query(max_length=2000)]
 DEAD_PAGE_SIZE = 50
@@ -83,7 +83,7 @@ async def dead_page(
     request: Request,
     caller: Caller,
     queue: Annotated[str | None, Query(max_length=128)] = None,
-    before_id: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,
     flash: Flash = None,
 ) -> Response:
     queue = queue or None  # the picker's "all queues" is an empty value
@@ -105,7 +105,7 @@ async def dead_page(
 async def find_job(id: Annotated[str, Query(max_length=30)] = "") -> Response:
     """The header's job lookup."""
     text = id.strip().lstrip("#")
-    if not text.isdigit() or not 1 <= int(text) < 2**63:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_JOB_ID:
         return html(pages.not_found_page(f"{id!r} is not a job id"), status=404)
     return RedirectResponse(f"/ui/jobs/{int(text)}", status_code=303)
 

@@ -60,7 +60,6 @@ from app.sqs.protocol import (
 from app.wakeups import Wakeups
 
 Body = dict[str, Any]
-MAX_ID = 2**53 - 1
 
 
 @dataclass
@@ -478,10 +477,7 @@ async def receive_message(ctx: Context, body: Body) -> Body:
 def _handle(value: Any) -> tuple[int, str]:
     if value is None:
         raise missing_parameter("ReceiptHandle")
-    job_id, token = parse_receipt_handle(value)
-    if job_id > MAX_ID:
-        raise receipt_handle_invalid()
-    return job_id, token
+    return parse_receipt_handle(value)
 
 
 def _stale(handle: str) -> SqsError:

@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from app.models import MAX_JOB_ID, QUEUE_NAME_PATTERN
+
 CONTENT_TYPE = "application/x-amz-json-1.0"
 ACCOUNT = "000000000000"  # every queue URL and ARN names this account; jobq has one namespace
 REGION = "us-east-1"  # what ARNs say; the SigV4 check takes whatever region the client signed for
@@ -119,7 +121,7 @@ def parse_receipt_handle(handle: Any) -> tuple[int, str]:
         number = int(job_id)
     except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise receipt_handle_invalid(f'The receipt handle "{handle}" is not valid.') from exc
-    if not 1 <= number < 2**63:
+    if not 1 <= number <= MAX_JOB_ID:
         raise receipt_handle_invalid()
     return number, token
 
@@ -140,7 +142,7 @@ def name_from_url(url: Any) -> str:
     if not isinstance(url, str) or not url:
         raise missing_parameter("QueueUrl")
     name = url.rstrip("/").rsplit("/", 1)[-1]
-    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", name):
+    if not re.fullmatch(QUEUE_NAME_PATTERN, name):
         raise invalid_parameter(f"Value {url} for parameter QueueUrl is invalid. Reason: not a queue URL.")
     return name
 
