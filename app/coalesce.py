@@ -19,7 +19,7 @@ When a shared statement fails, the error decides (`refused`):
   with an ERROR (a data exception such as a NUL character, a unique violation, ...), the driver or the
   service could not encode an argument (a lone surrogate) and so sent nothing, or the service's own
   checks refused an item (a 4xx ``JobqError``, raised before anything is sent). Then each item is
-  retried alone (`isolate`, on by default), so one bad item fails only its own call, never the calls it
+  retried alone, so one bad item fails only its own call, never the calls it
   happened to share a statement with.
 - Anything else goes to every caller of the batch as it is, and none is retried: a connection lost, a
   timeout or a cancellation mid-flight (statement_timeout included), a terminated backend (FATAL, or
@@ -77,14 +77,12 @@ class Batcher(Generic[T, R]):
         *,
         max_items: int = 1000,
         size: Callable[[T], int] = lambda item: 1,
-        isolate: bool = True,
         orphaned: Callable[[list[R]], Awaitable[object]] | None = None,
         concurrency: int = 2,
     ) -> None:
         self._run = run
         self._max_items = max_items  # items (as counted by `size`) per shared statement
         self._size = size
-        self._isolate = isolate  # retry the items of a refused statement one by one
         self._orphaned = orphaned
         self._concurrency = concurrency  # statements in flight at most
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
@@ -142,7 +140,7 @@ class Batcher(Generic[T, R]):
         try:
             results = await self._run(items)
         except Exception as exc:
-            if self._isolate and len(batch) > 1 and refused(exc):
+            if len(batch) > 1 and refused(exc):  # retry its items one by one
                 for one in batch:
                     await self._execute([one])
                 return

@@ -173,19 +173,19 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
     done = {"nothing_done": True} if getattr(exc, NOTHING_DONE, False) else {}
-    response = problem(503, "unavailable", "the database is unreachable; retry shortly", **done)
-    response.headers["Retry-After"] = "1"
-    return response
+    return _retry_soon("the database is unreachable; retry shortly", **done)
 
 
 async def _transaction_rolled_back(request: Request, exc: Exception) -> JSONResponse:
     log.warning("transaction rolled back on %s %s: %r", request.method, request.url.path, exc)
-    response = problem(
-        503,
-        "unavailable",
-        f"the database rolled this request back ({exc}); nothing was done, send it again",
-        nothing_done=True,
+    return _retry_soon(
+        f"the database rolled this request back ({exc}); nothing was done, send it again", nothing_done=True
     )
+
+
+def _retry_soon(detail: str, **extra: Any) -> JSONResponse:
+    """503 unavailable, for a second: what the database could not do now it may do on the next try."""
+    response = problem(503, "unavailable", detail, **extra)
     response.headers["Retry-After"] = "1"
     return response
 

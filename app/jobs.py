@@ -670,7 +670,7 @@ async def release_leases(db: Database, items: Sequence[tuple[int, str]]) -> list
     async with db.acquire() as conn:
         rows = await conn.fetch(q.RELEASE.text, *q.RELEASE.args(ids=ids, lease_tokens=tokens))
         # The same lease twice: only the first item gave it back.
-        released = _once(keys, rows)
+        released = _row_per_item(keys, rows)
         failed = [job_id for job_id, row in zip(ids, released, strict=True) if row is None]
         states = await _lease_states(conn, failed) if failed else {}
     return [
@@ -691,7 +691,7 @@ def _done(rows: Sequence[asyncpg.Record]) -> dict[tuple[int, str], asyncpg.Recor
     return {(r["id"], str(r["lease_token"])): r for r in rows}
 
 
-def _once(keys: list[tuple[int, str]], rows: Sequence[asyncpg.Record]) -> list[asyncpg.Record | None]:
+def _row_per_item(keys: list[tuple[int, str]], rows: Sequence[asyncpg.Record]) -> list[asyncpg.Record | None]:
     """Per item, in order, the row its own (id, token) changed; an (id, token) repeated in the statement
     gets it once, on its first item (the lease was ended once)."""
     done = _done(rows)
@@ -714,14 +714,14 @@ async def enqueue_one(db: Database, item: EnqueueRequest, once: Once | None = No
     Enqueues with an idempotency key (`once`) share theirs with each other, so the others' statement
     stays ENQUEUE_NEW, with nothing of the keys."""
     if once is None:
-        return await _shared(db, "enqueue", enqueue, item, isolate=True)
-    answer = await _shared(db, "enqueue_once", _enqueue_singles_once, (item, once), isolate=True)
+        return await _shared(db, "enqueue", enqueue, item)
+    answer = await _shared(db, "enqueue_once", _enqueue_singles_once, (item, once))
     if isinstance(answer, JobqError):
         raise answer
     return answer
 
 
-async def _shared(db: Database, name: str, run: Callable, item: Any, *, isolate: bool = True) -> Row:
+async def _shared(db: Database, name: str, run: Callable, item: Any) -> Row:
     if not db.settings.coalesce:
         (result,) = await run(db, [item])
         return result
@@ -730,7 +730,6 @@ async def _shared(db: Database, name: str, run: Callable, item: Any, *, isolate:
         lambda: Batcher(
             partial(run, db),
             max_items=MAX_SHARED,
-            isolate=isolate,
             concurrency=db.settings.coalesce_concurrency,
         ),
     )
@@ -795,7 +794,7 @@ async def nack(db: Database, items: Sequence[NackRequest]) -> list[Row]:
             ),
         )
         # The same lease nacked twice in one statement: only the first item ended it.
-        nacked = _once(_item_keys(ids, tokens), rows)
+        nacked = _row_per_item(_item_keys(ids, tokens), rows)
         failed = [job_id for job_id, row in zip(ids, nacked, strict=True) if row is None]
         states = await _lease_states(conn, failed) if failed else {}
     db.metrics.nacked.count(rows)
