@@ -6,14 +6,18 @@ FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /srv/jobq
-COPY pyproject.toml README.md alembic.ini ./
-COPY alembic ./alembic
+# The client (the `jobq` command) and the server, installed as wheels, as from a package index: the
+# migrations and the dashboard's files come with the package, so nothing of the sources stays behind.
+WORKDIR /tmp/jobq-src
+COPY clients/python ./clients/python
+COPY pyproject.toml README.md ./
 COPY app ./app
-RUN pip install -e . \
+RUN pip install ./clients/python . \
+ && rm -rf /tmp/jobq-src \
  && useradd --system --uid 10001 --home-dir /srv/jobq jobq \
- && mkdir .jobq && chown jobq .jobq
+ && mkdir -p /srv/jobq/.jobq && chown jobq /srv/jobq/.jobq
 
+WORKDIR /srv/jobq
 USER jobq
 ENV JOBQ_HOST=0.0.0.0 JOBQ_PORT=8000
 EXPOSE 8000

@@ -1,22 +1,27 @@
 # The two commands a newcomer needs:  `make serve`  and  `make test`.
-# Both create .venv and install jobq into it on first use (and again when pyproject.toml changes).
+# Both create .venv and install jobq into it on first use (and again when a pyproject.toml changes): the
+# client (clients/python, the `jobq` distribution) and the server (this directory, `jobq-server`, which
+# depends on the client), both editable.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
 .PHONY: serve test openapi bench soak clean
 
-$(VENV)/.installed: pyproject.toml
+INSTALL := $(BIN)/python -m pip install --quiet -e clients/python
+
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(INSTALL) -e '.[test]'
 	touch $@
 
 # Run the service on 127.0.0.1:8000 (embedded PostgreSQL under ./.jobq unless JOBQ_DATABASE_URL is set).
 serve: $(VENV)/.installed
 	$(BIN)/jobq serve
 
-# Run the whole suite (embedded PostgreSQL unless JOBQ_TEST_DATABASE_URL names a server to use).
+# Run the whole suite, the server's tests and the client's (embedded PostgreSQL unless
+# JOBQ_TEST_DATABASE_URL names a server to use).
 test: $(VENV)/.installed
 	$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -26,12 +31,12 @@ openapi: $(VENV)/.installed
 
 # The benchmark suite against the local PostgreSQL (JOBQ_BENCH_DATABASE_URL), a few minutes; see bench/run.py.
 bench: $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(INSTALL) -e '.[test,bench]'
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 # Minutes of steady mixed load, watching memory, latency and table size; see bench/soak.py.
 soak: $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(INSTALL) -e '.[test,bench]'
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:

@@ -41,8 +41,8 @@ MAX_BODY_PEEK = 1024 * 1024  # bytes of a request body kept for its line's queue
 
 
 class RequestNote:
-    """The current request's line in the making: its body as it streamed in, and what the service layer
-    adds (see ``note``)."""
+    """The current request's line in the making: its body as it streamed in, and what the handler adds
+    (see ``note``)."""
 
     __slots__ = ("queue", "jobs", "body", "size")
 
@@ -58,8 +58,9 @@ _note: ContextVar[RequestNote | None] = ContextVar("jobq_request_note", default=
 
 def note(*, queue: str | None = None, jobs: int | None = None) -> None:
     """Add the queue or the number of jobs to the current request's line; nothing outside a request
-    (or with the access log off). Call it from the request's own task: a shared statement's task
-    (app/coalesce.py) belongs to no single request."""
+    (or with the access log off). For the HTTP handlers (app/routers/, app/sqs/), never the service
+    layer; and from the request's own task: a shared statement's task (app/coalesce.py) belongs to no
+    single request."""
     current = _note.get()
     if current is not None:
         if queue is not None:

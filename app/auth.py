@@ -47,7 +47,7 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 from app.errors import Forbidden, Unauthorized
-from app.models import QUEUE_NAME_CHARS
+from app.models import MAX_QUEUE_NAME, QUEUE_NAME_CHARS
 
 # Declares the scheme in the OpenAPI document; the check itself is below.
 bearer = HTTPBearer(
@@ -67,7 +67,7 @@ class Role(enum.StrEnum):
 ROLE_NAMES = ", ".join(Role)
 
 # A queue-name pattern: the wildcards and the queue-name characters (app/models.py).
-QUEUE_PATTERN = re.compile(rf"[*?{QUEUE_NAME_CHARS}]{{1,128}}")
+QUEUE_PATTERN = re.compile(rf"[*?{QUEUE_NAME_CHARS}]{{1,{MAX_QUEUE_NAME}}}")
 QUEUE_PATTERN_RULE = (
     "use the queue-name characters A-Z a-z 0-9 _ . : - and the wildcards * (any run of characters) "
     "and ? (one character), 1-128 of them"

@@ -36,7 +36,7 @@ async def _every(interval: float, step: Callable[[], Awaitable[object]], name: s
 
 
 def start(db: Database) -> list[asyncio.Task]:
-    async def sweep() -> None:
+    async def expire_leases() -> None:
         changed = await jobs.expire_leases(db)
         if changed:
             log.info("returned %d expired leases", len(changed))
@@ -59,7 +59,9 @@ def start(db: Database) -> list[asyncio.Task]:
 
     settings = db.settings
     tasks = [
-        asyncio.create_task(_every(settings.sweep_interval, sweep, "lease expiry"), name="jobq-sweep"),
+        asyncio.create_task(
+            _every(settings.expire_interval, expire_leases, "lease expiry"), name="jobq-expire-leases"
+        ),
         asyncio.create_task(_every(settings.prune_interval, prune, "retention pruning"), name="jobq-prune"),
         asyncio.create_task(
             _every(settings.metrics_interval, refresh_gauges, "metrics gauges"), name="jobq-gauges"

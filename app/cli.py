@@ -1,5 +1,9 @@
-"""The `jobq` command: the server's commands here (serve, migrate, openapi); those that talk to a running
-service (worker, enqueue, stats, dead, queues) in app/cli_client.py."""
+"""The server's commands of `jobq`: serve, migrate, openapi.
+
+The `jobq` command belongs to the client distribution (`jobq.cli`), which has the commands that talk to a
+running service (worker, enqueue, stats, dead, queues); it adds these three from the `jobq.commands` entry
+points this distribution declares (pyproject.toml), so that one `jobq` command has them all.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +14,9 @@ from typing import Annotated
 
 import typer
 
-from app import cli_client
 from app.settings import Settings, is_loopback
 
-cli = typer.Typer(
-    help="jobq: an HTTP job queue on PostgreSQL.",
-    epilog="Exit status: 0 done, 1 the service refused, 2 bad usage, 3 the service is unreachable or "
-    "unavailable.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="markdown",
-)
 
-
-@cli.command()
 def serve(
     host: Annotated[
         str | None, typer.Option(help="Address to listen on [default: JOBQ_HOST or 127.0.0.1]")
@@ -87,7 +80,6 @@ def _log_config(level: str) -> dict:
     return config
 
 
-@cli.command()
 def migrate(
     revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
     down: Annotated[bool, typer.Option("--down", help="Downgrade to the revision instead")] = False,
@@ -119,21 +111,9 @@ def migrate(
     typer.echo(f"schema at {'base' if down and revision == 'base' else revision}")
 
 
-@cli.command()
 def openapi() -> None:
     """Print the OpenAPI document the service serves (the committed openapi.json)."""
     from app.main import create_app
 
     json.dump(create_app(Settings()).openapi(), sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
-
-
-cli_client.register(cli)
-
-
-def main() -> None:
-    cli()
-
-
-if __name__ == "__main__":
-    main()

@@ -9,7 +9,7 @@ skipping past each other's locked rows. Allowing a few statements in flight keep
 100, an ack of 100) running side by side as they would without coalescing.
 
 Each item still gets its own result; `run` must return one per item, in order, and each result must be
-that item's own: a call never learns what its neighbours sent or got (jobs.ack, for one, tells items
+that item's own: a call never learns what its neighbours sent or got (jobs.ack_batch, for one, tells items
 for the same job apart by their lease tokens). Results whose caller went away while the statement ran
 are handed to `orphaned` (a lease gives such jobs back).
 

@@ -1,7 +1,7 @@
 """The asyncpg pool: one per service process, opened and closed by the app's lifespan.
 
 jsonb values travel as JSON text both ways (asyncpg's default): payloads are stored and answered
-without being decoded in between (see app/web.py)."""
+without being decoded in between (see app/jsontext.py)."""
 
 from __future__ import annotations
 

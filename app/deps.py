@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 from pydantic import BaseModel
 
 from app.db import Database
+from app.problems import PROBLEM_JSON
 from app.wakeups import Wakeups
 
 
@@ -48,5 +49,5 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` entries for the problem answers a route may give (422 and 503 always)."""
     out: dict[int | str, dict[str, Any]] = {}
     for status in (*statuses, 422, 503):
-        out[status] = {"model": Problem, "content": {"application/problem+json": {}}}
+        out[status] = {"model": Problem, "content": {PROBLEM_JSON: {}}}
     return out

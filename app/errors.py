@@ -1,26 +1,21 @@
-"""The errors jobq answers with, and the one place they become RFC 9457 problem details.
+"""The errors of jobq's operations, and the database errors the service tells apart.
 
-Every error body is ``application/problem+json`` with a stable machine-readable ``code``. Nothing a client
-sends can produce a 500 with a stack trace: validation, database data errors and encoding errors are 4xx;
-an unreachable database is 503 ``unavailable``.
+The service layer (app/jobs/) raises these; it knows nothing of HTTP, and neither does this module: no
+web framework is imported here. app/problems.py turns them into RFC 9457 problem details for the HTTP
+API, and app/sqs/router.py into SQS errors.
+
+Each error carries its `status` and `code` as class attributes: they are part of what the error means in
+jobq's contract (a lost lease is 409 ``lease_lost`` however it is reached, and the SQS API maps errors
+by them too), so they are defined once, with the error, rather than in a table beside it that would have
+to be kept in step. `status` is a number here; only app/problems.py makes it an HTTP answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from http import HTTPStatus
 from typing import Any
 
 import asyncpg
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-log = logging.getLogger("jobq.errors")
-
-PROBLEM_JSON = "application/problem+json"
 
 
 class JobqError(Exception):
@@ -52,7 +47,7 @@ class LeaseLost(JobqError):
 
 
 class Conflict(JobqError):
-    """The job is not in a state that allows this (cancel a running job, purge a live one)."""
+    """The job's status does not allow this (cancel a running job, purge a live one)."""
 
     status, code = 409, "conflict"
 
@@ -106,125 +101,3 @@ DATABASE_REJECTED_INPUT: tuple[type[BaseException], ...] = (
     UnicodeEncodeError,
     OverflowError,
 )
-
-
-def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
-    body = {
-        "type": f"urn:jobq:problem:{code}",
-        "title": HTTPStatus(status).phrase,
-        "status": status,
-        "detail": detail,
-        "code": code,
-        **extra,
-    }
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
-
-
-def _validation_detail(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    cleaned = [
-        {"loc": [str(part) for part in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
-        for e in errors
-    ]
-    text = "; ".join(f"{'.'.join(e['loc']) or 'body'}: {e['msg']}" for e in cleaned[:10])
-    return text or "invalid request", cleaned
-
-
-async def _jobq_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, JobqError)
-    response = problem(exc.status, exc.code, exc.detail, **exc.extra)
-    if isinstance(exc, Unauthorized):
-        response.headers["WWW-Authenticate"] = 'Bearer realm="jobq"'
-    elif isinstance(exc, Unavailable):
-        response.headers["Retry-After"] = str(exc.retry_after)
-    return response
-
-
-async def _request_validation(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    detail, errors = _validation_detail(list(exc.errors()))
-    return problem(422, "validation_error", detail, errors=errors)
-
-
-_HTTP_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "validation_error",
-    503: "unavailable",
-}
-
-
-async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    code = _HTTP_CODES.get(exc.status_code, "error")
-    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
-    if exc.status_code == 404 and detail == "Not Found":
-        detail = f"no route {request.method} {request.url.path}"
-    response = problem(exc.status_code, code, detail)
-    if exc.headers:
-        response.headers.update(exc.headers)
-    return response
-
-
-async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
-    done = {"nothing_done": True} if getattr(exc, NOTHING_DONE, False) else {}
-    return _retry_soon("the database is unreachable; retry shortly", **done)
-
-
-async def _transaction_rolled_back(request: Request, exc: Exception) -> JSONResponse:
-    log.warning("transaction rolled back on %s %s: %r", request.method, request.url.path, exc)
-    return _retry_soon(
-        f"the database rolled this request back ({exc}); nothing was done, send it again", nothing_done=True
-    )
-
-
-def _retry_soon(detail: str, **extra: Any) -> JSONResponse:
-    """503 unavailable, for a second: what the database could not do now it may do on the next try."""
-    response = problem(503, "unavailable", detail, **extra)
-    response.headers["Retry-After"] = "1"
-    return response
-
-
-async def _database_rejected_input(request: Request, exc: Exception) -> JSONResponse:
-    return problem(422, "validation_error", f"a value was refused: {exc}")
-
-
-async def _recursion(request: Request, exc: Exception) -> JSONResponse:
-    return problem(422, "validation_error", "the JSON body is nested too deeply")
-
-
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return problem(500, "internal", "an unexpected error occurred; it has been logged")
-
-
-HANDLERS: dict[type[BaseException], Any] = {
-    JobqError: _jobq_error,
-    RequestValidationError: _request_validation,
-    StarletteHTTPException: _http_exception,
-    **dict.fromkeys(DATABASE_UNAVAILABLE, _database_unavailable),
-    **dict.fromkeys(TRANSACTION_ROLLED_BACK, _transaction_rolled_back),
-    **dict.fromkeys(DATABASE_REJECTED_INPUT, _database_rejected_input),
-    RecursionError: _recursion,
-    Exception: _unexpected,
-}
-
-
-def install(app: FastAPI) -> None:
-    for exc_type, handler in HANDLERS.items():
-        app.add_exception_handler(exc_type, handler)
-
-
-async def answer(request: Request, exc: Exception) -> JSONResponse:
-    """The problem answering `exc`, chosen as Starlette chooses among the handlers ``install`` adds: by
-    the nearest class in the exception's MRO. For routes answered outside FastAPI's routing (app/hot.py)."""
-    for cls in type(exc).__mro__:
-        handler = HANDLERS.get(cls)
-        if handler is not None:
-            return await handler(request, exc)
-    raise exc

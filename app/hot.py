@@ -1,18 +1,23 @@
-"""The hot routes: the POSTs of workers and producers, answered without FastAPI's per-request machinery.
+"""The dispatcher of the hot routes: the POSTs of workers and producers, answered without FastAPI's
+per-request machinery.
 
 `/lease`, `/ack`, `/jobs` and their kin carry nearly all of a busy queue's requests, and most of each is
 small. FastAPI serves a request by matching it against every route, wrapping it in a Request, solving the
 route's dependencies one by one and validating a body that Python's json module has parsed first: about
-half of the service's CPU time on a one-job lease or ack. ``HotRoutes`` answers these routes itself: it
-reads the body, parses it with pydantic's parser and validates it with the route's own model, checks
-the caller's role with the route's own ``Admits`` (app/auth.py), and calls the route's own endpoint
-function, with the caller's Grant, which the endpoint uses to check the queues the body names (as it
-does when FastAPI calls it). The answer is that function's, byte for byte.
+half of the service's CPU time on a one-job lease or ack. ``HotRoutes`` dispatches these routes itself,
+and adds no rule of its own: each step of a request has one home, which both ways in use.
+
+- The body's shape and limits: the route's pydantic model (app/schemas.py), taken from the endpoint's
+  signature. The JSON text is read by pydantic's parser here, by app/web.py ``StrictJSONRequest`` on
+  FastAPI's way; both refuse NaN and Infinity, and nesting past `max_json_depth` (``nesting_depth``).
+- The caller's role: ``Admits.check`` (app/auth.py), taken from the route's own role dependency.
+- The queues the body names: the endpoint itself (``caller.admit``), with the Grant the role check gave.
+- The answer: the endpoint's, byte for byte; an error becomes its problem body in app/problems.py.
 
 Only the ordinary case is taken this way. A query string, a content type other than `application/json`,
 a body nested too deeply or that the parser or the model refuses: these go on to FastAPI as if nothing had
-happened (the body already read is handed on), so every refusal is worded exactly as before. Errors
-raised while answering become the same problem bodies, through ``errors.answer``.
+happened (the body already read is handed on), so every refusal is worded in one place, FastAPI's
+(tests/test_hot.py sends each request both ways and compares).
 
 A route of the routers given is hot when it is a ``POST`` to a fixed path (no path parameters), every
 dependency of it is a role check, and its endpoint takes nothing but `body` (a pydantic model), `db`,
@@ -34,7 +39,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import errors
+from app import problems
 from app.auth import OPEN, Admits
 from app.web import nesting_depth
 
@@ -92,7 +97,7 @@ class HotRoutes:
         except ClientDisconnect:
             return  # gone before its body arrived: nobody to answer
         except Exception as exc:
-            response = await errors.answer(request, exc)
+            response = await problems.answer(request, exc)
         if response is None:  # not the ordinary case: FastAPI answers, from the same body
             return await self.app(scope, _replay(body, receive), send)
         await response(scope, receive, send)

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import __version__, access_log, background, embedded, errors, migrations
+from app import __version__, access_log, background, embedded, migrations, problems
 from app.auth import Tokens
 from app.db import Database, create_pool
 from app.hot import HotRoutes
@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         access_log.install()
     # Outermost: it times every request, also those a middleware inside it answers.
     app.add_middleware(access_log.ObserveRequests, metrics=app.state.metrics, access_log=settings.access_log)
-    errors.install(app)
+    problems.install(app)
     for module in (producers, workers, operators, health, metrics, ui, docs):
         app.include_router(module.router)
     app.include_router(sqs.router)  # the SQS API at POST / (app/sqs)

@@ -3,7 +3,7 @@ process, and two apps must not count into each other).
 
 Three kinds of numbers, each gathered where it is cheapest:
 
-- Counters of jobs per queue, incremented by the service layer (app/jobs.py) once per statement with the
+- Counters of jobs per queue, incremented by the service layer (app/jobs/) once per statement with the
   number of jobs it changed: a lease of 100 jobs is one increment, not a hundred.
 - Gauges that need the database (depth per state, lag, paused, lock waits) are read by a background
   step every ``metrics_interval`` seconds (app/background.py) into a snapshot, which a scrape only
@@ -84,7 +84,7 @@ class PerQueue:
 
 @dataclass(frozen=True, slots=True)
 class QueueGauges:
-    """The database-side numbers at one moment (app/jobs.py: ``queue_gauges``, ``lock_waits``)."""
+    """The database-side numbers at one moment (app/jobs/background.py: ``queue_gauges``, ``lock_waits``)."""
 
     queues: list[dict[str, Any]] = field(default_factory=list)  # queue, paused, each state, lag_seconds
     lock_waiting: int = 0

@@ -40,14 +40,16 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
-from alembic import command
 from app.settings import Settings, sqlalchemy_url
 
-ROOT = Path(__file__).resolve().parent.parent
+# The Alembic chain ships inside the package, so that an installed wheel migrates without a checkout; the
+# configuration is built here, in code (the checkout's alembic.ini only serves a plain `alembic` run).
+SCRIPTS = Path(__file__).resolve().parent / "alembic"
 SCHEMA = "jobq"
 
 log = logging.getLogger("jobq.migrations")
@@ -56,7 +58,7 @@ log = logging.getLogger("jobq.migrations")
 # queue) and then rows of `jobs`; every other statement locks rows of `jobs` only and merely reads
 # `queues`. So queues, then jobs; the 0002 migration, which altered jobs and then queues, deadlocked with
 # enqueues. Table locks, which a statement takes before it runs, in the order its plan lists the tables,
-# do not all agree: enqueue takes `queues` first, but a prepared lease, nack or expiry sweep takes `jobs`
+# do not all agree: enqueue takes `queues` first, but a prepared lease, nack or lease expiry takes `jobs`
 # first (seen in pg_locks). No order of ACCESS EXCLUSIVE locks on both tables avoids every cycle, so
 # `lock_tables` takes them in this order and bounds its waiting, so that the step gives way, never a
 # statement of the service (see there).
@@ -88,12 +90,14 @@ class MigrationBlocked(Exception):
 
 
 def alembic_config(dsn: str, settings: Settings | None = None) -> Config:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "alembic"))
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPTS))
+    # How a caller's version_locations (several directories) are split, as in alembic.ini.
+    config.set_main_option("path_separator", "os")
     # ConfigParser treats % as interpolation; a password may contain one.
     config.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
     if settings is not None:
-        # alembic/env.py takes the lock timeout and attempts from here (else from the environment).
+        # app/alembic/env.py takes the lock timeout and attempts from here (else from the environment).
         config.attributes["settings"] = settings
     return config
 

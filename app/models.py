@@ -1,6 +1,6 @@
 """The schema: SQLAlchemy tables in the ``jobq`` schema, and the job state machine.
 
-These models and the Alembic chain in ``alembic/versions`` are the single definition of the schema; a test
+These models and the Alembic chain in ``app/alembic/versions`` are the single definition of the schema; a test
 compares them. The hot paths run the hand-written SQL in ``app/queries.py`` against these tables.
 """
 
@@ -42,26 +42,29 @@ DEFAULT_RETENTION = 86400.0  # seconds completed and cancelled jobs are kept bef
 MAX_VISIBILITY_TIMEOUT = 43200.0  # 12 h: the longest lease or extension one call may ask for
 
 
-class JobState(enum.StrEnum):
-    """A job's life. Every transition is one guarded UPDATE in queries.py (`... WHERE status = ...`).
-
-    PENDING -> RUNNING -> COMPLETED | PENDING (retry) | DEAD;  PENDING -> CANCELLED;  DEAD -> PENDING.
-    """
+# A job's status: the `status` column and its CHECK constraint, the API's `status` fields (openapi.json
+# lists them from here). Which statement moves a job from one status to another is the table at the head
+# of app/queries.py; tests/test_states.py runs every statement against every status and checks it.
+class JobStatus(enum.StrEnum):
+    """A job's status: pending (waiting to run, now or at its run_at), running (leased to a worker),
+    completed (acked), dead (out of attempts, or nacked as dead; kept until retried or purged) or
+    cancelled (before it ran)."""
 
     # Waiting to run, including jobs whose run_at is still in the future.
-    # In: enqueue; nack with attempts left; lease expiry with attempts left; dead retry.
-    # Out: lease (-> running); cancel (-> cancelled); an ack after expiry by the last lease holder.
     PENDING = "pending"
     # Leased to a worker until lease_expires_at, fenced by lease_token; each lease counts an attempt.
-    # In: lease. Out: ack, nack, lease expiry (sweep), all guarded by status and token.
     RUNNING = "running"
-    # Done. In: ack with the job's latest lease token. Final; pruned after the queue's retention.
+    # Done. Final; pruned after the queue's retention.
     COMPLETED = "completed"
     # Out of attempts or nacked with dead=true; kept for inspection until retried or purged.
-    # In: nack, lease expiry. Out: dead retry (-> pending), purge (row deleted), a late ack (-> completed).
     DEAD = "dead"
-    # Cancelled by a producer before it ran. Final; pruned like completed jobs.
+    # Cancelled before it ran. Final; pruned like completed jobs.
     CANCELLED = "cancelled"
+
+
+def status_in(*statuses: JobStatus) -> str:
+    """`status IN ('a', 'b')`: the SQL test for these statuses."""
+    return f"status IN ({', '.join(repr(str(s)) for s in statuses)})"
 
 
 # Fixed index and constraint names keep Alembic's comparison stable.
@@ -78,7 +81,11 @@ metadata = MetaData(
 # Queue names: 1-128 of these characters, wherever a name is checked (the API, the SQS API, the CHECK
 # constraint below, token scopes' patterns).
 QUEUE_NAME_CHARS = "A-Za-z0-9_.:-"
-QUEUE_NAME_PATTERN = rf"^[{QUEUE_NAME_CHARS}]{{1,128}}$"
+MAX_QUEUE_NAME = 128
+QUEUE_NAME_PATTERN = rf"^[{QUEUE_NAME_CHARS}]{{1,{MAX_QUEUE_NAME}}}$"
+# Lease tokens are UUIDs; longer spellings of one are accepted up to this many characters, and refused
+# beyond (the API and the SQS API's receipt handles alike).
+MAX_LEASE_TOKEN = 128
 # Job ids stay below 2^53, so every JSON client (JavaScript's numbers included) reads them exactly.
 MAX_JOB_ID = 2**53 - 1
 
@@ -114,9 +121,7 @@ class Job(Base):
 
     __tablename__ = "jobs"
     __table_args__ = (
-        CheckConstraint(
-            "status IN ('pending', 'running', 'completed', 'dead', 'cancelled')", name="status_known"
-        ),
+        CheckConstraint(status_in(*JobStatus), name="status_known"),
         CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="max_attempts_positive"),
         # The claim: ready jobs of one queue in lease order. Partial, so however many finished rows the
         # table holds, this index holds only the waiting ones.
@@ -128,7 +133,7 @@ class Job(Base):
             "id",
             postgresql_where=text("status = 'pending'"),
         ),
-        # The expiry sweep: running jobs by deadline.
+        # Lease expiry: running jobs by deadline.
         Index("ix_jobs_lease_expiry", "lease_expires_at", postgresql_where=text("status = 'running'")),
         # At most one active job per (queue, dedup_key); enqueue uses ON CONFLICT DO NOTHING against it.
         Index(
@@ -150,7 +155,7 @@ class Job(Base):
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
     queue: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(Text, server_default=text("'pending'"))
+    status: Mapped[JobStatus] = mapped_column(Text, server_default=text(f"'{JobStatus.PENDING}'"))
     payload: Mapped[object] = mapped_column(JSONB)
     priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))  # lower runs first
     run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -179,7 +184,7 @@ class IdempotencyKey(Base):
     """The answer of an enqueue sent with an `Idempotency-Key` header, kept so that the same request
     sent again (a client retrying after a lost answer) gets it again and inserts nothing. Written in the
     same statement or transaction as the jobs, so a key exists exactly when its jobs were committed;
-    deleted once past `expires_at` (app/jobs.py `enqueue`, `prune_idempotency_keys`)."""
+    deleted once past `expires_at` (app/jobs/idempotency.py)."""
 
     __tablename__ = "idempotency_keys"
     __table_args__ = (Index("ix_idempotency_keys_expires_at", "expires_at"),)

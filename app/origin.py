@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import problem
+from app.problems import problem
 from app.settings import Settings, is_loopback
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

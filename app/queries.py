@@ -4,6 +4,28 @@ Statements are written with named parameters (``:queue``); ``Query`` rewrites th
 asyncpg's positional ``$n`` and binds arguments by name, so a long statement never depends on argument
 order. Each state change names the state it expects (and the lease token, where one fences it) in its
 ``WHERE`` and uses ``RETURNING``: no row back means the job was not in that state, which is an answer.
+
+The job state machine. A job's status (app/models.py ``JobStatus``) changes only through the statements
+of this module, and through ``jobq.enqueue()``, the SQL function producers call in their own transaction
+(alembic revision 0003). tests/test_states.py runs each of them against a job in each status and checks
+the result against this table, and that no other statement here changes a status.
+
+=========  ==================================================  ============================================
+status     led in by                                           led out by
+=========  ==================================================  ============================================
+pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, CANCEL, ACK (the last holder, late),
+           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        PURGE_QUEUE, DELETE_QUEUE
+           RELEASE, EXPIRE_LEASES, RETRY_DEAD
+running    LEASE                                               ACK, NACK, RELEASE, EXPIRE_LEASES,
+                                                               PURGE_QUEUE, DELETE_QUEUE
+completed  ACK                                                 PRUNE_FINISHED, DELETE_QUEUE
+dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, ACK (the last
+           (out of attempts)                                   holder, late), DELETE_QUEUE
+cancelled  CANCEL                                              PRUNE_FINISHED, DELETE_QUEUE
+=========  ==================================================  ============================================
+
+Led out by a DELETE (PURGE_*, PRUNE_FINISHED, DELETE_QUEUE), the row is gone. EXTEND keeps a running job
+running. Statuses are written in the SQL as literals ('pending'): the test checks each is a ``JobStatus``.
 """
 
 from __future__ import annotations
@@ -84,10 +106,10 @@ def _notify(source: str, where: str = "true") -> str:
 NOTIFIED = "(SELECT count(*) FROM notified) >= 0"
 
 # Enqueues and SQS DeleteQueue serialise per queue, so that no job outlives its queue row (the lease,
-# the sweep and pruning all join it: such a job would never be seen again). Every statement that inserts
+# lease expiry and pruning all join it: such a job would never be seen again). Every statement that inserts
 # jobs first takes a shared advisory lock on each queue it inserts into, held to the end of its
 # transaction; shared locks do not block each other, so enqueues stay concurrent. DeleteQueue takes the
-# same lock exclusively in a statement of its own before deleting (app/sqs/queries.py), so its delete's
+# same lock exclusively in a statement of its own before deleting (LOCK_QUEUE), so its delete's
 # snapshot sees every enqueue that got in first, and an enqueue that comes later waits for it and then
 # creates the queue row again. jobq.enqueue() takes it too (alembic 0003, with the same numbers).
 # The two-key form keeps these locks apart from the one-key locks of migrations and maintenance; two
@@ -119,7 +141,7 @@ LOCKED = "(SELECT count(*) FROM locked) > 0"
 # - Only what the database decided comes back, as one row of arrays in id order: the ids, each run_at
 #   that is not the insert time (NULL: the job is ready at once), the resolved max_attempts, and the
 #   insert time once (every row of a statement shares it). The rest of a new job is what the caller
-#   sent (jobs.enqueue builds it), so a batch of 1,000 is not sent back and decoded column by column.
+#   sent (jobs.enqueue_batch builds it), so a batch of 1,000 is not sent back and decoded column by column.
 _INSERT_NEW = f"""
     j AS (
         INSERT INTO jobq.jobs AS j (queue, payload, priority, run_at, max_attempts)
@@ -157,7 +179,7 @@ ENQUEUE_NEW = Query.define(
 # Insert a batch of jobs some of which have a dedup_key, creating their queues on first use. As
 # ENQUEUE_NEW, and:
 # - ON CONFLICT DO NOTHING against uq_jobs_dedup: a job whose dedup_key an active job of its queue holds
-#   is not inserted; its row comes back with NULL columns and jobs.enqueue looks up the holder.
+#   is not inserted; its row comes back with NULL columns and jobs.enqueue_batch looks up the holder.
 # - So ids are drawn up front, and each row of the answer is matched to its place in the request by
 #   ord, one row per job.
 ENQUEUE = Query.define(
@@ -201,10 +223,10 @@ DEDUP_HOLDERS = Query.define(
     """,
 )
 
-# Idempotency keys (`Idempotency-Key` on POST /jobs and /jobs/batch; app/jobs.py `enqueue`). A key's
+# Idempotency keys (`Idempotency-Key` on POST /jobs and /jobs/batch; app/jobs/idempotency.py). A key's
 # row holds what the database decided for each job of its answer, in request order, and is written in
 # the statement (or transaction) that inserts the jobs: either both exist or neither. A key already
-# there makes that statement fail on pk_idempotency_keys, inserting nothing; jobs.enqueue then reads the
+# there makes that statement fail on pk_idempotency_keys, inserting nothing; the service then reads the
 # kept answer (ANSWERS). A second request with a key whose first is still in flight waits on the key's
 # index entry until the first commits, then fails the same way: one insert, whatever the timing.
 # The statements that keep answers under keys take them as :scope, :key and :request_hash (one call) or
@@ -365,7 +387,7 @@ LEASE = Query.define(
     """,
 )
 
-# Complete jobs whose latest lease token the caller holds. Accepted after the lease expired (the sweep
+# Complete jobs whose latest lease token the caller holds. Accepted after the lease expired (lease expiry
 # moved the job to pending or dead but kept the token), because the work was done; refused once anyone
 # leased the job again (new token) or nack or dead retry cleared the token.
 # Each row back names the (id, token) that completed it: one statement may carry several items for one
@@ -383,8 +405,8 @@ ACK = Query.define(
 
 # Where an ack, nack or extend changed nothing: is the job unknown (404), already completed under this
 # very token (a repeated ack, answered as success), or leased by someone else (409 lease_lost)?
-LEASE_STATES = Query.define(
-    "lease_states",
+LEASE_STATUS = Query.define(
+    "lease_status",
     "SELECT id, status, lease_token FROM jobq.jobs WHERE id = ANY(:ids::bigint[])",
 )
 
@@ -450,7 +472,7 @@ EXTEND = Query.define(
     """,
 )
 
-# The sweep: running jobs past their deadline count a failed attempt and become leasable again at once
+# Lease expiry: running jobs past their deadline count a failed attempt and become leasable again at once
 # (pending, keeping their place in line), or dead when out of attempts. SKIP LOCKED and the status check
 # make it safe in every replica at once; the token stays so the late holder may still ack.
 EXPIRE_LEASES = Query.define(
@@ -576,6 +598,32 @@ PURGE_DEAD = Query.define(
     f"DELETE FROM jobq.jobs WHERE id = :id AND status = 'dead' AND {_in_scope('queue')} RETURNING id",
 )
 
+# SQS PurgeQueue: every message of the queue, visible or in flight; dead ones stay (they are the queue's
+# dead letters, which SQS would keep in another queue).
+PURGE_QUEUE = Query.define(
+    "purge_queue",
+    "DELETE FROM jobq.jobs WHERE queue = :queue AND status IN ('pending', 'running')",
+)
+
+# SQS DeleteQueue, first: the queue's lock, exclusively (QUEUE_LOCK_CLASS), in a statement of its own, in
+# DELETE_QUEUE's transaction. It waits for every enqueue into the queue in flight, an application's open
+# transaction that called jobq.enqueue() included; DELETE_QUEUE, which starts after, sees their jobs and
+# deletes them too. An enqueue arriving meanwhile waits for the delete to commit, then creates the queue
+# row again with its job. So no job outlives its queue row.
+LOCK_QUEUE = Query.define(
+    "lock_queue",
+    f"SELECT pg_advisory_xact_lock({QUEUE_LOCK_CLASS}, hashtext(:queue))",
+)
+
+# SQS DeleteQueue: the queue and every job it holds, in any status (after LOCK_QUEUE).
+DELETE_QUEUE = Query.define(
+    "delete_queue",
+    """
+    WITH gone AS (DELETE FROM jobq.jobs WHERE queue = :queue)
+    DELETE FROM jobq.queues WHERE name = :queue RETURNING name
+    """,
+)
+
 JOB_STATUS = Query.define(
     "job_status", f"SELECT status FROM jobq.jobs WHERE id = :id AND {_in_scope('queue')}"
 )
@@ -644,7 +692,7 @@ QUEUE_GAUGES = Query.define(
 )
 
 # Sessions in this database waiting for a heavyweight lock, and how long the oldest such statement has
-# run: the sign of something holding locks the claim, an ack or the sweep need. (A role that is neither
+# run: the sign of something holding locks the claim, an ack or lease expiry need. (A role that is neither
 # superuser nor in pg_read_all_stats sees wait events of its own sessions only, which are jobq's.)
 LOCK_WAITS = Query.define(
     "lock_waits",
@@ -701,8 +749,8 @@ SET_PAUSED = Query.define(
 
 # Readiness: the schema's migration revision, and the compatibility floor the migration recorded with
 # it (a comment, so that a build that does not know a newer revision can still read it; app/migrations.py).
-SCHEMA_STATE = Query.define(
-    "schema_state",
+SCHEMA_REVISION = Query.define(
+    "schema_revision",
     """
     SELECT (SELECT version_num FROM jobq.alembic_version) AS revision,
            obj_description('jobq.alembic_version'::regclass, 'pg_class') AS floor

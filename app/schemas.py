@@ -10,10 +10,17 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from app.models import MAX_JOB_ID, MAX_VISIBILITY_TIMEOUT, QUEUE_NAME_PATTERN
+from app.models import (
+    MAX_JOB_ID,
+    MAX_LEASE_TOKEN,
+    MAX_QUEUE_NAME,
+    MAX_VISIBILITY_TIMEOUT,
+    QUEUE_NAME_PATTERN,
+    JobStatus,
+)
 
 QueueName = Annotated[
-    str, Field(pattern=QUEUE_NAME_PATTERN, min_length=1, max_length=128, examples=["emails"])
+    str, Field(pattern=QUEUE_NAME_PATTERN, min_length=1, max_length=MAX_QUEUE_NAME, examples=["emails"])
 ]
 
 
@@ -43,7 +50,9 @@ Priority = Annotated[
 ]
 MaxAttempts = Annotated[int, Field(strict=False, ge=1, le=1000), Number]
 DedupKey = Annotated[str, Field(min_length=1, max_length=512)]
-LeaseToken = Annotated[str, Field(min_length=1, max_length=128, description="Opaque; from /lease.")]
+LeaseToken = Annotated[
+    str, Field(min_length=1, max_length=MAX_LEASE_TOKEN, description="Opaque; from /lease.")
+]
 
 
 class Body(BaseModel):
@@ -84,7 +93,7 @@ class EnqueueBatchRequest(Body):
 class Job(BaseModel):
     id: int
     queue: str
-    status: str
+    status: JobStatus
     payload: Any
     priority: int
     run_at: datetime
@@ -142,7 +151,7 @@ class AckRequest(Body):
 
 class AckResponse(BaseModel):
     id: int
-    status: str
+    status: JobStatus
 
 
 class NackRequest(Body):
@@ -155,7 +164,7 @@ class NackRequest(Body):
 
 class NackResponse(BaseModel):
     id: int
-    status: str
+    status: JobStatus
     run_at: datetime
 
 
@@ -189,7 +198,7 @@ class BatchResults(BaseModel):
 
 
 class NackItemResult(ItemResult):
-    status: str | None = Field(default=None, description="pending or dead, when ok.")
+    status: JobStatus | None = Field(default=None, description="pending or dead, when ok.")
     run_at: datetime | None = Field(default=None, description="When it runs again, when ok.")
 
 

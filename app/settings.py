@@ -26,7 +26,9 @@ class AwsCredential(Access):
 
 class Settings(BaseSettings):
     # Errors never repeat the values given: tokens, secrets and passwords are among them.
-    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", hide_input_in_errors=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_", extra="ignore", hide_input_in_errors=True, populate_by_name=True
+    )
 
     # PostgreSQL to use, e.g. postgresql://user:pass@127.0.0.1:5432/app. Falls back to the conventional
     # DATABASE_URL. Unset (the default): jobq starts an embedded PostgreSQL under `data_dir`.
@@ -132,9 +134,12 @@ class Settings(BaseSettings):
     # `503 unavailable` with Retry-After at once; short leases (`wait` 0) are not counted and still work.
     max_waiters: int = Field(default=10_000, ge=1)
 
-    # How often each process returns expired leases to `pending` (seconds, default 1). Safe to run in
-    # every replica at once: the sweep claims rows with SKIP LOCKED and re-checks their state.
-    sweep_interval: float = 1.0
+    # How often each process expires leases past their deadline, returning their jobs to `pending` (seconds,
+    # default 1). Safe to run in every replica at once: lease expiry claims rows with SKIP LOCKED and
+    # re-checks their status. JOBQ_SWEEP_INTERVAL, its name before 0.2, is read too.
+    expire_interval: float = Field(
+        default=1.0, validation_alias=AliasChoices("JOBQ_EXPIRE_INTERVAL", "JOBQ_SWEEP_INTERVAL")
+    )
     # How often completed and cancelled jobs past their queue's retention are deleted (seconds, default
     # 60), and how many rows one delete statement removes at most (default 1000), so pruning never holds
     # long locks.

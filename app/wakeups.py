@@ -15,7 +15,7 @@ connection it reconnects and then wakes every waiter, since anything may have be
 
 A wake-up is spent only by a waiter that looks for jobs because of it. One that leaves instead (its
 client went away, the service is closing) hands it to the next waiter of its queue; and a long-poll
-watches its client while it waits (app/jobs.py ``lease``), so a departed one leaves at once rather
+watches its client while it waits (app/jobs/workers.py ``lease``), so a departed one leaves at once rather
 than being woken first.
 
 Everything kept here is bounded: a queue's entry in ``_waiters`` goes with its last waiter, ``_due`` and

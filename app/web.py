@@ -4,9 +4,9 @@
   PostgreSQL's jsonb refuses; they are rejected here as malformed JSON (422), and so is nesting deeper
   than `max_json_depth`, before the parser recurses into it. Integers keep every digit.
 - Responses: encoded once with orjson, times as RFC 3339 UTC with `Z`. Job payloads come from PostgreSQL
-  as JSON text and are spliced into the answer as they are (``orjson.Fragment``), never decoded and
-  encoded again. Handlers return a ``JSONBody`` themselves, which spares FastAPI from validating and
-  re-encoding every answer; the OpenAPI document still describes each answer, from the
+  as JSON text and are spliced into the answer as they are (``JSONText``, app/jsontext.py), never
+  decoded and encoded again. Handlers return a ``JSONBody`` themselves, which spares FastAPI from
+  validating and re-encoding every answer; the OpenAPI document still describes each answer, from the
   models named in the route's ``responses``.
 """
 
@@ -23,6 +23,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.jsontext import WRITE_OPTIONS
+from app.problems import problem
 
 
 class BodyLimit:
@@ -56,8 +59,6 @@ class BodyLimit:
         return f"the request body is over the limit of {self.limit} bytes"
 
     def _refuse(self) -> Response:
-        from app.errors import problem
-
         return problem(413, "payload_too_large", self._detail())
 
 
@@ -158,21 +159,7 @@ class JobqRoute(APIRoute):
 
 class JSONBody(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_UTC_Z)
-
-
-def raw_json(text: str) -> orjson.Fragment:
-    """JSON text from the database, to be written into an answer as it is."""
-    return orjson.Fragment(text)
-
-
-def encode_json(value: Any) -> bytes:
-    """A request's JSON value as compact UTF-8 text for PostgreSQL (orjson; Python's encoder for
-    integers beyond 64 bits, which orjson refuses and jsonb keeps exactly)."""
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        return orjson.dumps(content, option=WRITE_OPTIONS)
 
 
 def disconnected(request: Request) -> Callable[[], Coroutine[Any, Any, None]]:

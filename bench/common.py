@@ -58,7 +58,7 @@ class Service:
         self.url = f"http://127.0.0.1:{port}"
         environment = {**os.environ, "JOBQ_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT), **env}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+            [sys.executable, "-m", "jobq", "serve", "--port", str(port), "--log-level", "warning"],
             env=environment,
             cwd=ROOT,
         )

@@ -1,4 +1,4 @@
-"""Throughput of the Python worker runner (app/worker.py) on no-op handlers, through a real service.
+"""Throughput of the Python worker runner (jobq/worker.py) on no-op handlers, through a real service.
 
     .venv/bin/python bench/worker.py [--jobs 4000]
 
@@ -17,8 +17,7 @@ import time
 
 from common import Service, fresh_database, write_results
 
-from app.client import AsyncClient
-from app.worker import Worker
+from jobq import AsyncClient, Worker
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-JOBQ = [sys.executable, "-m", "app.cli"]
+JOBQ = [sys.executable, "-m", "jobq"]
 
 
 def jobq_env(**extra: str) -> dict[str, str]:

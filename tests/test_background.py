@@ -19,8 +19,8 @@ async def _until(predicate, timeout: float = 20.0):
     raise AssertionError("condition not met in time")
 
 
-async def test_expiry_sweep_with_three_replicas(start_service, db):
-    """2,500 expired leases (more than one sweep batch) with three services sweeping at once: each job
+async def test_lease_expiry_with_three_replicas(start_service, db):
+    """2,500 expired leases (more than one expiry batch) with three services expiring leases at once: each job
     comes back exactly once per expiry, then goes dead after its last attempt; none is lost or doubled."""
     services = [start_service() for _ in range(3)]
     total = 2500
@@ -54,3 +54,12 @@ async def test_expiry_sweep_with_three_replicas(start_service, db):
 
         dead = await http.get("/dead", params={"queue": "q", "limit": 1000})
         assert len(dead.json()["jobs"]) == 1000 and dead.json()["next_before_id"] is not None
+
+
+def test_the_expiry_interval_is_read_under_its_former_name_too(monkeypatch):
+    from app.settings import Settings
+
+    monkeypatch.setenv("JOBQ_SWEEP_INTERVAL", "0.3")
+    assert Settings().expire_interval == 0.3
+    monkeypatch.setenv("JOBQ_EXPIRE_INTERVAL", "0.4")
+    assert Settings().expire_interval == 0.4

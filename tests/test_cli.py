@@ -12,7 +12,7 @@ from service_process import ServiceProcess, jobq_env
 from app import migrations
 from app.settings import Settings
 
-JOBQ = [sys.executable, "-m", "app.cli"]
+JOBQ = [sys.executable, "-m", "jobq"]
 
 
 def test_serve_on_embedded_postgres_keeps_jobs_across_restarts(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from waiting import equals, quiet, until
 
-from app.client import AsyncClient
+from jobq import AsyncClient
 
 pytestmark = pytest.mark.anyio
 

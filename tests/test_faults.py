@@ -124,7 +124,7 @@ def own_server(tmp_path):
 async def test_database_restart_under_load_loses_nothing(own_server, start_service):
     dsn = own_server.get_uri()
     await asyncio.to_thread(migrations.upgrade, dsn)
-    service = start_service(database_url=dsn, pool_acquire_timeout=1.0, sweep_interval=0.2)
+    service = start_service(database_url=dsn, pool_acquire_timeout=1.0, expire_interval=0.2)
     ledger, stop = Ledger(), asyncio.Event()
     load = [asyncio.create_task(ledger.produce(lambda: service.url, stop)) for _ in range(3)]
     load += [asyncio.create_task(ledger.work(lambda: service.url, stop)) for _ in range(3)]

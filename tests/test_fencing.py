@@ -327,7 +327,7 @@ async def test_acks_and_nacks_a_driver_refuses_fail_alone(kind, local_db, databa
     the driver refuses to encode, stands in for whatever might."""
     await enqueue(client, "q", 5)
     leased = await lease(client, "q", 5)
-    model, call = (AckRequest, jobs.ack_one) if kind == "ack" else (NackRequest, jobs.nack_one)
+    model, call = (AckRequest, jobs.ack) if kind == "ack" else (NackRequest, jobs.nack)
     calls = [model(id=j["id"], lease_token=j["lease_token"]) for j in leased[1:]]
     calls.insert(2, model.model_construct(**{**calls[0].model_dump(), "id": 2**63}))  # unchecked
     first, answers = await in_one_statement(

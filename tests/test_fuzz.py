@@ -33,7 +33,7 @@ def fuzz_service(server_dsn, template_db):
     """One service for every operation's examples (a database per example would be slow)."""
     import uuid
 
-    from conftest import Service, _admin, test_settings, with_database
+    from tests.fixtures import Service, _admin, test_settings, with_database
 
     name = f"jobq_fuzz_{uuid.uuid4().hex[:8]}"
     _admin(server_dsn, f"CREATE DATABASE {name} TEMPLATE {template_db}")

@@ -1,5 +1,5 @@
 """Enqueue at most once through retries: the `Idempotency-Key` header of `POST /jobs` and `/jobs/batch`
-(app/jobs.py `enqueue`, the `idempotency_keys` table), and the Python client's retries, which send one
+(app/jobs/idempotency.py, the `idempotency_keys` table), and the Python client's retries, which send one
 key per call and may therefore retry an enqueue after a lost answer or a 503.
 
 Lost answers are made for real: `LossyProxy` forwards a request to a live service, waits for the whole
@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from waiting import until
 
 from app import jobs
-from app.cli import cli
-from app.client import AsyncClient, Retry, Unavailable
 from app.db import Database, create_pool
 from app.settings import Settings
+from jobq import AsyncClient, Retry, Unavailable
+from jobq.cli import cli
 
 pytestmark = pytest.mark.anyio
 
@@ -378,7 +378,7 @@ async def test_a_503_saying_nothing_was_done_is_retried_even_for_a_nack(start_se
 
 
 def test_every_client_enqueue_call_carries_a_fresh_key():
-    from app.client import Calls
+    from jobq import Calls
 
     one, two = Calls.enqueue("q", 1), Calls.enqueue("q", 1)
     assert one.headers["Idempotency-Key"] != two.headers["Idempotency-Key"]

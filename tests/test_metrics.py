@@ -89,7 +89,7 @@ async def test_counters_count_jobs_per_queue(client):
 
 async def test_expired_leases_are_counted(start_service, db):
     """Two leases expire; the one on its last attempt goes dead: expired 2, dead-lettered 1."""
-    service = start_service(sweep_interval=0.1)
+    service = start_service(expire_interval=0.1)
     async with httpx.AsyncClient(base_url=service.url) as client:
         await post(client, "/jobs", {"queue": "x", "payload": 1, "max_attempts": 1}, 201)
         await post(client, "/jobs", {"queue": "x", "payload": 2, "max_attempts": 3}, 201)

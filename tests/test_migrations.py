@@ -3,7 +3,7 @@ service's statements, and old code on a newer schema (rolling upgrades and rollb
 
 A second "build" is this build's revisions copied into a temporary versions directory plus test-only
 revisions on top of today's head (computed, so a revision landing meanwhile changes nothing here), run
-through the same alembic/env.py. The real app, this build, then faces the schema that build left.
+through the same app/alembic/env.py. The real app, this build, then faces the schema that build left.
 """
 
 from __future__ import annotations
@@ -21,22 +21,22 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from problems import assert_problem
 from service_process import jobq_env
 from waiting import until
 
-from alembic import command
 from app import migrations
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSIONS = ROOT / "alembic" / "versions"
+VERSIONS = ROOT / "app" / "alembic" / "versions"
 HEAD = migrations.head_revision()
-JOBQ = [sys.executable, "-m", "app.cli"]
+JOBQ = [sys.executable, "-m", "jobq"]
 
 
 def this_build() -> ScriptDirectory:
@@ -291,10 +291,10 @@ async def test_each_step_commits_on_its_own(tmp_path, database_url, db):
 async def test_no_deadlock_under_mixed_load_while_migrating(
     tmp_path, database_url, start_service, db, retries
 ):
-    """Enqueues (queues, then jobs), leases, acks, nacks, the expiry sweep (jobs, then queues) and queue
+    """Enqueues (queues, then jobs), leases, acks, nacks, lease expiry (jobs, then queues) and queue
     settings, from many clients, while a step that needs both tables is applied and undone again and
     again: every call is answered, the migration completes, and PostgreSQL reports no deadlock."""
-    service = start_service(sweep_interval=0.05)
+    service = start_service(expire_interval=0.05)
     versions = newer_build(tmp_path, BOTH)
     deadlocks_before = await db.fetchval(
         "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
@@ -339,7 +339,7 @@ async def test_no_deadlock_under_mixed_load_while_migrating(
                         await call(http, "POST", "/ack", json=token)
                     elif choice < 0.8:
                         await call(http, "POST", "/nack", json={**token, "error": "x", "retry_after": 0})
-                    # else: left to expire, for the sweep
+                    # else: left for lease expiry
 
     async def operator() -> None:
         async with httpx.AsyncClient(base_url=service.url) as http:

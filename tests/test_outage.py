@@ -92,11 +92,11 @@ async def test_a_transaction_postgresql_rolls_back_is_503_nothing_done():
     import asyncpg
     from starlette.requests import Request
 
-    from app import errors
+    from app import problems
 
     request = Request({"type": "http", "method": "POST", "path": "/nack", "headers": []})
     for exc in (asyncpg.DeadlockDetectedError("deadlock detected"), asyncpg.SerializationError("x")):
-        response = await errors.answer(request, exc)
+        response = await problems.answer(request, exc)
         body = json.loads(response.body)
         assert (response.status_code, body["code"], body["nothing_done"]) == (503, "unavailable", True)
         assert response.headers["retry-after"] == "1"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from waiting import until
 
-from app.client import AsyncClient
+from jobq import AsyncClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,13 +64,10 @@ def block(name: str) -> str:
 
 
 def client_env(url: str) -> dict[str, str]:
-    """Where a reader would be: JOBQ_URL set, `jobq` and `python` on the PATH, jobq importable."""
-    return {
-        **os.environ,
-        "JOBQ_URL": url,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(ROOT),
-    }
+    """Where a reader would be: JOBQ_URL set, `jobq` and `python` on the PATH, jobq installed (nothing of
+    the checkout on the path)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "JOBQ_URL": url, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 def run_block(name: str, url: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

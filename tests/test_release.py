@@ -46,7 +46,7 @@ async def test_release_on_the_last_attempt_does_not_kill_the_job(client, db):
 
 
 async def test_the_python_client_releases(service, db):
-    from app.client import AsyncClient
+    from jobq import AsyncClient
 
     async with AsyncClient(service.url) as jobq:
         await jobq.enqueue("q", {"n": 1})

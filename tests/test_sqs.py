@@ -319,7 +319,7 @@ async def test_redrive_to_dead_after_max_receive_count_and_move_back(sqs, db):
     assert sqs.list_dead_letter_source_queues(QueueUrl=dlq_url)["queueUrls"] == [url]
     sqs.send_message(QueueUrl=url, MessageBody="poison")
     for receive in (1, 2):
-        # Received and never deleted: a visibility timeout of 1 s runs out and the sweep returns it.
+        # Received and never deleted: a visibility timeout of 1 s runs out and lease expiry returns it.
         (message,) = (
             await asyncio.to_thread(
                 sqs.receive_message,

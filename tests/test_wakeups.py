@@ -95,7 +95,7 @@ async def test_expired_lease_wakes_a_waiter(http):
     r = await http.post("/lease", json={"queue": "q", "wait": 10})
     (again,) = r.json()["jobs"]
     assert again["id"] == job["id"] and again["attempts"] == 2
-    assert time.monotonic() - started < 1.6  # 1 s lease + a 0.2 s sweep + the wake-up
+    assert time.monotonic() - started < 1.6  # 1 s lease + 0.2 s of expiry interval + the wake-up
 
 
 async def test_one_job_wakes_one_waiter_not_all(quiet_service, http):

@@ -62,7 +62,7 @@ async def now(db) -> datetime:
 
 
 async def wait_for_status(db, job_id: int, status: str, timeout: float = 10.0):
-    """Poll the job's row until it has `status` (the sweep runs every 0.2 s); fail after `timeout` s."""
+    """Poll the job's row until it has `status` (leases expire every 0.2 s); fail after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:
         rec = await row(db, job_id)

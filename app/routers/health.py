@@ -6,8 +6,9 @@ from fastapi import APIRouter
 
 from app import jobs
 from app.deps import DB, answers
-from app.errors import DATABASE_UNAVAILABLE, problem
+from app.errors import DATABASE_UNAVAILABLE
 from app.migrations import compatibility, head_revision
+from app.problems import problem
 from app.schemas import Health, Readiness
 from app.web import JobqRoute, JSONBody
 
@@ -27,7 +28,7 @@ async def readyz(db: DB):
     upgrade, or a rollback of the code). Else 503, saying why and what to do."""
     expected = head_revision()
     try:
-        revision, floor = await jobs.schema_state(db)
+        revision, floor = await jobs.schema_revision(db)
     except DATABASE_UNAVAILABLE:
         return problem(
             503,

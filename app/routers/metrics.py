@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request, Response
 
 from app.auth import Caller, Viewer
 from app.deps import Problem
-from app.errors import PROBLEM_JSON
 from app.metrics import CONTENT_TYPE_LATEST
+from app.problems import PROBLEM_JSON
 
 router = APIRouter(tags=["health"], dependencies=[Viewer])
 _PROBLEM = {"model": Problem, "content": {PROBLEM_JSON: {}}}

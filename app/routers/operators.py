@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path, Query
 from app import jobs
 from app.auth import Admin, Caller, Viewer
 from app.deps import DB, answers
-from app.models import QUEUE_NAME_PATTERN
+from app.models import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.schemas import (
     MAX_JOB_ID,
     DeadPage,
@@ -26,14 +26,14 @@ from app.schemas import (
 from app.web import JobqRoute, JSONBody
 
 router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_class=JSONBody)
-QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=128)]
+QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
 
 
 @router.get("/dead", dependencies=[Viewer], response_model=None, responses=answers(DeadPage))
 async def dead_jobs(
     db: DB,
     caller: Caller,
-    queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN, max_length=128)] = None,
+    queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,
 ) -> JSONBody:

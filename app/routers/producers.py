@@ -25,8 +25,8 @@ from app.web import JobqRoute, JSONBody
 router = APIRouter(tags=["producers"], route_class=JobqRoute, default_response_class=JSONBody)
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 
-# Enqueue at most once through retries: see app/jobs.py `Once`. Read from the request rather than
-# declared as a parameter, so the routes stay hot (app/hot.py); documented in the OpenAPI here.
+# Enqueue at most once through retries: see app/jobs/idempotency.py `Once`. Read from the request rather
+# than declared as a parameter, so the routes stay hot (app/hot.py); documented in the OpenAPI here.
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 IDEMPOTENCY_HEADER = {
     "parameters": [
@@ -69,7 +69,7 @@ def _once(request: Request, route: str) -> jobs.Once | None:
 )
 async def enqueue(body: EnqueueRequest, db: DB, caller: Caller, request: Request) -> JSONBody:
     caller.admit(body.queue)
-    job = await jobs.enqueue_one(db, body, _once(request, "/jobs"))
+    job = await jobs.enqueue(db, body, _once(request, "/jobs"))
     return JSONBody(job, status_code=200 if job["duplicate"] else 201)
 
 
@@ -86,7 +86,7 @@ async def enqueue_batch(body: EnqueueBatchRequest, db: DB, caller: Caller, reque
     if caller.queues is not None:
         for i, job in enumerate(body.jobs):
             caller.admit(job.queue, where=f"jobs[{i}].queue")
-    answer = await jobs.enqueue(db, body.jobs, once=_once(request, "/jobs/batch"))
+    answer = await jobs.enqueue_batch(db, body.jobs, once=_once(request, "/jobs/batch"))
     return JSONBody({"jobs": answer}, status_code=201)
 
 

@@ -24,12 +24,12 @@ from app import jobs
 from app.auth import Admin, Caller, Role, Viewer
 from app.deps import DB
 from app.errors import JobqError, NotFound
-from app.models import MAX_JOB_ID, QUEUE_NAME_PATTERN
+from app.models import MAX_JOB_ID, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.ui import pages
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Viewer])
 
-QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=128)]
+QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 Flash = Annotated[str | None, Query(max_length=500)]
 Next = Annotated[str, Query(max_length=2000)]
@@ -82,7 +82,7 @@ async def dead_page(
     db: DB,
     request: Request,
     caller: Caller,
-    queue: Annotated[str | None, Query(max_length=128)] = None,
+    queue: Annotated[str | None, Query(max_length=MAX_QUEUE_NAME)] = None,
     before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,
     flash: Flash = None,
 ) -> Response:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from app import jobs
+from app.access_log import note
 from app.auth import Caller, Worker
 from app.deps import DB, WakeupsDep, answers
 from app.schemas import (
@@ -48,29 +49,30 @@ async def lease(
         worker_id=body.worker_id,
         disconnected=disconnected(request),
     )
+    note(jobs=len(leased))
     return JSONBody({"jobs": leased})
 
 
 @router.post("/ack", response_model=None, responses=answers(AckResponse, 404, 409))
 async def ack(body: AckRequest, db: DB) -> JSONBody:
-    jobs.single(await jobs.ack_one(db, body))
+    jobs.single(await jobs.ack(db, body))
     return JSONBody({"id": body.id, "status": "completed"})
 
 
 @router.post("/ack/batch", response_model=None, responses=answers(BatchResults))
 async def ack_batch(body: AckBatchRequest, db: DB) -> JSONBody:
-    return JSONBody({"results": await jobs.ack(db, body.items)})
+    return JSONBody({"results": await jobs.ack_batch(db, body.items)})
 
 
 @router.post("/nack", response_model=None, responses=answers(NackResponse, 404, 409))
 async def nack(body: NackRequest, db: DB) -> JSONBody:
-    result = jobs.single(await jobs.nack_one(db, body))
+    result = jobs.single(await jobs.nack(db, body))
     return JSONBody({"id": body.id, "status": result["status"], "run_at": result["run_at"]})
 
 
 @router.post("/nack/batch", response_model=None, responses=answers(NackBatchResults))
 async def nack_batch(body: NackBatchRequest, db: DB) -> JSONBody:
-    return JSONBody({"results": await jobs.nack(db, body.items)})
+    return JSONBody({"results": await jobs.nack_batch(db, body.items)})
 
 
 @router.post("/release", response_model=None, responses=answers(BatchResults))
@@ -79,8 +81,7 @@ async def release(body: AckBatchRequest, db: DB) -> JSONBody:
 
     For jobs a worker leased but will not start (it took too many, or it is stopping). Fenced like ack:
     only the current lease token releases a running job; others get `lease_lost` in their result."""
-    items = [(item.id, item.lease_token) for item in body.items]
-    return JSONBody({"results": await jobs.release_leases(db, items)})
+    return JSONBody({"results": await jobs.release(db, body.items)})
 
 
 @router.post("/extend", response_model=None, responses=answers(ExtendResponse, 404, 409))

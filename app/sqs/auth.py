@@ -209,7 +209,7 @@ def _named_queues(body: dict) -> list[str]:
 def admit(grant: Grant, body: dict) -> None:
     """AccessDenied unless every queue the request names is among the key's queues. The queues that
     an action finds by itself (a move task's source queues, a ListQueues page) are the action's to
-    check or filter, with ``Context.grant`` (app/sqs/actions.py)."""
+    check or filter, with ``Context.grant`` (app/sqs/context.py)."""
     if grant.queues is None:
         return
     for name in _named_queues(body):

@@ -1,11 +1,13 @@
-"""The statements only the SQS API needs; everything else goes through ``app.jobs`` and ``app.queries``.
+"""The statements only the SQS API needs, none of which changes a job's status (those, PurgeQueue's and
+DeleteQueue's included, are in ``app/queries.py`` with the state machine); everything else goes through
+``app.jobs``.
 
 Same conventions as ``app/queries.py``: named parameters, one purpose each.
 """
 
 from __future__ import annotations
 
-from app.queries import QUEUE_LOCK_CLASS, Query
+from app.queries import Query
 
 # A queue as SQS shows it: jobq's settings, the attributes SQS set, and when it was made and changed.
 QUEUE = Query.define(
@@ -67,32 +69,6 @@ RECEIVED = Query.define(
     """,
 )
 
-# PurgeQueue: every message of the queue, visible or in flight; dead ones stay (they are the queue's
-# dead letters, which SQS would keep in another queue).
-PURGE = Query.define(
-    "sqs_purge",
-    "DELETE FROM jobq.jobs WHERE queue = :queue AND status IN ('pending', 'running')",
-)
-
-# DeleteQueue, first: the queue's lock, exclusively (app/queries.py QUEUE_LOCK_CLASS), in a statement of
-# its own, in DELETE_QUEUE's transaction. It waits for every enqueue into the queue in flight, an
-# application's open transaction that called jobq.enqueue() included; DELETE_QUEUE, which starts after,
-# sees their jobs and deletes them too. An enqueue arriving meanwhile waits for the delete to commit,
-# then creates the queue row again with its job. So no job outlives its queue row.
-LOCK_QUEUE = Query.define(
-    "sqs_lock_queue",
-    f"SELECT pg_advisory_xact_lock({QUEUE_LOCK_CLASS}, hashtext(:queue))",
-)
-
-# DeleteQueue: the queue and every job it holds, in any state (after LOCK_QUEUE).
-DELETE_QUEUE = Query.define(
-    "sqs_delete_queue",
-    """
-    WITH gone AS (DELETE FROM jobq.jobs WHERE queue = :queue)
-    DELETE FROM jobq.queues WHERE name = :queue RETURNING name
-    """,
-)
-
 # The queues whose RedrivePolicy names :arn as their dead-letter target.
 DEAD_LETTER_SOURCES = Query.define(
     "sqs_dead_letter_sources",
@@ -100,13 +76,5 @@ DEAD_LETTER_SOURCES = Query.define(
     SELECT name FROM jobq.queues
     WHERE (sqs_attributes ->> 'RedrivePolicy')::jsonb ->> 'deadLetterTargetArn' = :arn
     ORDER BY name
-    """,
-)
-
-# Dead jobs per queue: what a move task would move.
-DEAD_COUNTS = Query.define(
-    "sqs_dead_counts",
-    """
-    SELECT count(*) FROM jobq.jobs WHERE status = 'dead' AND queue = ANY(:queues::text[])
     """,
 )

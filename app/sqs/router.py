@@ -9,12 +9,12 @@ import logging
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from pydantic import ValidationError
 
 from app.auth import OPEN
 from app.errors import DATABASE_UNAVAILABLE, Invalid, JobqError, PayloadTooLarge, Unavailable
 from app.sqs import auth
-from app.sqs.actions import ACTIONS, Context
+from app.sqs.actions import ACTIONS
+from app.sqs.context import Context
 from app.sqs.protocol import SqsError, json_answer
 from app.web import disconnected
 
@@ -32,7 +32,7 @@ async def sqs(request: Request) -> Response:
         return error.response()
     except PayloadTooLarge as exc:
         return SqsError("InvalidParameterValue", exc.detail).response()
-    except (Invalid, ValidationError) as exc:
+    except Invalid as exc:
         return SqsError("InvalidParameterValue", str(exc).splitlines()[0]).response()
     except Unavailable as exc:  # e.g. too many long-polls waiting (JOBQ_MAX_WAITERS): SDKs retry it
         return SqsError("ServiceUnavailable", exc.detail, 503).response()

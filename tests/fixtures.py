@@ -1,5 +1,6 @@
-"""Test fixtures: a real PostgreSQL, a fresh database per test cloned from a migrated template, and a
-real jobq service listening on a local port, spoken to over HTTP.
+"""Test fixtures, for the server's tests and the client's (clients/python/tests) alike, registered once by
+the conftest.py beside pyproject.toml: a real PostgreSQL, a fresh database per test cloned from a
+migrated template, and a real jobq service listening on a local port, spoken to over HTTP.
 
 PostgreSQL: JOBQ_TEST_DATABASE_URL (a maintenance database on a server where the tests may create and
 drop databases), else an embedded server started for the session in a temporary directory.
@@ -133,7 +134,7 @@ def test_settings(database_url: str, **overrides: object) -> Settings:
         "migrate_on_start": False,
         "pool_min_size": 1,
         "pool_max_size": 10,
-        "sweep_interval": 0.2,
+        "expire_interval": 0.2,
     }
     values.update(overrides)
     return Settings(**values)

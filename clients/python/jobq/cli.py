@@ -1,9 +1,10 @@
-"""The `jobq` commands that talk to a running service: worker, enqueue, stats, dead, queues.
+"""The `jobq` command: the commands that talk to a running service (worker, enqueue, stats, dead,
+queues), and those other installed distributions add (the server's serve, migrate and openapi).
 
-Each takes `--url` ($JOBQ_URL, default http://127.0.0.1:8000) and `--token` ($JOBQ_TOKEN); the ones that
-print answers take `--json` for scripts (the API's objects, one JSON document) instead of tables for
-people. Exit status: 0 done, 1 the service refused (its detail on stderr), 2 bad usage, 3 the service
-could not be reached or is unavailable.
+Each command here takes `--url` ($JOBQ_URL, default http://127.0.0.1:8000) and `--token` ($JOBQ_TOKEN);
+the ones that print answers take `--json` for scripts (the API's objects, one JSON document) instead of
+tables for people. Exit status: 0 done, 1 the service refused (its detail on stderr), 2 bad usage, 3 the
+service could not be reached or is unavailable.
 """
 
 from __future__ import annotations
@@ -16,12 +17,23 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from importlib.metadata import entry_points
 from typing import Annotated, Any
 
 import typer
 
-from app.client import AsyncClient, Client, Job, JobqError, QueueDetail, QueueRow, Retry, Unavailable
-from app.worker import StatusLine, Worker, load_handler, serve
+from jobq.client import AsyncClient, Client, Retry
+from jobq.types import Job, JobqError, QueueDetail, QueueRow, Unavailable
+from jobq.worker import StatusLine, Worker, load_handler, serve
+
+cli = typer.Typer(
+    help="jobq: an HTTP job queue on PostgreSQL.",
+    epilog="Exit status: 0 done, 1 the service refused, 2 bad usage, 3 the service is unreachable or "
+    "unavailable.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+)
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 
@@ -403,9 +415,47 @@ def worker(
         raise typer.Exit(EXIT_UNAVAILABLE if isinstance(exc, Unavailable) else EXIT_REFUSED) from None
 
 
-def register(cli: typer.Typer) -> None:
-    cli.command()(worker)
-    cli.command()(enqueue)
-    cli.command()(stats)
-    cli.add_typer(dead_cli, name="dead")
-    cli.add_typer(queues_cli, name="queues")
+cli.command("worker")(worker)
+cli.command("enqueue")(enqueue)
+cli.command("stats")(stats)
+cli.add_typer(dead_cli, name="dead")
+cli.add_typer(queues_cli, name="queues")
+
+
+# --- commands of other distributions ---------------------------------------------------------------
+
+# A distribution adds commands to `jobq` with entry points in this group, each naming a function written
+# as a Typer command (or a Typer app, for a group of commands), added under the entry point's name. The
+# server adds serve, migrate and openapi so, and only one distribution owns the `jobq` script.
+COMMANDS_GROUP = "jobq.commands"
+
+
+def add_commands(app: typer.Typer) -> None:
+    """Add to `app` the commands that installed distributions name in COMMANDS_GROUP.
+
+    One that cannot be loaded (say, a distribution installed without its dependencies) is left out,
+    with a line on stderr: the commands already there must keep working. A name already taken stays
+    with the command that has it."""
+    taken = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    failed: dict[str, list[str]] = {}
+    for entry in entry_points(group=COMMANDS_GROUP):
+        if entry.name in taken:
+            failed.setdefault(f"the name is taken ({entry.value})", []).append(entry.name)
+            continue
+        try:
+            command = entry.load()
+        except Exception as exc:  # noqa: BLE001 - whatever a plug-in's import raises
+            failed.setdefault(f"{type(exc).__name__}: {exc}", []).append(entry.name)
+            continue
+        if isinstance(command, typer.Typer):
+            app.add_typer(command, name=entry.name)
+        else:
+            app.command(entry.name)(command)
+        taken.add(entry.name)
+    for reason, names in failed.items():
+        typer.echo(f"jobq: left out {', '.join(names)}: {reason}", err=True)
+
+
+def main() -> None:
+    add_commands(cli)
+    cli()

@@ -40,7 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.client import AsyncClient, ItemResult, JobqError, LeasedJob, LeaseLost, NotFound, Unavailable
+from jobq.client import AsyncClient
+from jobq.types import ItemResult, JobqError, LeasedJob, LeaseLost, NotFound, Unavailable
 
 log = logging.getLogger("jobq.worker")
 

@@ -1,4 +1,4 @@
-"""The Python client (app/client.py), sync and async, against a real service and database: every call,
+"""The Python client (jobq/client.py), sync and async, against a real service and database: every call,
 typed results, problems as exceptions, retries (connection errors and 503, never 4xx), bearer tokens."""
 
 from __future__ import annotations
@@ -10,11 +10,9 @@ from datetime import datetime, timedelta
 import httpx
 import pytest
 import uvicorn
-from conftest import test_settings as settings_for
-from service_process import free_port
-from waiting import until
 
-from app.client import (
+from app.main import create_app
+from jobq import (
     AsyncClient,
     Calls,
     Client,
@@ -31,9 +29,11 @@ from app.client import (
     Unavailable,
     Unreachable,
     ValidationError,
-    _exchange,
 )
-from app.main import create_app
+from jobq.client import _exchange
+from tests.fixtures import test_settings as settings_for
+from tests.service_process import free_port
+from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@
 Each API call is written once, in `Calls`: the request it sends and how its answer is read. The two
 clients only send those calls, through one retry policy (`_exchange`, driven by both), so they cannot
 drift apart. Problem answers become exceptions chosen by their `code` (`LeaseLost`, `NotFound`, ...),
-all `JobqError`; results are the dataclasses of `app.client_types`, importable from here.
+all `JobqError`; results are the dataclasses of `jobq.types`. Import them all from `jobq`.
 """
 
 from __future__ import annotations
@@ -29,62 +29,25 @@ from urllib.parse import quote
 
 import httpx
 
-from app.client_types import (
+from jobq.types import (
     AckResult,
-    Conflict,
     DeadPage,
     ExtendResult,
-    Forbidden,
     ItemResult,
     Job,
-    JobqError,
     LeasedJob,
-    LeaseLost,
     NackResult,
-    NotFound,
-    PayloadTooLarge,
     PurgeResult,
     QueueDetail,
     QueueRow,
     QueueSettings,
     RetryDeadResult,
-    Unauthorized,
-    Unavailable,
     Unreachable,
-    ValidationError,
     error_from,
     load,
 )
 
-__all__ = [
-    "AckResult",
-    "AsyncClient",
-    "Call",
-    "Calls",
-    "Client",
-    "Conflict",
-    "DeadPage",
-    "ExtendResult",
-    "Forbidden",
-    "ItemResult",
-    "Job",
-    "JobqError",
-    "LeaseLost",
-    "LeasedJob",
-    "NackResult",
-    "NotFound",
-    "PayloadTooLarge",
-    "PurgeResult",
-    "QueueDetail",
-    "QueueRow",
-    "QueueSettings",
-    "Retry",
-    "RetryDeadResult",
-    "Unauthorized",
-    "Unavailable",
-    "Unreachable",
-    "ValidationError",
-]
+__all__ = ["AsyncClient", "Call", "Calls", "Client", "Retry"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -378,7 +341,7 @@ class Retry:
 
 
 def _nothing_done(response: httpx.Response) -> bool:
-    """Whether a problem answer says the service did nothing for the request (app/errors.py)."""
+    """Whether a problem answer says the service did nothing for the request (its `nothing_done`)."""
     try:
         return response.json().get("nothing_done") is True
     except (ValueError, AttributeError):

@@ -1,6 +1,6 @@
 """What the jobq client answers with: the result dataclasses and the errors, one per problem `code`.
 
-Import them from `app.client`, beside the clients. Results are small frozen dataclasses read from the
+Import them from `jobq`, beside the clients. Results are small frozen dataclasses read from the
 answers' JSON; fields the service adds later are ignored, so an older client keeps working.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import httpx
@@ -116,7 +117,19 @@ def error_from(response: httpx.Response) -> JobqError:
 
 # --- results ---------------------------------------------------------------------------------------
 
+
+class JobStatus(StrEnum):
+    """A job's status, as the service's `status` fields spell it (a str: `job.status == "dead"` holds)."""
+
+    PENDING = "pending"  # waiting to run (now, or at run_at)
+    RUNNING = "running"  # leased to a worker
+    COMPLETED = "completed"  # acked; kept for the queue's retention
+    DEAD = "dead"  # out of attempts, or nacked with dead=true; kept until retried or purged
+    CANCELLED = "cancelled"  # cancelled before it ran
+
+
 _TIMES = {"run_at", "created_at", "updated_at", "completed_at", "lease_expires_at"}
+_STATUSES = {status.value: status for status in JobStatus}
 
 
 def load(cls: type[T], data: Mapping[str, Any]) -> T:
@@ -127,6 +140,8 @@ def load(cls: type[T], data: Mapping[str, Any]) -> T:
             value = data[f.name]
             if f.name in _TIMES and isinstance(value, str):
                 value = datetime.fromisoformat(value)
+            elif f.name == "status":  # a status this client does not know yet stays a str
+                value = _STATUSES.get(value, value)
             values[f.name] = value
     return cls(**values)
 
@@ -135,7 +150,7 @@ def load(cls: type[T], data: Mapping[str, Any]) -> T:
 class Job:
     id: int
     queue: str
-    status: str  # pending, running, completed, dead or cancelled
+    status: JobStatus
     payload: Any
     priority: int
     run_at: datetime
@@ -171,13 +186,13 @@ class LeasedJob:
 @dataclass(frozen=True, slots=True)
 class AckResult:
     id: int
-    status: str
+    status: JobStatus
 
 
 @dataclass(frozen=True, slots=True)
 class NackResult:
     id: int
-    status: str  # pending (runs again at run_at) or dead
+    status: JobStatus  # pending (runs again at run_at) or dead
     run_at: datetime
 
 

@@ -6,9 +6,9 @@ Create Date: 2026-11-28
 """
 
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from alembic import op
 from app.migrations import lock_tables
 
 revision = "0002"

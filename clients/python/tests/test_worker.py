@@ -1,4 +1,4 @@
-"""The worker runner (app/worker.py) and `jobq worker`, against a real service and database: acks and nacks,
+"""The worker runner (jobq/worker.py) and `jobq worker`, against a real service and database: acks and nacks,
 the concurrency limit, lease extension for long jobs, graceful stops, outages, signals and the status."""
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ import time
 from pathlib import Path
 
 import pytest
-from service_process import jobq_env
 from typer.testing import CliRunner
-from waiting import equals, quiet, states, until
 
-from app.cli import cli
-from app.client import AsyncClient, Retry, ValidationError
-from app.worker import ERROR_CHARS, Worker, describe
+from jobq import AsyncClient, Retry, ValidationError, Worker
+from jobq.cli import cli
+from jobq.worker import ERROR_CHARS, describe
+from tests.service_process import jobq_env
+from tests.waiting import equals, quiet, states, until
 
 pytestmark = pytest.mark.anyio
 
-JOBQ = [sys.executable, "-m", "app.cli"]
+JOBQ = [sys.executable, "-m", "jobq"]
 
 
 class Gauge:
@@ -87,7 +87,7 @@ async def test_acks_successes_and_nacks_failures_with_their_error(service, db, k
         assert row["attempts"] == 1
         assert error.startswith(f"ValueError: {row['fail']}\n")
         assert "Traceback (innermost last):" in error and f"in {kind}_handler" in error
-        assert "app/worker.py" not in error  # the runner's own frames are left out
+        assert "jobq/worker.py" not in error  # the runner's own frames are left out
 
 
 async def test_extends_the_lease_of_a_long_job(service, db):

@@ -24,12 +24,12 @@ import logging
 import random
 import time
 
+from alembic import context
 from alembic.script.revision import ResolutionError
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from alembic import context
 from app import migrations
 from app.models import SCHEMA, metadata
 from app.settings import Settings, sqlalchemy_url

@@ -1,17 +1,21 @@
-"""The `jobq` commands that talk to a service (app/cli_client.py): enqueue, stats, dead, queues, against a
+"""The `jobq` commands that talk to a service (jobq/cli.py): enqueue, stats, dead, queues, against a
 real service and database; tables for people, --json for scripts, exit status and stderr on failure."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from service_process import free_port
 from typer.testing import CliRunner
 
-from app.cli import cli
-from app.client import Client
+from jobq import Client
+from jobq.cli import cli
+from tests.service_process import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -196,3 +200,49 @@ def test_help(command):
         assert "Commands" in done.stdout
     else:
         assert "--url" in done.stdout and "JOBQ_URL" in done.stdout
+
+
+PLUGIN = """
+import typer
+
+
+def hello(name: str = "world") -> None:
+    \"\"\"Say hello.\"\"\"
+    typer.echo(f"hello {name}")
+"""
+
+
+def _installed_plugin(site: Path) -> None:
+    """A distribution in `site` whose entry points add a command, name one that cannot be imported, and
+    claim a name the client has."""
+    (site / "hello_plugin.py").write_text(PLUGIN)
+    info = site / "jobq_hello-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: jobq-hello\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[jobq.commands]\n"
+        "hello = hello_plugin:hello\n"
+        "broken = no_such_module:command\n"
+        "stats = hello_plugin:hello\n"
+    )
+
+
+def test_other_distributions_add_commands_and_a_broken_one_breaks_nothing(tmp_path):
+    _installed_plugin(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+    def jobq_process(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "jobq", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+    listed = jobq_process("--help")
+    assert listed.returncode == 0, listed.stderr
+    for command in ("worker", "enqueue", "stats", "dead", "queues", "hello"):
+        assert f" {command} " in listed.stdout
+    assert " broken " not in listed.stdout
+    assert "jobq: left out broken: ModuleNotFoundError: No module named 'no_such_module'\n" in listed.stderr
+    assert "jobq: left out stats: the name is taken (hello_plugin:hello)\n" in listed.stderr
+
+    assert jobq_process("hello", "--name", "ada").stdout == "hello ada\n"
+    stats = jobq_process("stats", "--help")  # still the client's
+    assert stats.returncode == 0 and "--url" in stats.stdout

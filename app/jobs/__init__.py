@@ -1,0 +1,78 @@
+"""The service layer: every jobq operation, in terms of the statements in ``app/queries.py``.
+
+No HTTP here. Each function takes the ``Database``, acquires one connection, runs its statements (a
+transaction only where several must commit together) and returns plain dicts, or raises an
+``app.errors`` exception. It takes plain values (app/jobs/arguments.py), never a request. One name from
+route to service to statement: ``POST /ack`` -> ``jobs.ack`` -> ``ACK``.
+
+The modules follow the routers (app/routers/): ``producers`` (enqueue, get_job, cancel), ``workers``
+(lease, ack, nack, release, extend), ``operators`` (dead jobs, queues), ``health`` (readiness); then
+``idempotency`` (the `Idempotency-Key` machinery), ``inserts`` (what every enqueue runs), ``background``
+(what the background loops run), ``shared`` (one call's share of a coalesced statement) and ``rows``
+(a job as answered). Callers use this package's names: ``from app import jobs; jobs.lease(...)``.
+"""
+
+from app.jobs.arguments import (
+    JobLease,
+    JobLeaseLike,
+    Nack,
+    NackLike,
+    NewJob,
+    NewJobLike,
+    QueueSettings,
+    QueueSettingsLike,
+)
+from app.jobs.background import expire_leases, lock_waits, prune_finished, queue_gauges
+from app.jobs.health import schema_revision
+from app.jobs.idempotency import Once, prune_idempotency_keys
+from app.jobs.operators import (
+    configure_queue,
+    dead_jobs,
+    purge_dead,
+    queue,
+    queues,
+    retry_dead,
+    set_paused,
+)
+from app.jobs.producers import cancel, enqueue, enqueue_batch, get_job
+from app.jobs.rows import Row, Scope
+from app.jobs.workers import ack, ack_batch, extend, lease, nack, nack_batch, release, single
+
+__all__ = [
+    "JobLease",
+    "JobLeaseLike",
+    "Nack",
+    "NackLike",
+    "NewJob",
+    "NewJobLike",
+    "Once",
+    "QueueSettings",
+    "QueueSettingsLike",
+    "Row",
+    "Scope",
+    "ack",
+    "ack_batch",
+    "cancel",
+    "configure_queue",
+    "dead_jobs",
+    "enqueue",
+    "enqueue_batch",
+    "expire_leases",
+    "extend",
+    "get_job",
+    "lease",
+    "lock_waits",
+    "nack",
+    "nack_batch",
+    "prune_finished",
+    "prune_idempotency_keys",
+    "purge_dead",
+    "queue",
+    "queue_gauges",
+    "queues",
+    "release",
+    "retry_dead",
+    "schema_revision",
+    "set_paused",
+    "single",
+]

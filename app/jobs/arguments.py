@@ -1,0 +1,103 @@
+"""What the service is given: a job to enqueue, a lease to end, a nack, queue settings.
+
+Each is a ``Protocol`` (``...Like``), the shape the service reads, and a plain frozen dataclass of that
+shape. Callers that parsed a request pass what they parsed as it is: the HTTP API's pydantic bodies
+(app/schemas.py) have these attributes, so a batch of a thousand is not copied item by item into other
+objects first. Callers with plain values (the SQS API) build the dataclasses. Validation belongs to the
+caller (pydantic for HTTP, app/sqs/ for SQS): the service takes what it is given as valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+
+class NewJobLike(Protocol):
+    """A job to enqueue."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...  # any JSON value; the service encodes it once, as stored
+    @property
+    def priority(self) -> int: ...  # lower runs first
+    @property
+    def run_at(self) -> datetime | None: ...  # not before then; None: now (or after `delay`)
+    @property
+    def delay(self) -> float | None: ...  # seconds from now; never together with run_at
+    @property
+    def max_attempts(self) -> int | None: ...  # None: the queue's setting
+    @property
+    def dedup_key(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    queue: str
+    payload: Any
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float | None = None
+    max_attempts: int | None = None
+    dedup_key: str | None = None
+
+
+class JobLeaseLike(Protocol):
+    """A job and the lease token it is held under: an item of ack and release."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def lease_token(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobLease:
+    id: int
+    lease_token: str
+
+
+class NackLike(JobLeaseLike, Protocol):
+    """A lease to end after a failed attempt."""
+
+    @property
+    def error(self) -> str | None: ...  # kept as last_error
+    @property
+    def retry_after(self) -> float | None: ...  # seconds; None: the queue's backoff
+    @property
+    def dead(self) -> bool: ...  # dead now, whatever attempts are left
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    id: int
+    lease_token: str
+    error: str | None = None
+    retry_after: float | None = None
+    dead: bool = False
+
+
+class QueueSettingsLike(Protocol):
+    """Settings to change; None keeps a setting's value (or, for a new queue, its default)."""
+
+    @property
+    def visibility_timeout(self) -> float | None: ...
+    @property
+    def max_attempts(self) -> int | None: ...
+    @property
+    def backoff_base(self) -> float | None: ...
+    @property
+    def backoff_cap(self) -> float | None: ...
+    @property
+    def retention(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    visibility_timeout: float | None = None
+    max_attempts: int | None = None
+    backoff_base: float | None = None
+    backoff_cap: float | None = None
+    retention: float | None = None

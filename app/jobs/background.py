@@ -1,0 +1,49 @@
+"""What the background loops (app/background.py) run: lease expiry, retention pruning, and the database's
+numbers for the metrics (app/metrics.py). Idempotency keys are pruned in app/jobs/idempotency.py, with
+the rest of their life."""
+
+from __future__ import annotations
+
+from app import queries as q
+from app.db import Database
+from app.jobs.rows import Row
+
+EXPIRE_BATCH = 1000  # leases per EXPIRE_LEASES statement
+
+
+async def expire_leases(db: Database) -> list[Row]:
+    """Return every expired lease to pending (or dead); the jobs changed."""
+    changed: list[Row] = []
+    async with db.acquire() as conn:
+        while True:
+            rows = await conn.fetch(q.EXPIRE_LEASES.text, *q.EXPIRE_LEASES.args(batch=EXPIRE_BATCH))
+            changed.extend(dict(r) for r in rows)
+            if len(rows) < EXPIRE_BATCH:
+                break
+    db.metrics.expired.count(changed)
+    db.metrics.dead_lettered.count([r for r in changed if r["status"] == "dead"])
+    return changed
+
+
+async def prune_finished(db: Database) -> int:
+    """Delete finished jobs past retention in bounded batches; how many went."""
+    batch, total = db.settings.prune_batch, 0
+    while True:
+        async with db.acquire() as conn:  # released between batches: pruning never starves requests
+            tag = await conn.execute(q.PRUNE_FINISHED.text, *q.PRUNE_FINISHED.args(batch=batch))
+        deleted = int(tag.split()[-1])  # the command tag: "DELETE <rows>"
+        total += deleted
+        if deleted < batch:
+            return total
+
+
+async def queue_gauges(db: Database) -> list[Row]:
+    """Per queue: paused, pending, scheduled, running, dead and lag_seconds (for the metrics)."""
+    async with db.acquire() as conn:
+        return [dict(r) for r in await conn.fetch(q.QUEUE_GAUGES.text)]
+
+
+async def lock_waits(db: Database) -> Row:
+    """Sessions of this database waiting for a lock: `waiting`, and `longest_seconds`."""
+    async with db.acquire() as conn:
+        return dict(await conn.fetchrow(q.LOCK_WAITS.text))

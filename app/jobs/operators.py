@@ -1,0 +1,127 @@
+"""Operators' operations: dead jobs (list, retry, purge) and queues (list, read, configure, pause)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from app import queries as q
+from app.db import Database
+from app.errors import Conflict, NotFound
+from app.jobs.arguments import QueueSettingsLike
+from app.jobs.rows import Row, Scope, as_job, job_status
+from app.models import MAX_JOB_ID
+
+# Keyset paging starts below this: every job.
+PAST_LAST_ID = MAX_JOB_ID + 1
+RETRY_BATCH = 1000  # dead jobs per RETRY_DEAD statement
+
+
+# --- dead jobs -------------------------------------------------------------------------------------
+
+
+async def dead_jobs(
+    db: Database, queue: str | None, limit: int, before_id: int | None, scope: Scope = None
+) -> Row:
+    """Dead jobs of `queue`, or of every queue in `scope` (the caller has checked `queue` against it)."""
+    before = before_id if before_id is not None else PAST_LAST_ID
+    async with db.acquire() as conn:
+        if queue is None:
+            query, args = q.DEAD_JOBS, q.DEAD_JOBS.args(before_id=before, limit=limit, scope=scope)
+        else:
+            query, args = (
+                q.DEAD_JOBS_IN_QUEUE,
+                q.DEAD_JOBS_IN_QUEUE.args(queue=queue, before_id=before, limit=limit),
+            )
+        rows = await conn.fetch(query.text, *args)
+    jobs = [as_job(r) for r in rows]
+    return {"jobs": jobs, "next_before_id": jobs[-1]["id"] if len(jobs) == limit else None}
+
+
+async def retry_dead(db: Database, ids: list[int] | None, queue: str | None, scope: Scope = None) -> Row:
+    """Dead jobs back to pending, a page at a time; those whose dedup_key is taken are skipped, those
+    outside `scope` are left alone (not counted, as jobs that are not dead)."""
+    retried, skipped = 0, []
+    before = PAST_LAST_ID
+    async with db.acquire() as conn:
+        while True:
+            try:
+                rows = await conn.fetch(
+                    q.RETRY_DEAD.text,
+                    *q.RETRY_DEAD.args(
+                        before_id=before, ids=ids, queue=queue, scope=scope, batch=RETRY_BATCH
+                    ),
+                )
+            except asyncpg.UniqueViolationError:
+                continue  # an enqueue took a key between our check and update: look again
+            for r in rows:
+                if r["retried"]:
+                    retried += 1
+                else:
+                    skipped.append(r["id"])
+            if len(rows) < RETRY_BATCH:
+                break
+            before = rows[-1]["id"]
+    return {"retried": retried, "skipped": skipped}
+
+
+async def purge_dead(db: Database, job_id: int, scope: Scope = None) -> Row:
+    async with db.acquire() as conn:
+        purged = await conn.fetchval(q.PURGE_DEAD.text, *q.PURGE_DEAD.args(id=job_id, scope=scope))
+        if purged is None:
+            status = await job_status(conn, job_id, scope)
+            raise Conflict(f"job {job_id} is {status}; only dead jobs can be purged", job_status=status)
+    return {"id": job_id, "purged": True}
+
+
+# --- queues ----------------------------------------------------------------------------------------
+
+_SETTINGS = ("visibility_timeout", "max_attempts", "backoff_base", "backoff_cap", "retention")
+
+
+def _queue_row(row: asyncpg.Record, with_settings: bool) -> Row:
+    out = {k: v for k, v in row.items() if k not in _SETTINGS}
+    if with_settings:
+        out["settings"] = {k: row[k] for k in _SETTINGS}
+    return out
+
+
+async def queues(db: Database, scope: Scope = None) -> list[Row]:
+    """Every queue's row, or those of the queues in `scope`."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.QUEUE_STATS.text, *q.QUEUE_STATS.args(queue=None, scope=scope))
+    return [_queue_row(r, with_settings=False) for r in rows]
+
+
+async def _queue_stats(conn: asyncpg.Connection, name: str) -> asyncpg.Record:
+    row = await conn.fetchrow(q.QUEUE_STATS.text, *q.QUEUE_STATS.args(queue=name, scope=None))
+    if row is None:
+        raise NotFound(f"queue {name!r} does not exist (no jobs, no settings)")
+    return row
+
+
+async def queue(db: Database, name: str) -> Row:
+    async with db.acquire() as conn:
+        return _queue_row(await _queue_stats(conn, name), with_settings=True)
+
+
+async def configure_queue(db: Database, name: str, settings: QueueSettingsLike) -> Row:
+    """Change the settings given (None keeps one), creating the queue if need be; the queue's row."""
+    async with db.acquire() as conn:
+        await conn.execute(
+            q.CONFIGURE_QUEUE.text,
+            *q.CONFIGURE_QUEUE.args(
+                queue=name,
+                visibility_timeout=settings.visibility_timeout,
+                max_attempts=settings.max_attempts,
+                backoff_base=settings.backoff_base,
+                backoff_cap=settings.backoff_cap,
+                retention=settings.retention,
+            ),
+        )
+        return _queue_row(await _queue_stats(conn, name), with_settings=True)
+
+
+async def set_paused(db: Database, name: str, paused: bool) -> Row:
+    async with db.acquire() as conn:
+        await conn.execute(q.SET_PAUSED.text, *q.SET_PAUSED.args(queue=name, paused=paused))
+        return _queue_row(await _queue_stats(conn, name), with_settings=False)

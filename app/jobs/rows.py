@@ -1,0 +1,37 @@
+"""A job as the service answers with it, and the status of one a guarded statement left alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from app import queries as q
+from app.errors import NotFound
+from app.jsontext import JSONText
+
+Row = dict[str, Any]
+# The queues a caller may see, as LIKE patterns (app/auth.py Grant.like); None: every queue. Queries
+# take it as :scope, and a job outside it is answered as one that does not exist.
+Scope = list[str] | None
+
+
+def as_job(row: asyncpg.Record) -> Row:
+    """A job row as answered: its payload as stored JSON text, its lease token (if any) as text."""
+    out = dict(row)
+    out.pop("ord", None)  # statements' bookkeeping, not the job's
+    out.pop("slot", None)
+    out["payload"] = JSONText(out["payload"])
+    token = out.pop("lease_token", None)
+    if token is not None:
+        out["lease_token"] = str(token)
+    return out
+
+
+async def job_status(conn: asyncpg.Connection, job_id: int, scope: Scope = None) -> str:
+    """The status of a job that a guarded statement left alone; NotFound when there is no such job (or
+    it is outside `scope`)."""
+    status = await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=scope))
+    if status is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return status

@@ -1,0 +1,332 @@
+"""Workers' operations: lease jobs, then end each lease (ack, nack, release) or extend it.
+
+Every call after the lease names a job and the lease token the lease handed out, and changes the job only
+under that token (the statements' guards, app/queries.py). Each item of a batch is answered on its own
+(`ok`, or the `code` of why not); one-item calls raise that answer as an error (``single``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import asyncpg
+
+from app import queries as q
+from app.coalesce import Batcher
+from app.db import Database
+from app.errors import LeaseLost, NotFound, Unavailable
+from app.jobs.arguments import JobLease, JobLeaseLike, NackLike
+from app.jobs.rows import Row, as_job, job_status
+from app.jobs.shared import shared
+from app.wakeups import Wakeups
+
+MAX_SHARED_LEASE = 1000  # jobs per shared LEASE statement
+RETRY_AFTER_FULL = 1  # seconds a long-poll refused for max_waiters is told to wait before trying again
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _lease_token(text: str) -> uuid.UUID | str | None:
+    """Tokens are UUIDs inside; anything else cannot be any job's current token. A token as jobq wrote
+    it goes to asyncpg as it is (its UUID codec parses it in C); other spellings are parsed here."""
+    if _CANONICAL_UUID.fullmatch(text):
+        return text
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
+
+
+# --- lease -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseCall:
+    """One caller's share of a shared LEASE statement."""
+
+    max_jobs: int
+    visibility_timeout: float | None
+    worker_id: str | None
+
+
+async def lease(
+    db: Database,
+    wakeups: Wakeups,
+    *,
+    queue: str,
+    max_jobs: int,
+    visibility_timeout: float | None,
+    wait: float,
+    worker_id: str | None,
+    disconnected: Callable[[], Awaitable[object]] | None = None,
+) -> list[Row]:
+    """Lease up to max_jobs ready jobs of the queue; with `wait`, long-poll until some are leased or
+    `wait` seconds pass. No connection is held while waiting.
+
+    Concurrent calls on one queue share LEASE statements (see _lease_shared). `disconnected` returns once
+    the client has gone (app/web.py): a long-poll watches it while it waits and leaves at once, so
+    wake-ups go to waiters still listening; it leases nothing more, and hands back what it leased for a
+    client that left meanwhile. Once the service is shutting down, nothing is leased. At most
+    `max_waiters` long-polls wait at once (app/wakeups.py); past that a long-poll is refused with
+    Unavailable (503, Retry-After) before any work, while short leases (`wait` 0) go on.
+    """
+    call = LeaseCall(max_jobs, visibility_timeout, worker_id)
+    if wakeups.closing:
+        return []
+    if wait <= 0:
+        return await _lease_now(db, queue, call)
+    with wakeups.long_poll() as admitted:
+        if not admitted:
+            raise Unavailable(
+                f"this service process already holds {wakeups.max_waiters} waiting long-polls"
+                " (JOBQ_MAX_WAITERS); retry after the Retry-After seconds, lease with wait 0, or"
+                " spread workers over more replicas",
+                retry_after=RETRY_AFTER_FULL,
+                nothing_done=True,  # refused before any work: safe to send again (app/errors.py)
+            )
+        gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
+        try:
+            leased = await _long_poll(db, wakeups, queue, call, wait, gone)
+            if leased and gone is not None and gone.done():
+                await _release_undelivered(db, leased)  # its client left meanwhile: nobody to deliver to
+                return []
+        finally:
+            if gone is not None:
+                gone.cancel()
+    return leased
+
+
+async def _long_poll(
+    db: Database, wakeups: Wakeups, queue: str, call: LeaseCall, wait: float, gone: asyncio.Future | None
+) -> list[Row]:
+    """Lease, and wait for a wake-up while nothing is leased, until `wait` seconds pass or the client
+    goes (`gone` completes). A wake-up this waiter does not act on is passed on (see Wakeups.waiting)."""
+    deadline = time.monotonic() + wait
+    while True:
+        with wakeups.waiting(queue) as waiter:
+            leased = await _lease_now(db, queue, call)
+            remaining = deadline - time.monotonic()
+            if leased or remaining <= 0:
+                return leased
+            await waiter.wait(remaining, gone)
+            if wakeups.closing or (gone is not None and gone.done()):
+                return []  # leaves without looking again: a wake-up it got goes to the next waiter
+            waiter.used = waiter.woken  # it looks again, next time round
+
+
+async def _lease_now(db: Database, queue: str, call: LeaseCall) -> list[Row]:
+    """The jobs one LEASE statement leases for `call`, a statement it may share with other calls."""
+    if not db.settings.coalesce:
+        (leased,) = await _lease_shared(db, queue, [call])
+        return leased
+    # Per queue, and only while calls are in it: queue names come from clients (see Database.sharing).
+    with db.sharing(
+        ("lease", queue),
+        lambda: Batcher(
+            partial(_lease_shared, db, queue),
+            max_items=MAX_SHARED_LEASE,
+            size=lambda c: c.max_jobs,
+            orphaned=partial(_release_orphans, db),
+            concurrency=db.settings.coalesce_concurrency,
+        ),
+    ) as batcher:
+        return await batcher.submit(call)
+
+
+async def _lease_shared(db: Database, queue: str, calls: list[LeaseCall]) -> list[list[Row]]:
+    """One LEASE statement for several calls: each call owns max_jobs consecutive slots."""
+    owner, timeouts, workers = [], [], []
+    for k, call in enumerate(calls):
+        owner += [k] * call.max_jobs
+        timeouts += [call.visibility_timeout] * call.max_jobs
+        workers += [call.worker_id] * call.max_jobs
+    async with db.acquire() as conn:
+        started = time.perf_counter()
+        rows = await conn.fetch(
+            q.LEASE.text, *q.LEASE.args(queue=queue, visibility_timeouts=timeouts, worker_ids=workers)
+        )
+        db.metrics.claimed(queue, time.perf_counter() - started, len(rows))
+    shares: list[list[tuple[int, Row]]] = [[] for _ in calls]
+    for row in rows:
+        shares[owner[row["slot"] - 1]].append((row["slot"], as_job(row)))
+    return [[job for _, job in sorted(share, key=lambda pair: pair[0])] for share in shares]
+
+
+async def _release_orphans(db: Database, orphans: list[list[Row]]) -> None:
+    """Hand back what a shared LEASE leased for callers that left while it ran."""
+    await _release_undelivered(db, [job for share in orphans for job in share])
+
+
+async def _release_undelivered(db: Database, leased: list[Row]) -> None:
+    """Hand back jobs that were leased but never delivered (their attempt is not counted)."""
+    if leased:
+        await release(db, [JobLease(j["id"], j["lease_token"]) for j in leased])
+
+
+# --- ending a lease: ack, nack, release ------------------------------------------------------------
+
+
+def _item_keys(ids: list[int], tokens: list[uuid.UUID | str | None]) -> list[tuple[int, str]]:
+    """What tells the items of one ACK, NACK or RELEASE apart: (job id, lease token as text). Several
+    items may name one job (a batch, or calls of two workers coalesced); each is answered by whether
+    its own token did the deed, never by whether the job changed."""
+    return [(job_id, str(token)) for job_id, token in zip(ids, tokens, strict=True)]
+
+
+def _done(rows: Sequence[asyncpg.Record]) -> dict[tuple[int, str], asyncpg.Record]:
+    """The rows of ACK, NACK or RELEASE by the (id, token) that changed each job."""
+    return {(r["id"], str(r["lease_token"])): r for r in rows}
+
+
+def _row_per_item(keys: list[tuple[int, str]], rows: Sequence[asyncpg.Record]) -> list[asyncpg.Record | None]:
+    """Per item, in order, the row its own (id, token) changed; an (id, token) repeated in the statement
+    gets it once, on its first item (the lease was ended once)."""
+    done = _done(rows)
+    return [done.pop(key, None) for key in keys]
+
+
+async def _lease_status(conn: asyncpg.Connection, ids: list[int]) -> dict[int, asyncpg.Record]:
+    """Each job's status and lease token, for the items a guarded statement left alone."""
+    rows = await conn.fetch(q.LEASE_STATUS.text, *q.LEASE_STATUS.args(ids=ids))
+    return {r["id"]: r for r in rows}
+
+
+def _refused(job_id: int, leases: dict[int, asyncpg.Record]) -> Row:
+    """The result of an item whose lease did not match: the job exists (lease lost) or it does not."""
+    return {"id": job_id, "ok": False, "code": "lease_lost" if job_id in leases else "not_found"}
+
+
+def single(result: Row) -> Row:
+    """The answer of a one-item ack or nack, or its error."""
+    if result["ok"]:
+        return result
+    if result["code"] == "not_found":
+        raise NotFound(f"job {result['id']} does not exist")
+    raise LeaseLost(f"job {result['id']} is not held under this lease token (it expired, or was ended)")
+
+
+async def ack(db: Database, item: JobLeaseLike) -> Row:
+    """One ack, sharing its statement with concurrent acks."""
+    return await shared(db, "ack", ack_batch, item)
+
+
+async def ack_batch(db: Database, items: Sequence[JobLeaseLike]) -> list[Row]:
+    """Complete each job whose current lease token is given; a result per item, in order."""
+    tokens = [_lease_token(i.lease_token) for i in items]
+    ids = [i.id for i in items]
+    keys = _item_keys(ids, tokens)
+    async with db.acquire() as conn:
+        acked = await conn.fetch(q.ACK.text, *q.ACK.args(ids=ids, lease_tokens=tokens))
+        # An (id, token) twice in one statement is one ack repeated: every such item is done.
+        done = _done(acked)
+        failed = [job_id for job_id, key in zip(ids, keys, strict=True) if key not in done]
+        leases = await _lease_status(conn, failed) if failed else {}
+    db.metrics.acked.count(acked)
+    results = []
+    for job_id, key, token in zip(ids, keys, tokens, strict=True):
+        if key in done:
+            results.append({"id": job_id, "ok": True})
+            continue
+        now = leases.get(job_id)
+        repeated = (
+            now is not None
+            and now["status"] == "completed"
+            and token is not None
+            and str(now["lease_token"]) == key[1]
+        )
+        if repeated:  # a repeated ack: already done, by this lease
+            results.append({"id": job_id, "ok": True})
+        else:
+            results.append(_refused(job_id, leases))
+    return results
+
+
+async def nack(db: Database, item: NackLike) -> Row:
+    """One nack, sharing its statement with concurrent nacks."""
+    return await shared(db, "nack", nack_batch, item)
+
+
+async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
+    """Give jobs back after a failed attempt: retry later, or dead. A result per item, in order."""
+    cut = db.settings.max_error_chars
+    ids = [i.id for i in items]
+    tokens = [_lease_token(i.lease_token) for i in items]
+    async with db.acquire() as conn:
+        rows = await conn.fetch(
+            q.NACK.text,
+            *q.NACK.args(
+                ids=ids,
+                lease_tokens=tokens,
+                errors=[_error_text(i.error, cut) for i in items],
+                retry_afters=[i.retry_after for i in items],
+                deads=[i.dead for i in items],
+            ),
+        )
+        # The same lease nacked twice in one statement: only the first item ended it.
+        nacked = _row_per_item(_item_keys(ids, tokens), rows)
+        failed = [job_id for job_id, row in zip(ids, nacked, strict=True) if row is None]
+        leases = await _lease_status(conn, failed) if failed else {}
+    db.metrics.nacked.count(rows)
+    db.metrics.dead_lettered.count([r for r in rows if r["status"] == "dead"])
+    return [
+        {"id": job_id, "ok": True, "status": row["status"], "run_at": row["run_at"]}
+        if row is not None
+        else _refused(job_id, leases)
+        for job_id, row in zip(ids, nacked, strict=True)
+    ]
+
+
+# What PostgreSQL text cannot hold: U+0000, and lone surrogates (a JSON escape such as "\udce9" that
+# pairs with nothing), which UTF-8 cannot encode. A worker's error message must not fail its nack: each
+# becomes U+FFFD.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _error_text(error: str | None, cut: int) -> str | None:
+    """A nack's error as last_error: at most `cut` characters, every one storable."""
+    if error is None:
+        return None
+    return _UNSTORABLE.sub("\ufffd", error[:cut])
+
+
+async def release(db: Database, items: Sequence[JobLeaseLike]) -> list[Row]:
+    """Give running jobs back untouched, under their current lease tokens: pending again at once, the
+    attempt not counted (a worker that took more than it will start, or is stopping before it starts).
+    A result per item, in order, like ack_batch."""
+    ids = [i.id for i in items]
+    tokens = [_lease_token(i.lease_token) for i in items]
+    keys = _item_keys(ids, tokens)
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.RELEASE.text, *q.RELEASE.args(ids=ids, lease_tokens=tokens))
+        # The same lease twice: only the first item gave it back.
+        released = _row_per_item(keys, rows)
+        failed = [job_id for job_id, row in zip(ids, released, strict=True) if row is None]
+        leases = await _lease_status(conn, failed) if failed else {}
+    return [
+        {"id": job_id, "ok": True} if row is not None else _refused(job_id, leases)
+        for job_id, row in zip(ids, released, strict=True)
+    ]
+
+
+# --- extend ----------------------------------------------------------------------------------------
+
+
+async def extend(db: Database, job_id: int, lease_token: str, visibility_timeout: float) -> Row:
+    """Move the lease's deadline to now + visibility_timeout; LeaseLost unless it is the current lease."""
+    async with db.acquire() as conn:
+        row = await conn.fetchrow(
+            q.EXTEND.text,
+            *q.EXTEND.args(
+                id=job_id, lease_token=_lease_token(lease_token), visibility_timeout=visibility_timeout
+            ),
+        )
+        if row is None:
+            await job_status(conn, job_id)
+            raise LeaseLost(f"job {job_id} is not running under this lease token")
+    return dict(row)

@@ -1,0 +1,153 @@
+"""The one place errors become HTTP answers: RFC 9457 problem details (``application/problem+json``).
+
+Every error body carries a stable machine-readable ``code``. Nothing a client sends can produce a 500 with
+a stack trace: validation, database data errors and encoding errors are 4xx; an unreachable database is
+503 ``unavailable``. The errors themselves, and what status and code each has, are in app/errors.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import (
+    DATABASE_REJECTED_INPUT,
+    DATABASE_UNAVAILABLE,
+    NOTHING_DONE,
+    TRANSACTION_ROLLED_BACK,
+    JobqError,
+    Unauthorized,
+    Unavailable,
+)
+
+log = logging.getLogger("jobq.errors")
+
+PROBLEM_JSON = "application/problem+json"
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
+    body = {
+        "type": f"urn:jobq:problem:{code}",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+
+
+def _validation_detail(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    cleaned = [
+        {"loc": [str(part) for part in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in errors
+    ]
+    text = "; ".join(f"{'.'.join(e['loc']) or 'body'}: {e['msg']}" for e in cleaned[:10])
+    return text or "invalid request", cleaned
+
+
+async def _jobq_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, JobqError)
+    response = problem(exc.status, exc.code, exc.detail, **exc.extra)
+    if isinstance(exc, Unauthorized):
+        response.headers["WWW-Authenticate"] = 'Bearer realm="jobq"'
+    elif isinstance(exc, Unavailable):
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+async def _request_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    detail, errors = _validation_detail(list(exc.errors()))
+    return problem(422, "validation_error", detail, errors=errors)
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    503: "unavailable",
+}
+
+
+async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "error")
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no route {request.method} {request.url.path}"
+    response = problem(exc.status_code, code, detail)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
+    done = {"nothing_done": True} if getattr(exc, NOTHING_DONE, False) else {}
+    return _retry_soon("the database is unreachable; retry shortly", **done)
+
+
+async def _transaction_rolled_back(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("transaction rolled back on %s %s: %r", request.method, request.url.path, exc)
+    return _retry_soon(
+        f"the database rolled this request back ({exc}); nothing was done, send it again", nothing_done=True
+    )
+
+
+def _retry_soon(detail: str, **extra: Any) -> JSONResponse:
+    """503 unavailable, for a second: what the database could not do now it may do on the next try."""
+    response = problem(503, "unavailable", detail, **extra)
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+async def _database_rejected_input(request: Request, exc: Exception) -> JSONResponse:
+    return problem(422, "validation_error", f"a value was refused: {exc}")
+
+
+async def _recursion(request: Request, exc: Exception) -> JSONResponse:
+    return problem(422, "validation_error", "the JSON body is nested too deeply")
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return problem(500, "internal", "an unexpected error occurred; it has been logged")
+
+
+HANDLERS: dict[type[BaseException], Any] = {
+    JobqError: _jobq_error,
+    RequestValidationError: _request_validation,
+    StarletteHTTPException: _http_exception,
+    **dict.fromkeys(DATABASE_UNAVAILABLE, _database_unavailable),
+    **dict.fromkeys(TRANSACTION_ROLLED_BACK, _transaction_rolled_back),
+    **dict.fromkeys(DATABASE_REJECTED_INPUT, _database_rejected_input),
+    RecursionError: _recursion,
+    Exception: _unexpected,
+}
+
+
+def install(app: FastAPI) -> None:
+    for exc_type, handler in HANDLERS.items():
+        app.add_exception_handler(exc_type, handler)
+
+
+async def answer(request: Request, exc: Exception) -> JSONResponse:
+    """The problem answering `exc`, chosen as Starlette chooses among the handlers ``install`` adds: by
+    the nearest class in the exception's MRO. For routes answered outside FastAPI's routing (app/hot.py)."""
+    for cls in type(exc).__mro__:
+        handler = HANDLERS.get(cls)
+        if handler is not None:
+            return await handler(request, exc)
+    raise exc

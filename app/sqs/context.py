@@ -1,0 +1,48 @@
+"""What every SQS action is given (``Context``), and the queue a request names, looked up."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from app.access_log import note
+from app.auth import OPEN, Grant
+from app.db import Database
+from app.sqs import queries as sq
+from app.sqs.protocol import queue_does_not_exist
+from app.wakeups import Wakeups
+
+if TYPE_CHECKING:
+    from app.sqs.redrive import MoveTask
+
+
+@dataclass
+class Context:
+    db: Database
+    wakeups: Wakeups
+    base_url: str  # scheme://host:port the request came to, for queue URLs
+    disconnected: Callable[[], Awaitable[object]] | None = None  # returns once the client has gone
+    move_tasks: list[MoveTask] = field(default_factory=list)
+    # The signing key's roles and queues. The queues a request names were checked before the action
+    # (app/sqs/auth.py admit); those an action finds itself it checks or filters with this.
+    grant: Grant = OPEN
+
+
+async def queue_row(ctx: Context, name: str) -> asyncpg.Record:
+    """The queue as SQS shows it (sq.QUEUE); QueueDoesNotExist without one. Names it in the access log."""
+    note(queue=name)
+    async with ctx.db.acquire() as conn:
+        row = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
+    if row is None:
+        raise queue_does_not_exist(name)
+    return row
+
+
+def kept_attributes(row: asyncpg.Record) -> dict[str, str]:
+    """The queue's attributes SQS set and jobq keeps as given (queues.sqs_attributes)."""
+    kept = row["sqs_attributes"]
+    return json.loads(kept) if isinstance(kept, str) else kept

@@ -1,0 +1,332 @@
+"""The SQS message actions, each one of jobq's own operations: SendMessage enqueues, ReceiveMessage
+leases (with the same long-poll and wake-ups), DeleteMessage acks and ChangeMessageVisibility extends
+(or, to 0, nacks for a retry at once), each under the lease token the receipt handle carries. So jobq's
+fencing holds: a handle from an earlier receive deletes nothing once the message was received again
+(ReceiptHandleIsInvalid).
+
+The payload is the body: a message's body is stored as a JSON string, so jobq's API, CLI and workers
+see exactly the text that was sent; a job enqueued through jobq's API with any other JSON payload is
+received through SQS with that JSON text as its body.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app import jobs
+from app.access_log import note
+from app.errors import Invalid, LeaseLost, NotFound
+from app.models import MAX_LEASE_TOKEN
+from app.sqs import queries as sq
+from app.sqs.attributes import check_message_attributes, check_message_text, select_message_attributes
+from app.sqs.context import Context, kept_attributes, queue_row
+from app.sqs.params import Body, entries, failed, integer, string
+from app.sqs.protocol import (
+    SqsError,
+    invalid_parameter,
+    md5_of_attributes,
+    md5_of_body,
+    missing_parameter,
+    name_from_url,
+    parse_receipt_handle,
+    receipt_handle,
+    receipt_handle_invalid,
+)
+
+# A receipt handle may carry a spelling of a UUID longer than MAX_LEASE_TOKEN (uuid.UUID ignores any
+# number of hyphens); DeleteMessage and a visibility of 0 refuse it as the API would, for the whole request.
+
+
+# --- sending ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Outgoing:
+    entry_id: str | None
+    body: str
+    delay: int | None
+    attributes: dict[str, dict[str, str]]
+
+
+def _outgoing(entry: Body, max_bytes: int, entry_id: str | None = None) -> _Outgoing:
+    text = string(entry, "MessageBody")
+    assert text is not None
+    if not text:
+        raise missing_parameter("MessageBody")
+    check_message_text(text, "the message body")
+    attributes = check_message_attributes(entry.get("MessageAttributes"))
+    size = len(text.encode()) + sum(
+        len(n.encode())
+        + len(a["DataType"].encode())
+        + len((a.get("StringValue") or a["BinaryValue"]).encode())
+        for n, a in attributes.items()
+    )
+    if size > max_bytes:
+        raise invalid_parameter(
+            f"One or more parameters are invalid. Reason: Message must be shorter than {max_bytes} bytes."
+        )
+    delay = integer(entry, "DelaySeconds", 0, 900, None)
+    return _Outgoing(entry_id, text, delay, attributes)
+
+
+def _max_message_bytes(ctx: Context, row: asyncpg.Record) -> int:
+    return min(int(kept_attributes(row).get("MaximumMessageSize", 262144)), ctx.db.settings.max_payload_bytes)
+
+
+async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Outgoing]) -> list[Body]:
+    default_delay = int(kept_attributes(row).get("DelaySeconds", 0))
+    new = [
+        jobs.NewJob(
+            queue=name, payload=m.body, delay=float(m.delay if m.delay is not None else default_delay)
+        )
+        for m in messages
+    ]
+    with_attributes = [k for k, m in enumerate(messages) if m.attributes]
+
+    async def store_attributes(conn: asyncpg.Connection, rows: list[dict[str, Any]]) -> None:
+        await conn.execute(
+            sq.SET_MESSAGE_ATTRIBUTES.text,
+            *sq.SET_MESSAGE_ATTRIBUTES.args(
+                ids=[rows[k]["id"] for k in with_attributes],
+                attributes=[json.dumps(messages[k].attributes) for k in with_attributes],
+            ),
+        )
+
+    if len(new) == 1 and not with_attributes:
+        rows = [await jobs.enqueue(ctx.db, new[0])]
+    else:
+        rows = await jobs.enqueue_batch(ctx.db, new, then=store_attributes if with_attributes else None)
+    out = []
+    for m, job in zip(messages, rows, strict=True):
+        sent: Body = {"MessageId": str(job["id"]), "MD5OfMessageBody": md5_of_body(m.body)}
+        if m.attributes:
+            sent["MD5OfMessageAttributes"] = md5_of_attributes(m.attributes)
+        out.append(sent)
+    return out
+
+
+async def send_message(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    row = await queue_row(ctx, name)
+    message = _outgoing(body, _max_message_bytes(ctx, row))
+    (sent,) = await _send(ctx, name, row, [message])
+    return sent
+
+
+async def send_message_batch(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    given = entries(body, "Entries")
+    row = await queue_row(ctx, name)
+    limit = _max_message_bytes(ctx, row)
+    good: list[_Outgoing] = []
+    refused = []
+    for entry in given:
+        try:
+            good.append(_outgoing(entry, limit, entry["Id"]))
+        except SqsError as error:
+            refused.append(failed(entry["Id"], error))
+    successful = []
+    if good:
+        for m, sent in zip(good, await _send(ctx, name, row, good), strict=True):
+            successful.append({"Id": m.entry_id, **sent})
+    return {"Successful": successful, "Failed": refused}
+
+
+# --- receiving -------------------------------------------------------------------------------------
+
+
+def _body_of(payload: Any) -> str:
+    """The message body of a job: the payload itself when it is a JSON string, else its JSON text."""
+    text = orjson.dumps(payload).decode()
+    if text.startswith('"'):
+        return orjson.loads(text)
+    return text
+
+
+def _system_names(body: Body) -> set[str]:
+    names: set[str] = set()
+    for key in ("AttributeNames", "MessageSystemAttributeNames"):
+        value = body.get(key) or []
+        if not isinstance(value, list):
+            raise invalid_parameter(f"{key} must be a list.")
+        names.update(v for v in value if isinstance(v, str))
+    return names
+
+
+def _millis(value: Any) -> str:
+    return str(int(value.timestamp() * 1000))
+
+
+async def receive_message(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    count = integer(body, "MaxNumberOfMessages", 1, 10, 1)
+    visibility = integer(body, "VisibilityTimeout", 0, 43200, None)
+    wait = integer(body, "WaitTimeSeconds", 0, 20, None)
+    system = _system_names(body)
+    row = await queue_row(ctx, name)
+    if wait is None:
+        wait = int(kept_attributes(row).get("ReceiveMessageWaitTimeSeconds", 0))
+    leased = await jobs.lease(
+        ctx.db,
+        ctx.wakeups,
+        queue=name,
+        max_jobs=count or 1,
+        visibility_timeout=float(visibility) if visibility is not None else None,
+        wait=float(wait),
+        worker_id="sqs",
+        disconnected=ctx.disconnected,
+    )
+    note(jobs=len(leased))
+    if not leased:
+        return {"Messages": []}
+    async with ctx.db.acquire() as conn:
+        extras = {
+            r["id"]: r
+            for r in await conn.fetch(sq.RECEIVED.text, *sq.RECEIVED.args(ids=[j["id"] for j in leased]))
+        }
+    everything = "All" in system
+    messages = []
+    for job in leased:
+        extra = extras.get(job["id"])
+        text = _body_of(job["payload"])
+        message: Body = {
+            "MessageId": str(job["id"]),
+            "ReceiptHandle": receipt_handle(job["id"], job["lease_token"]),
+            "MD5OfBody": md5_of_body(text),
+            "Body": text,
+        }
+        attributes = {
+            "ApproximateReceiveCount": str(job["attempts"]),
+            "SentTimestamp": _millis(job["created_at"]),
+            "ApproximateFirstReceiveTimestamp": _millis(
+                extra["first_received_at"] if extra and extra["first_received_at"] else job["run_at"]
+            ),
+            "SenderId": "jobq",
+        }
+        chosen = {k: v for k, v in attributes.items() if everything or k in system}
+        if chosen:
+            message["Attributes"] = chosen
+        stored = extra["message_attributes"] if extra else None
+        if isinstance(stored, str):
+            stored = json.loads(stored)
+        selected = select_message_attributes(stored, body.get("MessageAttributeNames"))
+        if selected:
+            message["MessageAttributes"] = selected
+            message["MD5OfMessageAttributes"] = md5_of_attributes(selected)
+        messages.append(message)
+    return {"Messages": messages}
+
+
+# --- deleting and changing visibility --------------------------------------------------------------
+
+
+def _handle(value: Any) -> tuple[int, str]:
+    if value is None:
+        raise missing_parameter("ReceiptHandle")
+    return parse_receipt_handle(value)
+
+
+def _checked_token(token: str) -> str:
+    """`token`, unless it is longer than jobq's API takes one: then Invalid (a refusal of the whole
+    request, not of one batch entry)."""
+    if len(token) > MAX_LEASE_TOKEN:
+        raise Invalid(f"The receipt handle's lease token is longer than {MAX_LEASE_TOKEN} characters.")
+    return token
+
+
+def _stale(handle: str) -> SqsError:
+    return receipt_handle_invalid(
+        f'The receipt handle "{handle}" is no longer valid: the message was received again or deleted.'
+    )
+
+
+async def delete_message(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    note(queue=name)
+    job_id, token = _handle(body.get("ReceiptHandle"))
+    (result,) = await jobs.ack_batch(ctx.db, [jobs.JobLease(job_id, _checked_token(token))])
+    # An unknown job was deleted already (or purged): deleting twice succeeds, as in SQS.
+    if not result["ok"] and result["code"] == "lease_lost":
+        raise _stale(body["ReceiptHandle"])
+    return {}
+
+
+async def delete_message_batch(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    note(queue=name)
+    given = entries(body, "Entries")
+    items: list[tuple[str, jobs.JobLease]] = []
+    refused = []
+    for entry in given:
+        try:
+            job_id, token = _handle(entry.get("ReceiptHandle"))
+            items.append((entry["Id"], jobs.JobLease(job_id, _checked_token(token))))
+        except SqsError as error:
+            refused.append(failed(entry["Id"], error))
+    successful = []
+    if items:
+        results = await jobs.ack_batch(ctx.db, [item for _, item in items])
+        for (entry_id, _), result in zip(items, results, strict=True):
+            if not result["ok"] and result["code"] == "lease_lost":
+                refused.append(
+                    failed(entry_id, _stale(next(e for e in given if e["Id"] == entry_id)["ReceiptHandle"]))
+                )
+            else:
+                successful.append({"Id": entry_id})
+    return {"Successful": successful, "Failed": refused}
+
+
+def _not_in_flight() -> SqsError:
+    return SqsError(
+        "MessageNotInflight",
+        "The message referred to isn't in flight under this receipt handle.",
+        query_code="AWS.SimpleQueueService.MessageNotInflight",
+    )
+
+
+async def _change_visibility(ctx: Context, handle: Any, timeout: Any) -> None:
+    job_id, token = _handle(handle)
+    if timeout is None:
+        raise missing_parameter("VisibilityTimeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= 43200:
+        raise invalid_parameter(
+            f"Value {timeout} for parameter VisibilityTimeout is invalid. "
+            "Reason: must be between 0 and 43200."
+        )
+    if timeout > 0:
+        try:
+            await jobs.extend(ctx.db, job_id, token, float(timeout))
+        except NotFound as exc:
+            raise receipt_handle_invalid() from exc
+        except LeaseLost as exc:
+            raise _not_in_flight() from exc
+        return
+    # Visible again now: the lease ends like a nack that retries at once (the receive still counts).
+    (result,) = await jobs.nack_batch(ctx.db, [jobs.Nack(job_id, _checked_token(token), retry_after=0.0)])
+    if not result["ok"]:
+        raise receipt_handle_invalid() if result["code"] == "not_found" else _not_in_flight()
+
+
+async def change_message_visibility(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    note(queue=name)
+    await _change_visibility(ctx, body.get("ReceiptHandle"), body.get("VisibilityTimeout"))
+    return {}
+
+
+async def change_message_visibility_batch(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    note(queue=name)
+    successful, refused = [], []
+    for entry in entries(body, "Entries"):
+        try:
+            await _change_visibility(ctx, entry.get("ReceiptHandle"), entry.get("VisibilityTimeout"))
+            successful.append({"Id": entry["Id"]})
+        except SqsError as error:
+            refused.append(failed(entry["Id"], error))
+    return {"Successful": successful, "Failed": refused}

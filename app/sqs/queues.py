@@ -1,0 +1,162 @@
+"""The SQS queue actions: a queue is jobq's queue of the same name, its settings jobq's where jobq has
+them (app/sqs/attributes.py) and kept as given where not."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from app import jobs
+from app import queries as q
+from app.access_log import note
+from app.sqs import queries as sq
+from app.sqs.attributes import (
+    COMPUTED,
+    NO_REDRIVE_MAX_ATTEMPTS,
+    SETTABLE,
+    check_queue_attributes,
+    queue_attributes,
+)
+from app.sqs.context import Context, queue_row
+from app.sqs.params import Body, integer, string
+from app.sqs.protocol import (
+    SQS_QUEUE_NAME,
+    SqsError,
+    invalid_parameter,
+    missing_parameter,
+    name_from_url,
+    queue_arn,
+    queue_does_not_exist,
+    queue_url,
+)
+
+
+async def create_queue(ctx: Context, body: Body) -> Body:
+    name = string(body, "QueueName")
+    assert name is not None
+    if not SQS_QUEUE_NAME.match(name):
+        if name.endswith(".fifo"):
+            raise SqsError(
+                "UnsupportedOperation",
+                "jobq serves standard queues only; FIFO queues are not supported.",
+                query_code="AWS.SimpleQueueService.UnsupportedOperation",
+            )
+        raise invalid_parameter(
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
+        )
+    keep, settings = check_queue_attributes(body.get("Attributes"))
+    async with ctx.db.acquire() as conn:
+        existing = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
+    if existing is not None:
+        # Creating an existing queue is fine when it asks for nothing different.
+        shown = queue_attributes(existing, {"pending": 0, "running": 0, "scheduled": 0})
+        for attribute, value in (body.get("Attributes") or {}).items():
+            if attribute in ("FifoQueue",):
+                continue
+            mine = shown.get(attribute)
+            if attribute == "RedrivePolicy" and value:
+                same = mine is not None and json.loads(mine) == json.loads(keep[attribute])
+            else:
+                same = mine == value
+            if not same:
+                raise SqsError(
+                    "QueueNameExists",
+                    "A queue already exists with the same name and a different value for attribute "
+                    f"{attribute}",
+                    query_code="QueueAlreadyExists",
+                )
+        return {"QueueUrl": queue_url(ctx.base_url, name)}
+    settings.setdefault("max_attempts", NO_REDRIVE_MAX_ATTEMPTS)
+    await _configure(ctx, name, keep, settings)
+    return {"QueueUrl": queue_url(ctx.base_url, name)}
+
+
+async def _configure(ctx: Context, name: str, keep: dict[str, str], settings: dict[str, Any]) -> None:
+    await jobs.configure_queue(ctx.db, name, jobs.QueueSettings(**settings))
+    removed = [k for k, v in keep.items() if v == ""]
+    kept = {k: v for k, v in keep.items() if v != ""}
+    async with ctx.db.acquire() as conn:
+        await conn.execute(
+            sq.SET_SQS_ATTRIBUTES.text,
+            *sq.SET_SQS_ATTRIBUTES.args(queue=name, attributes=json.dumps(kept), removed=removed),
+        )
+
+
+async def get_queue_url(ctx: Context, body: Body) -> Body:
+    name = string(body, "QueueName")
+    assert name is not None
+    await queue_row(ctx, name)
+    return {"QueueUrl": queue_url(ctx.base_url, name)}
+
+
+async def list_queues(ctx: Context, body: Body) -> Body:
+    prefix = string(body, "QueueNamePrefix", required=False) or ""
+    limit = integer(body, "MaxResults", 1, 1000, None)
+    after = string(body, "NextToken", required=False) or ""
+    async with ctx.db.acquire() as conn:
+        rows = await conn.fetch(
+            sq.LIST_QUEUES.text,
+            *sq.LIST_QUEUES.args(prefix=prefix, after=after, limit=(limit or 1000) + 1, scope=ctx.grant.like),
+        )
+    names = [r["name"] for r in rows]
+    out: Body = {"QueueUrls": [queue_url(ctx.base_url, n) for n in names[: limit or 1000]]}
+    if limit is not None and len(names) > limit:
+        out["NextToken"] = names[limit - 1]
+    return out
+
+
+async def delete_queue(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    note(queue=name)
+    async with ctx.db.acquire() as conn, conn.transaction():
+        # Two statements: the delete's snapshot must be taken once the lock is held (q.LOCK_QUEUE).
+        await conn.execute(q.LOCK_QUEUE.text, *q.LOCK_QUEUE.args(queue=name))
+        gone = await conn.fetchval(q.DELETE_QUEUE.text, *q.DELETE_QUEUE.args(queue=name))
+    if gone is None:
+        raise queue_does_not_exist(name)
+    return {}
+
+
+async def purge_queue(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    await queue_row(ctx, name)
+    async with ctx.db.acquire() as conn:
+        await conn.execute(q.PURGE_QUEUE.text, *q.PURGE_QUEUE.args(queue=name))
+    return {}
+
+
+async def get_queue_attributes(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    wanted = body.get("AttributeNames") or []
+    if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
+        raise invalid_parameter("AttributeNames must be a list of attribute names.")
+    row = await queue_row(ctx, name)
+    stats = await jobs.queue(ctx.db, name)
+    everything = queue_attributes(row, stats)
+    for w in wanted:
+        if w not in COMPUTED and w not in SETTABLE:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {w}.")
+    if "All" in wanted:
+        return {"Attributes": everything}
+    return {"Attributes": {w: everything[w] for w in wanted if w in everything}}
+
+
+async def set_queue_attributes(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    if body.get("Attributes") is None:
+        raise missing_parameter("Attributes")
+    keep, settings = check_queue_attributes(body.get("Attributes"))
+    await queue_row(ctx, name)
+    await _configure(ctx, name, keep, settings)
+    return {}
+
+
+async def list_dead_letter_source_queues(ctx: Context, body: Body) -> Body:
+    name = name_from_url(body.get("QueueUrl"))
+    await queue_row(ctx, name)
+    async with ctx.db.acquire() as conn:
+        rows = await conn.fetch(
+            sq.DEAD_LETTER_SOURCES.text, *sq.DEAD_LETTER_SOURCES.args(arn=queue_arn(name))
+        )
+    names = [r["name"] for r in rows if ctx.grant.admits(r["name"])]
+    return {"queueUrls": [queue_url(ctx.base_url, name) for name in names]}

@@ -1,0 +1,73 @@
+"""jobq's Python client: `Client` and `AsyncClient` for the HTTP API, and the worker runner `Worker`.
+
+    from jobq import Client, LeaseLost
+
+    with Client() as jobq:  # JOBQ_URL, else http://127.0.0.1:8000
+        jobq.enqueue("emails", {"to": "ada@example.com"})
+
+Every public name is importable from here; the modules behind them are `jobq.client` (the calls and the
+retry policy), `jobq.types` (results and errors), `jobq.worker` and `jobq.cli` (the `jobq` command).
+"""
+
+from jobq.client import AsyncClient, Call, Calls, Client, Retry
+from jobq.types import (
+    AckResult,
+    Conflict,
+    DeadPage,
+    ExtendResult,
+    Forbidden,
+    ItemResult,
+    Job,
+    JobqError,
+    JobStatus,
+    LeasedJob,
+    LeaseLost,
+    NackResult,
+    NotFound,
+    PayloadTooLarge,
+    PurgeResult,
+    QueueDetail,
+    QueueRow,
+    QueueSettings,
+    RetryDeadResult,
+    Unauthorized,
+    Unavailable,
+    Unreachable,
+    ValidationError,
+)
+from jobq.worker import Stats, Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AckResult",
+    "AsyncClient",
+    "Call",
+    "Calls",
+    "Client",
+    "Conflict",
+    "DeadPage",
+    "ExtendResult",
+    "Forbidden",
+    "ItemResult",
+    "Job",
+    "JobqError",
+    "JobStatus",
+    "LeaseLost",
+    "LeasedJob",
+    "NackResult",
+    "NotFound",
+    "PayloadTooLarge",
+    "PurgeResult",
+    "QueueDetail",
+    "QueueRow",
+    "QueueSettings",
+    "Retry",
+    "RetryDeadResult",
+    "Stats",
+    "Unauthorized",
+    "Unavailable",
+    "Unreachable",
+    "ValidationError",
+    "Worker",
+]

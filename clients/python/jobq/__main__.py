@@ -1,0 +1,5 @@
+"""`python -m jobq`: the `jobq` command."""
+
+from jobq.cli import main
+
+main()

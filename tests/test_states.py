@@ -1,0 +1,247 @@
+"""The job state machine, table-driven: every statement that changes a job's status, run against a job in
+every status on a real database, lands where the table at the head of app/queries.py says, and no other
+statement changes a status.
+
+``MOVES`` is the table in data: for each statement (and variant), the statuses it moves a job out of and
+where to (GONE: the row is deleted); a status it does not list, it must leave alone. A statement added to
+app/queries.py that writes a status fails ``test_every_status_change_is_in_the_table`` until it is here, and
+the module's header table must say the same as ``MOVES``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import pytest
+
+from app import queries as q
+from app.models import MAX_JOB_ID, JobStatus
+from app.sqs import queries as sqs_queries
+
+pytestmark = pytest.mark.anyio
+
+PENDING, RUNNING, COMPLETED, DEAD, CANCELLED = JobStatus
+GONE = "(deleted)"
+QUEUE = "q"
+TOKEN = uuid.UUID("00000000-0000-4000-8000-000000000001")
+
+Run = Callable[[asyncpg.Connection, int], Awaitable[Any]]
+
+
+def statement(query: q.Query, **args: Any) -> Run:
+    """Run `query` with `args`; `:id` (or `:ids`) is the job's, `:lease_token(s)` the job's token."""
+
+    async def run(conn: asyncpg.Connection, job_id: int) -> Any:
+        given = dict(args)
+        for name, value in {
+            "id": job_id,
+            "ids": [job_id],
+            "lease_token": TOKEN,
+            "lease_tokens": [TOKEN],
+        }.items():
+            if name in query.params and name not in given:
+                given[name] = value
+        return await conn.fetch(query.text, *query.args(**given))
+
+    return run
+
+
+async def delete_queue(conn: asyncpg.Connection, job_id: int) -> None:
+    async with conn.transaction():
+        await statement(q.LOCK_QUEUE, queue=QUEUE)(conn, job_id)
+        await statement(q.DELETE_QUEUE, queue=QUEUE)(conn, job_id)
+
+
+@dataclass
+class Move:
+    query: q.Query
+    run: Run
+    moves: dict[JobStatus, JobStatus | str] = field(default_factory=dict)
+    # Run first, against the job: what the variant needs of it (a last attempt, an expired lease).
+    given: str | None = None
+
+
+MOVES: dict[str, Move] = {
+    "LEASE": Move(
+        q.LEASE,
+        statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"]),
+        {PENDING: RUNNING},
+    ),
+    "ACK": Move(q.ACK, statement(q.ACK), {RUNNING: COMPLETED, PENDING: COMPLETED, DEAD: COMPLETED}),
+    "NACK": Move(
+        q.NACK, statement(q.NACK, errors=["e"], retry_afters=[0.0], deads=[False]), {RUNNING: PENDING}
+    ),
+    "NACK dead": Move(
+        q.NACK, statement(q.NACK, errors=["e"], retry_afters=[None], deads=[True]), {RUNNING: DEAD}
+    ),
+    "NACK out of attempts": Move(
+        q.NACK,
+        statement(q.NACK, errors=["e"], retry_afters=[None], deads=[False]),
+        {RUNNING: DEAD},
+        given="UPDATE jobq.jobs SET max_attempts = attempts",
+    ),
+    "RELEASE": Move(q.RELEASE, statement(q.RELEASE), {RUNNING: PENDING}),
+    "EXTEND": Move(q.EXTEND, statement(q.EXTEND, visibility_timeout=60.0)),
+    "EXPIRE_LEASES": Move(
+        q.EXPIRE_LEASES,
+        statement(q.EXPIRE_LEASES, batch=10),
+        {RUNNING: PENDING},
+        given="UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 second'",
+    ),
+    "EXPIRE_LEASES out of attempts": Move(
+        q.EXPIRE_LEASES,
+        statement(q.EXPIRE_LEASES, batch=10),
+        {RUNNING: DEAD},
+        given="UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 second', max_attempts = attempts",
+    ),
+    "CANCEL": Move(q.CANCEL, statement(q.CANCEL, scope=None), {PENDING: CANCELLED}),
+    "RETRY_DEAD": Move(
+        q.RETRY_DEAD,
+        statement(q.RETRY_DEAD, queue=None, before_id=MAX_JOB_ID + 1, batch=10, scope=None),
+        {DEAD: PENDING},
+    ),
+    "PURGE_DEAD": Move(q.PURGE_DEAD, statement(q.PURGE_DEAD, scope=None), {DEAD: GONE}),
+    "PRUNE_FINISHED": Move(
+        q.PRUNE_FINISHED,
+        statement(q.PRUNE_FINISHED, batch=10),
+        {COMPLETED: GONE, CANCELLED: GONE},
+        given="UPDATE jobq.jobs SET completed_at = now() - interval '2 days'",
+    ),
+    "PURGE_QUEUE": Move(q.PURGE_QUEUE, statement(q.PURGE_QUEUE, queue=QUEUE), {PENDING: GONE, RUNNING: GONE}),
+    "DELETE_QUEUE": Move(q.DELETE_QUEUE, delete_queue, dict.fromkeys(JobStatus, GONE)),
+}
+
+# The statements that create jobs: each makes a pending one.
+NO = [None]
+ENQUEUE_ARGS = dict(queues=[QUEUE], payloads=["{}"], priorities=NO, run_ats=NO, delays=NO, max_attempts=NO)
+ONCE = dict(scope="", key="k", request_hash=b"h", ttl=60.0)
+EACH_ONCE = dict(scopes=[""], keys=["k"], request_hashes=[b"h"], ttl=60.0)
+ENQUEUES: dict[str, tuple[str, list[Any]]] = {
+    name: (query.text, query.args(**args))
+    for name, query, args in [
+        ("ENQUEUE_NEW", q.ENQUEUE_NEW, ENQUEUE_ARGS),
+        ("ENQUEUE", q.ENQUEUE, ENQUEUE_ARGS | {"dedup_keys": ["d"]}),
+        ("ENQUEUE_NEW_ONCE", q.ENQUEUE_NEW_ONCE, ENQUEUE_ARGS | ONCE),
+        ("ENQUEUE_NEW_EACH_ONCE", q.ENQUEUE_NEW_EACH_ONCE, ENQUEUE_ARGS | EACH_ONCE),
+    ]
+} | {"jobq.enqueue()": (f"SELECT jobq.enqueue('{QUEUE}', '{{}}')", [])}
+
+
+async def job_in(conn: asyncpg.Connection, status: JobStatus) -> int:
+    """A job of QUEUE in `status` as the statements that lead there leave it: leased once, its token
+    kept (as after an expiry), finished ones with completed_at."""
+    return await conn.fetchval(
+        """
+        WITH queue AS (INSERT INTO jobq.queues (name) VALUES ($1) ON CONFLICT DO NOTHING)
+        INSERT INTO jobq.jobs (queue, status, payload, run_at, attempts, max_attempts, lease_token,
+                               lease_expires_at, completed_at)
+        VALUES ($1, $2, '{}', now() - interval '1 second', 1, 3, $3,
+                CASE WHEN $2 = 'running' THEN now() + interval '30 seconds' END,
+                CASE WHEN $2 IN ('completed', 'cancelled') THEN now() END)
+        RETURNING id
+        """,
+        QUEUE,
+        status,
+        TOKEN,
+    )
+
+
+@pytest.mark.parametrize("status", list(JobStatus))
+@pytest.mark.parametrize("name", list(MOVES))
+async def test_each_statement_moves_each_status_as_the_table_says(db, name: str, status: JobStatus):
+    move = MOVES[name]
+    job_id = await job_in(db, status)
+    if move.given:
+        await db.execute(move.given)
+    await move.run(db, job_id)
+    now = await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job_id)
+    assert (now or GONE) == move.moves.get(status, status)
+    # Nothing else was created or touched.
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id <> $1", job_id) == 0
+
+
+@pytest.mark.parametrize("name", list(ENQUEUES))
+async def test_each_enqueue_makes_a_pending_job(db, name: str):
+    sql, args = ENQUEUES[name]
+    await db.execute("INSERT INTO jobq.queues (name) VALUES ($1)", QUEUE)
+    await db.fetch(sql, *args)
+    assert await db.fetch("SELECT status FROM jobq.jobs") == [(PENDING,)]
+
+
+# What makes a statement a status change: it sets `status`, or inserts or deletes jobs.
+CHANGES_STATUS = re.compile(
+    r"SET\s+status\s*=|INSERT\s+INTO\s+jobq\.jobs\b|DELETE\s+FROM\s+jobq\.jobs\b", re.IGNORECASE
+)
+
+
+def defined(module: Any) -> dict[str, q.Query]:
+    return {name: value for name, value in vars(module).items() if isinstance(value, q.Query)}
+
+
+def test_every_status_change_is_in_the_table():
+    changing = {query.name for query in defined(q).values() if CHANGES_STATUS.search(query.text)}
+    tabled = {move.query.name for move in MOVES.values()} | {
+        query.name for name, query in defined(q).items() if name in ENQUEUES
+    }
+    assert changing == tabled - {q.EXTEND.name}
+    # ...and none outside app/queries.py.
+    assert not [
+        name
+        for name, query in defined(sqs_queries).items()
+        if CHANGES_STATUS.search(query.text) and query not in defined(q).values()
+    ]
+
+
+def test_every_status_written_in_the_sql_is_a_job_status():
+    """The SQL spells statuses as literals; on each line that names `status`, every literal is one."""
+    literals = {
+        literal
+        for query in defined(q).values()
+        for line in query.text.splitlines()
+        if re.search(r"\bstatus\b", line)
+        for literal in re.findall(r"'([a-z_]+)'", line)
+    }
+    assert {"pending", "running", "completed", "dead", "cancelled"} <= literals <= set(JobStatus)
+
+
+def header_table() -> dict[JobStatus, tuple[set[str], set[str]]]:
+    """The header of app/queries.py: status -> (led in by, led out by), notes in parentheses dropped."""
+    lines = q.__doc__.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("=========")]
+    widths = [len(column) for column in lines[rules[0]].split("  ")]
+    starts = [sum(widths[:i]) + 2 * i for i in range(3)]
+    rows: dict[str, list[str]] = {}
+    status = ""
+    for line in lines[rules[1] + 1 : rules[2]]:
+        cells = [line[start : start + width].strip() for start, width in zip(starts, widths, strict=True)]
+        status = cells[0] or status
+        row = rows.setdefault(status, ["", ""])
+        row[0], row[1] = f"{row[0]} {cells[1]}", f"{row[1]} {cells[2]}"
+
+    def names(cell: str) -> set[str]:
+        return {name.strip() for name in re.sub(r"\s\([^)]*\)", "", cell).split(",") if name.strip()}
+
+    return {JobStatus(status): (names(into), names(out)) for status, (into, out) in rows.items()}
+
+
+def test_the_header_table_says_what_the_statements_do():
+    expected: dict[JobStatus, tuple[set[str], set[str]]] = {status: (set(), set()) for status in JobStatus}
+    expected[PENDING][0].update(ENQUEUES)
+    for name, move in MOVES.items():
+        statement_name = name.split()[0]
+        for before, after in move.moves.items():
+            expected[before][1].add(statement_name)
+            if after != GONE:
+                expected[after][0].add(statement_name)
+    assert header_table() == expected
+
+
+def test_the_client_knows_the_same_statuses():
+    import jobq
+
+    assert {status.value for status in jobq.JobStatus} == {status.value for status in JobStatus}
