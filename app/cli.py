@@ -33,7 +33,7 @@ def serve(
     database is configured)."""
     import uvicorn
 
-    from app.auth import Tokens
+    from app.access import Tokens
 
     settings = Settings()
     host = host or settings.host

@@ -10,7 +10,7 @@ and adds no rule of its own: each step of a request has one home, which both way
 - The body's shape and limits: the route's pydantic model (app/schemas.py), taken from the endpoint's
   signature. The JSON text is read by pydantic's parser here, by app/web.py ``StrictJSONRequest`` on
   FastAPI's way; both refuse NaN and Infinity, and nesting past `max_json_depth` (``nesting_depth``).
-- The caller's role: ``Admits.check`` (app/auth.py), taken from the route's own role dependency.
+- The caller's role: ``Admits.check`` (app/access.py), taken from the route's own role dependency.
 - The queues the body names: the endpoint itself (``caller.admit``), with the Grant the role check gave.
 - The answer: the endpoint's, byte for byte; an error becomes its problem body in app/problems.py.
 
@@ -40,7 +40,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import problems
-from app.auth import OPEN, Admits
+from app.access import OPEN, Admits
 from app.web import nesting_depth
 
 ARGUMENTS = {"body", "db", "wakeups", "request", "caller"}

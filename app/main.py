@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app import __version__, access_log, background, embedded, migrations, problems
-from app.auth import Tokens
+from app.access import Tokens
 from app.db import Database, create_pool
 from app.hot import HotRoutes
 from app.metrics import Metrics

@@ -321,7 +321,7 @@ ANSWERS = Query.define(
 )
 
 
-# Scopes: a token or SQS key may be limited to some queues (app/auth.py). Statements that find jobs by
+# Scopes: a token or SQS key may be limited to some queues (app/access.py). Statements that find jobs by
 # id, or list queues or dead jobs, take its patterns as :scope, as LIKE patterns (`celery-%`, with `_`
 # escaped), or NULL for every queue. A job outside them is not found, in the same statement: no extra
 # round trip, and the same answer as a job that does not exist.

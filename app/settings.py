@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.auth import Access, parse_access
+from app.access import Access, parse_access
 
 
 class AwsCredential(Access):
-    """An SQS access key: its secret, and `role` or `roles` and `queues` as for tokens (app/auth.py)."""
+    """An SQS access key: its secret, and `role` or `roles` and `queues` as for tokens (app/access.py)."""
 
     secret: str
 
@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     # Bearer tokens, as JSON (default: none, and then no authentication): {"<token>": "<role>"}, or
     # {"<token>": {"roles": ["producer", "worker"], "queues": ["celery-*"]}} ("role" for one; "queues",
     # shell-style patterns, leaves the token limited to those queues; left out: every queue). Roles:
-    # producer, worker, viewer, admin (app/auth.py). JOBQ_TOKENS_FILE adds lines
+    # producer, worker, viewer, admin (app/access.py). JOBQ_TOKENS_FILE adds lines
     # "<roles> <token> [<queues>]", roles and patterns comma-separated: "producer,worker t0k3n celery-*".
     tokens: dict[str, Access] = {}
     tokens_file: Path | None = None

@@ -11,7 +11,7 @@ from app.errors import NotFound
 from app.jsontext import JSONText
 
 Row = dict[str, Any]
-# The queues a caller may see, as LIKE patterns (app/auth.py Grant.like); None: every queue. Queries
+# The queues a caller may see, as LIKE patterns (app/access.py Grant.like); None: every queue. Queries
 # take it as :scope, and a job outside it is answered as one that does not exist.
 Scope = list[str] | None
 

@@ -1,6 +1,6 @@
 """Operators: dead letters and queues. Viewers read them; admins change them.
 
-A token limited to some queues (app/auth.py) is refused (403) a queue it names outside them; the lists
+A token limited to some queues (app/access.py) is refused (403) a queue it names outside them; the lists
 show its queues only, and a dead job of another queue is, by id, a job that does not exist."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Every page, button and static file of the dashboard is a route of this one route
 dependency attached to it covers the whole dashboard: with tokens configured, it is for viewers and
 admins (``Authorization: Bearer <token>``, e.g. added by the proxy in front of it). The buttons are
 admins' only: a viewer's pages show none, and its posts are refused (403). A token limited to some
-queues (app/auth.py) sees those queues and their jobs only. Posts that a page of
+queues (app/access.py) sees those queues and their jobs only. Posts that a page of
 another site makes the browser send are refused before they get here, as for every route
 (app/origin.py).
 """
@@ -21,7 +21,8 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from app import jobs
-from app.auth import Admin, Caller, Role, Viewer
+from app.access import Role
+from app.auth import Admin, Caller, Viewer
 from app.deps import DB
 from app.errors import JobqError, NotFound
 from app.models import MAX_JOB_ID, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN

@@ -1,6 +1,6 @@
 """Workers: lease jobs, then ack, nack or extend them under the lease token.
 
-Only the lease names a queue, and checks it against the caller's queues (app/auth.py). The calls after
+Only the lease names a queue, and checks it against the caller's queues (app/access.py). The calls after
 it name a job and its lease token, which only that lease handed out: the token fences them, so a token
 limited to some queues can ack, nack, extend or release only jobs it leased from them."""
 

@@ -5,7 +5,7 @@ request must be signed with an access key id of ``JOBQ_AWS_CREDENTIALS``, whose 
 do (``ROLES`` below, as for tokens: producers send, workers receive, delete and change visibility,
 viewers only read, admins do everything; producers and workers may also create queues, since SDKs and
 Celery do it on start; a key with several roles may do what each may). A key limited to queue-name
-patterns (``"queues": ["celery-*"]``, app/auth.py) is refused (AccessDenied) any action on a queue
+patterns (``"queues": ["celery-*"]``, app/access.py) is refused (AccessDenied) any action on a queue
 outside them, whether named by QueueUrl, QueueName or ARN, and ListQueues shows it its queues only. Keys
 without tokens are enforced too: configuring a key and leaving the API open would be a trap. With
 neither, signatures are not required (and not checked), as for the rest of a service without tokens.
@@ -39,7 +39,7 @@ from urllib.parse import quote
 
 from fastapi import Request
 
-from app.auth import Grant, Role
+from app.access import Grant, Role
 from app.sqs.protocol import SqsError, name_from_arn, name_from_url
 
 ALGORITHM = "AWS4-HMAC-SHA256"

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from app.access import OPEN, Grant
 from app.access_log import note
-from app.auth import OPEN, Grant
 from app.db import Database
 from app.sqs import queries as sq
 from app.sqs.protocol import queue_does_not_exist

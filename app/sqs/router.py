@@ -10,7 +10,7 @@ import logging
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.auth import OPEN
+from app.access import OPEN
 from app.errors import DATABASE_UNAVAILABLE, Invalid, JobqError, PayloadTooLarge, Unavailable
 from app.sqs import auth
 from app.sqs.actions import ACTIONS
