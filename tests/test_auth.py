@@ -1,15 +1,11 @@
 """Bearer tokens and roles: producer, worker, admin. 401 and 403 are problem bodies; nothing changes."""
 
 import pytest
-from problems import assert_problem as assert_problem_body
+from helpers import assert_problem, bearer
 
 pytestmark = pytest.mark.anyio
 
 TOKENS = {"p-secret": "producer", "w-secret": "worker", "a-secret": "admin"}
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture
@@ -21,8 +17,9 @@ async def secured(start_service):
         yield http
 
 
-def assert_problem(r, status: int, code: str) -> None:
-    assert_problem_body(r, status, code)
+def assert_refused(r, status: int, code: str) -> None:
+    """A problem answer that shows none of the tokens."""
+    assert_problem(r, status, code)
     assert "secret" not in r.text
 
 
@@ -33,15 +30,15 @@ async def test_no_token_is_401_and_changes_nothing(secured, db):
         await secured.get("/queues"),
         await secured.get("/jobs/1"),
     ):
-        assert_problem(r, 401, "unauthorized")
+        assert_refused(r, 401, "unauthorized")
         assert r.headers["www-authenticate"].startswith("Bearer")
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
 
 
 async def test_wrong_token_and_wrong_scheme_are_401(secured):
-    assert_problem(await secured.get("/queues", headers=bearer("guess")), 401, "unauthorized")
-    assert_problem(await secured.get("/queues", headers={"Authorization": "Basic YTpi"}), 401, "unauthorized")
-    assert_problem(await secured.get("/queues", headers={"Authorization": "Bearer"}), 401, "unauthorized")
+    assert_refused(await secured.get("/queues", headers=bearer("guess")), 401, "unauthorized")
+    assert_refused(await secured.get("/queues", headers={"Authorization": "Basic YTpi"}), 401, "unauthorized")
+    assert_refused(await secured.get("/queues", headers={"Authorization": "Bearer"}), 401, "unauthorized")
 
 
 async def test_roles(secured, db):
@@ -53,13 +50,13 @@ async def test_roles(secured, db):
     assert (
         await secured.post("/jobs/batch", json={"jobs": [{"queue": "q", "payload": 2}]}, headers=producer)
     ).status_code == 201
-    assert_problem(
+    assert_refused(
         await secured.post("/jobs", json={"queue": "q", "payload": 3}, headers=worker), 403, "forbidden"
     )
-    assert_problem(await secured.post("/lease", json={"queue": "q"}, headers=producer), 403, "forbidden")
-    assert_problem(await secured.get("/queues", headers=producer), 403, "forbidden")
-    assert_problem(await secured.get("/dead", headers=worker), 403, "forbidden")
-    assert_problem(await secured.delete(f"/jobs/{job_id}", headers=producer), 403, "forbidden")
+    assert_refused(await secured.post("/lease", json={"queue": "q"}, headers=producer), 403, "forbidden")
+    assert_refused(await secured.get("/queues", headers=producer), 403, "forbidden")
+    assert_refused(await secured.get("/dead", headers=worker), 403, "forbidden")
+    assert_refused(await secured.delete(f"/jobs/{job_id}", headers=producer), 403, "forbidden")
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 2  # the refused enqueue left nothing
 
     # Both producers and workers read jobs.
@@ -68,7 +65,7 @@ async def test_roles(secured, db):
 
     (job,) = (await secured.post("/lease", json={"queue": "q"}, headers=worker)).json()["jobs"]
     ack = {"id": job["id"], "lease_token": job["lease_token"]}
-    assert_problem(await secured.post("/ack", json=ack, headers=producer), 403, "forbidden")
+    assert_refused(await secured.post("/ack", json=ack, headers=producer), 403, "forbidden")
     assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job["id"]) == "running"
     assert (await secured.post("/ack", json=ack, headers=worker)).status_code == 200
 

@@ -6,13 +6,11 @@ import sys
 import asyncpg
 import httpx
 import pytest
+from service_process import JOBQ, ServiceProcess, jobq_env
 from service_process import ROOT as ROOT_DIR
-from service_process import ServiceProcess, jobq_env
 
 from app import migrations
 from app.settings import Settings
-
-JOBQ = [sys.executable, "-m", "jobq"]
 
 
 def test_serve_on_embedded_postgres_keeps_jobs_across_restarts(tmp_path):
@@ -55,20 +53,14 @@ def test_migrate_command_and_plain_alembic(fresh_database, server_dsn):
     import asyncio
 
     assert asyncio.run(revision()) == migrations.head_revision()
-    down = subprocess.run(
-        [sys.executable, "-m", "alembic", "downgrade", "base"],
-        cwd=ROOT_DIR,
-        env=jobq_env(DATABASE_URL=dsn),
-        capture_output=True,
-    )
-    assert down.returncode == 0, down.stderr.decode()
-    up = subprocess.run(
-        [sys.executable, "-m", "alembic", "upgrade", "head"],
-        cwd=ROOT_DIR,
-        env=jobq_env(DATABASE_URL=dsn),
-        capture_output=True,
-    )
-    assert up.returncode == 0, up.stderr.decode()
+    for command in (["downgrade", "base"], ["upgrade", "head"]):  # alembic, from the checkout
+        done = subprocess.run(
+            [sys.executable, "-m", "alembic", *command],
+            cwd=ROOT_DIR,
+            env=jobq_env(DATABASE_URL=dsn),
+            capture_output=True,
+        )
+        assert done.returncode == 0, done.stderr.decode()
     assert asyncio.run(revision()) == migrations.head_revision()
 
 

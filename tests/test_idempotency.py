@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import httpx
 import pytest
-from problems import assert_problem
+from helpers import assert_problem, count, open_database
 from typer.testing import CliRunner
 from waiting import until
 
 from app import jobs
-from app.db import Database, create_pool
-from app.settings import Settings
 from jobq import AsyncClient, Retry, Unavailable
 from jobq.cli import cli
 
@@ -29,10 +26,6 @@ FAST = Retry(attempts=10, backoff=0.01, cap=0.05)
 
 def key(value: str) -> dict[str, str]:
     return {"Idempotency-Key": value}
-
-
-async def count(db: asyncpg.Connection, table: str = "jobs") -> int:
-    return await db.fetchval(f"SELECT count(*) FROM jobq.{table}")
 
 
 # --- the service -----------------------------------------------------------------------------------
@@ -56,7 +49,7 @@ async def test_a_repeated_key_gets_the_first_answer_and_inserts_nothing(client, 
     again = await client.post("/jobs/batch", json=batch, headers=key("call-2"))
     assert (again.status_code, again.content) == (201, first.content)
     assert await count(db) == 6
-    assert await count(db, "idempotency_keys") == 2
+    assert await count(db, table="idempotency_keys") == 2
 
     # Without the header every request is its own.
     for _ in range(2):
@@ -147,7 +140,7 @@ async def test_concurrent_requests_with_one_key_insert_once(client, db):
     answers = await asyncio.gather(*calls)
     assert {a.status_code for a in answers} == {201}
     assert len({a.content for a in answers}) == 1
-    assert await count(db) == 1 and await count(db, "idempotency_keys") == 1
+    assert await count(db) == 1 and await count(db, table="idempotency_keys") == 1
 
 
 async def equals_async(value, expected) -> bool:
@@ -182,7 +175,7 @@ async def test_keyed_enqueues_sharing_a_statement_each_land_once(client, db):
     again = await together([f"k{i}" for i in range(20)] + [f"new{i}" for i in range(5)])
     assert [r.content for r in again[:20]] == [r.content for r in first]
     assert {r.status_code for r in again[20:]} == {201}
-    assert await count(db) == 25 and await count(db, "idempotency_keys") == 25
+    assert await count(db) == 25 and await count(db, table="idempotency_keys") == 25
     kept = await db.fetch("SELECT key, ids[1] AS id FROM jobq.idempotency_keys")
     by_payload = {
         r["key"]: r["id"] for r in await db.fetch("SELECT payload #>> '{}' AS key, id FROM jobq.jobs")
@@ -224,16 +217,11 @@ async def test_pruning_goes_in_bounded_batches(database_url, db):
     """
     await db.execute(insert, "old", -1.0, 2500)
     await db.execute(insert, "live", 60.0, 1)
-    settings = Settings(database_url=database_url, pool_min_size=1, pool_max_size=1, prune_batch=1000)
-    pool = await create_pool(database_url, settings)
     statements: list[str] = []
-    try:
-        database = Database(pool, settings)
+    async with open_database(database_url, pool_max_size=1, prune_batch=1000) as database:
         async with database.acquire() as conn:  # the pool's one connection
             conn.add_query_logger(lambda record: statements.append(record.query))
         assert await jobs.prune_idempotency_keys(database) == 2500
-    finally:
-        await pool.close()
     assert len([s for s in statements if "idempotency_keys" in s]) == 3  # 1000, 1000, 500
     assert await db.fetchval("SELECT array_agg(key) FROM jobq.idempotency_keys") == ["live1"]
 

@@ -5,7 +5,7 @@ import json
 
 import httpx
 import pytest
-from problems import assert_problem
+from helpers import assert_problem
 
 pytestmark = pytest.mark.anyio
 

@@ -1,10 +1,9 @@
 """The jobs table is vacuumed by jobq itself when autovacuum is off or behind."""
 
 import pytest
+from helpers import open_database
 
-from app.db import Database, create_pool
 from app.maintenance import needs_vacuum, vacuum_if_needed
-from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
@@ -23,9 +22,7 @@ async def test_dead_rows_are_reclaimed(database_url, db):
     await db.execute("INSERT INTO jobq.jobs (queue, payload) SELECT 'q', '{}' FROM generate_series(1, 5000)")
     await db.execute("DELETE FROM jobq.jobs")
     await db.execute("SELECT pg_stat_force_next_flush()")
-    pool = await create_pool(database_url, Settings(database_url=database_url, pool_min_size=1))
-    try:
-        database = Database(pool, Settings(database_url=database_url))
+    async with open_database(database_url) as database:
         dead_before = await db.fetchval(
             "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass"
         )
@@ -40,5 +37,3 @@ async def test_dead_rows_are_reclaimed(database_url, db):
         # The pooled connection keeps the request statement timeout.
         async with database.acquire() as conn:
             assert await conn.fetchval("SHOW statement_timeout") == "30s"
-    finally:
-        await pool.close()

@@ -14,7 +14,6 @@ import logging
 import random
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,8 +23,8 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from problems import assert_problem
-from service_process import jobq_env
+from helpers import assert_problem
+from service_process import JOBQ, jobq_env
 from waiting import until
 
 from app import migrations
@@ -36,7 +35,6 @@ pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ROOT / "app" / "alembic" / "versions"
 HEAD = migrations.head_revision()
-JOBQ = [sys.executable, "-m", "jobq"]
 
 
 def this_build() -> ScriptDirectory:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from problems import assert_problem
+from helpers import assert_problem, enqueue, lease, lease_one, make_dead, status_of
 
 pytestmark = pytest.mark.anyio
 
@@ -29,47 +29,12 @@ DEFAULTS = {
 }
 
 
-async def enqueue(client, queue: str = "q", **body) -> dict:
-    body.setdefault("payload", None)
-    r = await client.post("/jobs", json={"queue": queue, **body})
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-async def lease(client, queue: str = "q", **body) -> list[dict]:
-    r = await client.post("/lease", json={"queue": queue, **body})
-    assert r.status_code == 200, r.text
-    return r.json()["jobs"]
-
-
-async def lease_one(client, queue: str, job_id: int) -> dict:
-    (leased,) = await lease(client, queue)
-    assert leased["id"] == job_id
-    return leased
-
-
 async def complete(client, queue: str = "q", **body) -> dict:
     job = await enqueue(client, queue, **body)
     leased = await lease_one(client, queue, job["id"])
     r = await client.post("/ack", json={"id": job["id"], "lease_token": leased["lease_token"]})
     assert r.status_code == 200, r.text
     return job
-
-
-async def make_dead(client, queue: str = "q", error: str = "boom", **body) -> dict:
-    """Enqueue with max_attempts=1, lease, nack: dead. The queue must have no other ready job."""
-    job = await enqueue(client, queue, max_attempts=1, **body)
-    leased = await lease_one(client, queue, job["id"])
-    r = await client.post(
-        "/nack", json={"id": job["id"], "lease_token": leased["lease_token"], "error": error}
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "dead"
-    return job
-
-
-async def status_of(db, job_id: int) -> str | None:
-    return await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job_id)
 
 
 async def queue_row(client, name: str) -> dict:
@@ -84,7 +49,7 @@ async def queue_row(client, name: str) -> dict:
 
 
 async def test_dead_list_newest_first_with_error_and_attempts(client, db):
-    ids = [(await make_dead(client, error=f"err {i}"))["id"] for i in range(3)]
+    ids = [await make_dead(client, error=f"err {i}") for i in range(3)]
     await enqueue(client)  # a pending job is not listed
     await complete(client, "other")  # nor a completed one
     r = await client.get("/dead")
@@ -110,7 +75,7 @@ async def test_dead_nack_dead_true(client, db):
 
 
 async def test_dead_paging(client):
-    ids = [(await make_dead(client))["id"] for _ in range(5)]
+    ids = [await make_dead(client) for _ in range(5)]
     r = await client.get("/dead", params={"limit": 2})
     assert r.status_code == 200, r.text
     p1 = r.json()
@@ -134,8 +99,8 @@ async def test_dead_paging(client):
 
 
 async def test_dead_filter_by_queue(client):
-    a = [(await make_dead(client, "a"))["id"] for _ in range(2)]
-    b = [(await make_dead(client, "b"))["id"] for _ in range(2)]
+    a = [await make_dead(client, "a") for _ in range(2)]
+    b = [await make_dead(client, "b") for _ in range(2)]
     page = (await client.get("/dead", params={"queue": "a"})).json()
     assert [j["id"] for j in page["jobs"]] == a[::-1]
     page = (await client.get("/dead", params={"queue": "b", "limit": 1})).json()
@@ -184,17 +149,17 @@ async def test_retry_by_ids(client, db):
     assert rec["status"] == "pending" and rec["attempts"] == 0
     assert abs((rec["run_at"] - rec["db_now"]).total_seconds()) < 5
     assert rec["lease_token"] is None and rec["lease_expires_at"] is None
-    assert await status_of(db, other["id"]) == "dead"
+    assert await status_of(db, other) == "dead"
     got = (await client.get(f"/jobs/{job['id']}")).json()
     assert got["status"] == "pending" and got["attempts"] == 0
     (leased,) = await lease(client)
     assert leased["id"] == job["id"] and leased["attempts"] == 1
-    assert [j["id"] for j in (await client.get("/dead")).json()["jobs"]] == [other["id"]]
+    assert [j["id"] for j in (await client.get("/dead")).json()["jobs"]] == [other]
 
 
 async def test_retry_by_queue(client, db):
-    a = [(await make_dead(client, "a"))["id"] for _ in range(3)]
-    b = (await make_dead(client, "b"))["id"]
+    a = [await make_dead(client, "a") for _ in range(3)]
+    b = await make_dead(client, "b")
     r = await client.post("/dead/retry", json={"queue": "a"})
     assert r.status_code == 200, r.text
     assert r.json()["retried"] == 3 and r.json()["skipped"] == []
@@ -218,17 +183,17 @@ async def test_retry_skips_dead_job_whose_dedup_key_is_held(client, db):
     dead = await make_dead(client, dedup_key="k")
     free = await make_dead(client, dedup_key="free")
     holder = await enqueue(client, dedup_key="k", delay=3600)
-    assert holder["id"] != dead["id"] and holder["duplicate"] is False
-    r = await client.post("/dead/retry", json={"ids": [dead["id"], free["id"]]})
+    assert holder["id"] != dead and holder["duplicate"] is False
+    r = await client.post("/dead/retry", json={"ids": [dead, free]})
     assert r.status_code == 200, r.text
-    assert r.json()["retried"] == 1 and r.json()["skipped"] == [dead["id"]]
-    assert await status_of(db, dead["id"]) == "dead"
-    assert await status_of(db, free["id"]) == "pending"
+    assert r.json()["retried"] == 1 and r.json()["skipped"] == [dead]
+    assert await status_of(db, dead) == "dead"
+    assert await status_of(db, free) == "pending"
     assert await status_of(db, holder["id"]) == "pending"
     r = await client.post("/dead/retry", json={"queue": "q"})
     assert r.status_code == 200, r.text
-    assert r.json()["retried"] == 0 and r.json()["skipped"] == [dead["id"]]
-    assert await status_of(db, dead["id"]) == "dead"
+    assert r.json()["retried"] == 0 and r.json()["skipped"] == [dead]
+    assert await status_of(db, dead) == "dead"
 
 
 @pytest.mark.parametrize(
@@ -254,15 +219,15 @@ async def test_retry_bad_bodies(client, db, body):
 
 
 async def test_purge_dead(client, db):
-    job = await make_dead(client)
+    job_id = await make_dead(client)
     keep = await make_dead(client)
-    r = await client.delete(f"/dead/{job['id']}")
+    r = await client.delete(f"/dead/{job_id}")
     assert r.status_code == 200, r.text
-    assert r.json()["id"] == job["id"]
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", job["id"]) == 0
-    assert await status_of(db, keep["id"]) == "dead"
-    assert_problem(await client.get(f"/jobs/{job['id']}"), 404, "not_found")
-    assert_problem(await client.delete(f"/dead/{job['id']}"), 404, "not_found")
+    assert r.json()["id"] == job_id
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", job_id) == 0
+    assert await status_of(db, keep) == "dead"
+    assert_problem(await client.get(f"/jobs/{job_id}"), 404, "not_found")
+    assert_problem(await client.delete(f"/dead/{job_id}"), 404, "not_found")
 
 
 async def test_purge_non_dead_is_conflict(client, db):
@@ -483,7 +448,7 @@ async def test_retention_prunes_completed_and_cancelled(start_service, db):
         r = await client.patch("/queues/r", json={"retention": 0})
         assert r.status_code == 200, r.text
         done = [(await complete(client, "r"))["id"] for _ in range(3)]
-        dead = (await make_dead(client, "r"))["id"]
+        dead = await make_dead(client, "r")
         cancelled = await enqueue(client, "r", delay=3600)
         assert (await client.delete(f"/jobs/{cancelled['id']}")).status_code == 200
         pending = (await enqueue(client, "r", delay=3600))["id"]

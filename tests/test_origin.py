@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from problems import assert_problem
+from helpers import assert_problem, count, enqueue
 from service_process import ServiceProcess
 
 from app.settings import Settings
@@ -35,18 +35,8 @@ SQS_CREATE = {
 }
 
 
-async def enqueue(client: httpx.AsyncClient, queue: str = "q") -> int:
-    r = await client.post("/jobs", json={"queue": queue, "payload": {"n": 1}})
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
-
-
 async def paused(db, queue: str = "q") -> bool | None:
     return await db.fetchval("SELECT paused FROM jobq.queues WHERE name = $1", queue)
-
-
-async def jobs(db) -> int:
-    return await db.fetchval("SELECT count(*) FROM jobq.jobs")
 
 
 # --- cross-site requests --------------------------------------------------------------------------
@@ -92,12 +82,12 @@ async def test_a_cross_site_enqueue_stores_nothing(client, db):
                     path, content=content, headers={"Content-Type": content_type, **headers}
                 )
                 assert_problem(r, 403, "forbidden")
-    assert await jobs(db) == 0
+    assert await count(db) == 0
 
 
 async def test_every_state_changing_route_is_covered(client, db):
     """Hot routes (answered before FastAPI's routing), DELETE and PATCH included."""
-    job_id = await enqueue(client)
+    job_id = (await enqueue(client))["id"]
     evil = {"Origin": "http://evil.example", "Content-Type": "application/json"}
     for method, path, body in (
         ("POST", "/lease", {"queue": "q"}),
@@ -164,7 +154,7 @@ async def test_a_loopback_service_refuses_other_host_names(client, service, db):
             assert "JOBQ_ALLOWED_HOSTS" in problem["detail"], problem
         r = await client.post("/", content=b'{"QueueName": "evil"}', headers={**SQS_CREATE, "Host": host})
         assert 400 <= r.status_code < 500
-    assert await jobs(db) == 0
+    assert await count(db) == 0
     assert await db.fetchval("SELECT count(*) FROM jobq.queues") == 0
     # The loopback names, with and without a port, in any case.
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LocalHost", f"[::1]:{port}", "localhost."):

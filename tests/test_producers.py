@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from problems import assert_problem
+from helpers import assert_problem, count, enqueue, lease, row
 
 pytestmark = pytest.mark.anyio
 
@@ -36,28 +36,6 @@ def rfc3339(value: object) -> datetime:
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     assert parsed.utcoffset() == timedelta(0), f"not UTC: {value}"
     return parsed
-
-
-async def count(db, where: str = "TRUE", *args) -> int:
-    return await db.fetchval(f"SELECT count(*) FROM jobq.jobs WHERE {where}", *args)
-
-
-async def row(db, job_id: int):
-    return await db.fetchrow("SELECT * FROM jobq.jobs WHERE id = $1", job_id)
-
-
-async def enqueue(client, **body) -> dict:
-    body.setdefault("queue", "q")
-    body.setdefault("payload", {"n": 1})
-    r = await client.post("/jobs", json=body)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-async def lease(client, queue: str = "q", **body) -> list[dict]:
-    r = await client.post("/lease", json={"queue": queue, **body})
-    assert r.status_code == 200, r.text
-    return r.json()["jobs"]
 
 
 # --- POST /jobs: normal paths ----------------------------------------------------------------------

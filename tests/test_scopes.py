@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from problems import assert_problem
+from helpers import assert_problem, bearer
 from pydantic import ValidationError
 
 from app.settings import Settings
@@ -61,10 +61,6 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
 }
 ROLE_TOKENS = {f"t-{role}": role for role in ("producer", "worker", "viewer", "admin")}
 PATH_VALUES = {"{id}": "1", "{queue}": "q", "{name}": "ui.js"}
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def app_routes(app) -> set[tuple[str, str]]:

@@ -34,17 +34,21 @@ def sdk() -> Path:
     return EXAMPLE
 
 
-async def test_send_receive_delete_with_the_javascript_sdk(sdk, start_service, db):
-    service = start_service(tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS)
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIANODE", "AWS_SECRET_ACCESS_KEY": "node-secret"}
-    done = subprocess.run(
-        ["node", "roundtrip.mjs", service.url, "from-node"],
+def roundtrip(sdk: Path, url: str, secret: str) -> subprocess.CompletedProcess:
+    """examples/sqs-node/roundtrip.mjs against the service at `url`, signing as AKIANODE with `secret`."""
+    return subprocess.run(
+        ["node", "roundtrip.mjs", url, "from-node"],
         cwd=sdk,
-        env=env,
+        env={**os.environ, "AWS_ACCESS_KEY_ID": "AKIANODE", "AWS_SECRET_ACCESS_KEY": secret},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+async def test_send_receive_delete_with_the_javascript_sdk(sdk, start_service, db):
+    service = start_service(tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS)
+    done = roundtrip(sdk, service.url, "node-secret")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["queueUrl"] == f"{service.url}/000000000000/from-node"
@@ -55,14 +59,6 @@ async def test_send_receive_delete_with_the_javascript_sdk(sdk, start_service, d
     )
     assert (job["status"], json.loads(job["payload"]), job["attempts"]) == ("completed", "hello from node", 1)
 
-    env["AWS_SECRET_ACCESS_KEY"] = "wrong"
-    refused = subprocess.run(
-        ["node", "roundtrip.mjs", service.url, "from-node"],
-        cwd=sdk,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = roundtrip(sdk, service.url, "wrong")
     assert refused.returncode != 0
     assert "SignatureDoesNotMatch" in refused.stderr

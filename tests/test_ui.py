@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import enqueue, enqueue_many, lease, lease_one, make_dead
 from waiting import until
 
 pytestmark = pytest.mark.anyio
@@ -61,30 +62,13 @@ async def shot(page, name: str) -> None:
     await page.screenshot(path=str(ARTIFACTS / f"ui-{name}.png"), full_page=True)
 
 
-async def post(client: httpx.AsyncClient, path: str, body: dict) -> dict:
-    r = await client.post(path, json=body)
-    assert r.status_code in (200, 201), r.text
-    return r.json()
-
-
-async def make_dead(client, queue: str, payload: object, error: str) -> int:
-    job = await post(client, "/jobs", {"queue": queue, "payload": payload, "max_attempts": 1})
-    (leased,) = (await post(client, "/lease", {"queue": queue}))["jobs"]
-    assert leased["id"] == job["id"]
-    nacked = await post(
-        client, "/nack", {"id": job["id"], "lease_token": leased["lease_token"], "error": error}
-    )
-    assert nacked["status"] == "dead"
-    return job["id"]
-
-
 async def test_queue_paused_and_resumed_from_the_page(page, client, db):
     from playwright.async_api import expect
 
-    await post(client, "/jobs/batch", {"jobs": [{"queue": "emails", "payload": i} for i in range(3)]})
-    await post(client, "/jobs", {"queue": "emails", "payload": "later", "delay": 3600})
-    await post(client, "/lease", {"queue": "emails"})  # one running
-    await make_dead(client, "reports", {"month": "2024-05"}, "timeout")
+    await enqueue_many(client, "emails", 3)
+    await enqueue(client, "emails", "later", delay=3600)
+    await lease_one(client, "emails")  # one running
+    await make_dead(client, "reports", payload={"month": "2024-05"}, error="timeout")
 
     await page.goto("/ui")
     row = page.locator('tr[data-queue="emails"]')
@@ -98,21 +82,23 @@ async def test_queue_paused_and_resumed_from_the_page(page, client, db):
     await expect(page.locator(".flash")).to_contain_text("Paused emails")
     await expect(row.locator("td.state")).to_have_text("paused")
     assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is True
-    assert (await post(client, "/lease", {"queue": "emails"}))["jobs"] == []  # a paused queue leases nothing
+    assert await lease(client, "emails") == []  # a paused queue leases nothing
     await shot(page, "queue-paused")
 
     await row.get_by_role("button", name="Resume").click()
     await expect(page.locator(".flash")).to_contain_text("Resumed emails")
     await expect(row.locator("td.state")).to_have_text("active")
     assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is False
-    assert len((await post(client, "/lease", {"queue": "emails", "max_jobs": 5}))["jobs"]) == 2
+    assert len(await lease(client, "emails", max_jobs=5)) == 2
 
 
 async def test_dead_job_retried_from_the_page(page, client, db):
     from playwright.async_api import expect
 
-    job_id = await make_dead(client, "emails", {"to": "ada@example.com"}, "mailbox does not exist")
-    other = await make_dead(client, "emails", {"to": "bob@example.com"}, "over quota")
+    job_id = await make_dead(
+        client, "emails", payload={"to": "ada@example.com"}, error="mailbox does not exist"
+    )
+    other = await make_dead(client, "emails", payload={"to": "bob@example.com"}, error="over quota")
 
     await page.goto("/ui")
     await page.locator('tr[data-queue="emails"] td.dead a').click()
@@ -141,7 +127,9 @@ async def test_dead_job_retried_from_the_page(page, client, db):
 async def test_job_page_and_purge(page, client, db):
     from playwright.async_api import expect
 
-    job_id = await make_dead(client, "emails", {"to": "ada@example.com", "n": [1, 2]}, "Traceback:\n  boom")
+    job_id = await make_dead(
+        client, "emails", payload={"to": "ada@example.com", "n": [1, 2]}, error="Traceback:\n boom"
+    )
     await page.goto("/ui/dead")
     await page.get_by_role("link", name=str(job_id), exact=True).click()
     await expect(page.locator("h1")).to_have_text(f"Job {job_id}")
@@ -156,7 +144,7 @@ async def test_job_page_and_purge(page, client, db):
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", job_id) == 0
 
     # The header's lookup finds a job by id; an unknown one is a page saying so.
-    other = (await post(client, "/jobs", {"queue": "emails", "payload": None}))["id"]
+    other = (await enqueue(client, "emails"))["id"]
     await page.get_by_label("job id").fill(str(other))
     await page.get_by_role("button", name="Open").click()
     await expect(page.locator(".status")).to_have_text("pending")
@@ -169,10 +157,11 @@ async def test_throughput_from_the_counters(start_service):
     service = start_service(metrics_interval=0.1)
     async with httpx.AsyncClient(base_url=service.url) as http:
         await until(lambda: service.app.state.metrics.gauges.at)
-        await post(http, "/jobs/batch", {"jobs": [{"queue": "fast", "payload": i} for i in range(20)]})
-        leased = (await post(http, "/lease", {"queue": "fast", "max_jobs": 20}))["jobs"]
+        await enqueue_many(http, "fast", 20)
+        leased = await lease(http, "fast", max_jobs=20)
         items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in leased]
-        await post(http, "/ack/batch", {"items": items})
+        acked = await http.post("/ack/batch", json={"items": items})
+        assert acked.status_code == 200, acked.text
 
         async def rates() -> dict | None:
             seen = service.app.state.metrics.throughput().get("fast")
@@ -185,13 +174,13 @@ async def test_throughput_from_the_counters(start_service):
 
 
 async def test_forms_from_other_sites_are_refused_and_text_is_escaped(client, db):
-    await post(client, "/jobs", {"queue": "q", "payload": None})
+    await enqueue(client, "q")
     for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
         r = await client.post("/ui/queues/q/pause", headers=headers)
         assert r.status_code == 403, r.text
     assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is False
 
-    job_id = await make_dead(client, "q2", {"html": "<b>bold</b>"}, "<script>alert(1)</script>")
+    job_id = await make_dead(client, "q2", payload={"html": "<b>bold</b>"}, error="<script>alert(1)</script>")
     for path in ("/ui/dead", f"/ui/jobs/{job_id}"):
         r = await client.get(path)
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
@@ -219,7 +208,7 @@ async def test_read_only_for_a_viewer(start_service, db):
     service = start_service(tokens={"v-secret": "viewer", "a-secret": "admin"})
     viewer, admin = {"Authorization": "Bearer v-secret"}, {"Authorization": "Bearer a-secret"}
     async with httpx.AsyncClient(base_url=service.url, headers=admin) as client:
-        job_id = await make_dead(client, "q", {"to": "ada"}, "boom")
+        job_id = await make_dead(client, "q", payload={"to": "ada"})
         await until(lambda: service.app.state.metrics.gauges.queues)  # the queues page lists q
         pages = ("/ui", "/ui/dead", "/ui/dead?queue=q", f"/ui/jobs/{job_id}")
         for path in pages:

@@ -6,7 +6,7 @@ import time
 
 import httpx
 import pytest
-from problems import assert_problem
+from helpers import assert_problem
 from waiting import until
 
 from app.queries import CHANNEL

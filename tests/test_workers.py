@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime, timedelta
 
 import pytest
-from problems import assert_problem
+from helpers import assert_problem, db_now, enqueue, lease, lease_one, row
 
 pytestmark = pytest.mark.anyio
 
@@ -32,33 +32,6 @@ def tok() -> str:
 
 def ts(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-async def enqueue(client, queue: str = "q", payload=None, **fields) -> dict:
-    r = await client.post("/jobs", json={"queue": queue, "payload": payload, **fields})
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-async def lease(client, queue: str = "q", **fields) -> list[dict]:
-    r = await client.post("/lease", json={"queue": queue, **fields})
-    assert r.status_code == 200, r.text
-    assert set(r.json()) >= {"jobs"}
-    return r.json()["jobs"]
-
-
-async def lease_one(client, queue: str = "q", **fields) -> dict:
-    jobs = await lease(client, queue, **fields)
-    assert len(jobs) == 1, jobs
-    return jobs[0]
-
-
-async def row(db, job_id: int):
-    return await db.fetchrow("SELECT * FROM jobq.jobs WHERE id = $1", job_id)
-
-
-async def now(db) -> datetime:
-    return await db.fetchval("SELECT now()")
 
 
 async def wait_for_status(db, job_id: int, status: str, timeout: float = 10.0):
@@ -92,9 +65,9 @@ def results_of(r) -> list[dict]:
 
 async def test_lease_returns_all_fields_and_counts_the_attempt(client, db):
     job = await enqueue(client, "emails", {"to": "a@example.com"}, priority=3)
-    t0 = await now(db)
+    t0 = await db_now(db)
     got = await lease_one(client, "emails", worker_id="w1")
-    t1 = await now(db)
+    t1 = await db_now(db)
     assert got.keys() == LEASE_FIELDS  # the contract's fields, and no bookkeeping of the statement
     fields = ("id", "queue", "payload", "priority", "attempts", "max_attempts", "last_error")
     assert tuple(got[k] for k in fields) == (job["id"], "emails", {"to": "a@example.com"}, 3, 1, 5, None)
@@ -111,7 +84,7 @@ async def test_lease_returns_all_fields_and_counts_the_attempt(client, db):
 
 
 async def test_max_jobs_returns_up_to_n_in_priority_run_at_id_order(client, db):
-    t = await now(db)
+    t = await db_now(db)
     early, late = (t - timedelta(seconds=60)).isoformat(), (t - timedelta(seconds=30)).isoformat()
     specs = [  # (priority, run_at)
         (5, early), (1, late), (1, early), (0, late), (1, early), (-2, late), (5, early),
@@ -136,7 +109,7 @@ async def test_lower_priority_runs_first_one_at_a_time(client):
 
 async def test_delayed_job_is_not_leased_before_run_at(client, db):
     delayed = await enqueue(client, payload="later", delay=30)
-    t = await now(db)
+    t = await db_now(db)
     future = await enqueue(client, payload="future", run_at=(t + timedelta(hours=1)).isoformat())
     assert await lease(client, max_jobs=10) == []
     ready = await enqueue(client, payload="now")
@@ -165,9 +138,9 @@ async def test_lease_on_empty_and_unknown_queue(client, db):
 
 async def test_visibility_timeout_sets_lease_expiry(client, db):
     job = await enqueue(client)
-    t0 = await now(db)
+    t0 = await db_now(db)
     got = await lease_one(client, visibility_timeout=120.5)
-    t1 = await now(db)
+    t1 = await db_now(db)
     expires = (await row(db, job["id"]))["lease_expires_at"]
     assert ts(got["lease_expires_at"]) == expires
     assert t0 + timedelta(seconds=120.5) <= expires <= t1 + timedelta(seconds=120.5)
@@ -263,10 +236,10 @@ async def test_ack_unknown_job_is_not_found_and_unleased_job_is_lease_lost(clien
 async def test_nack_with_retry_after(client, db):
     job = await enqueue(client)
     got = await lease_one(client)
-    t0 = await now(db)
+    t0 = await db_now(db)
     body = {"id": job["id"], "lease_token": got["lease_token"], "error": "boom", "retry_after": 42}
     r = await client.post("/nack", json=body)
-    t1 = await now(db)
+    t1 = await db_now(db)
     assert r.status_code == 200, r.text
     assert (r.json()["id"], r.json()["status"]) == (job["id"], "pending")
     rec = await row(db, job["id"])
@@ -285,9 +258,9 @@ async def test_nack_without_retry_after_uses_capped_backoff(client, db):
     # attempt 1: base * 2^0 = 10, jitter up to 30 %: 10..13
     got = await lease_one(client)
     assert (got["id"], got["attempts"]) == (a["id"], 1)
-    t0 = await now(db)
+    t0 = await db_now(db)
     r = await client.post("/nack", json={"id": a["id"], "lease_token": got["lease_token"], "error": "e1"})
-    t1 = await now(db)
+    t1 = await db_now(db)
     assert r.status_code == 200 and r.json()["status"] == "pending", r.text
     run_at = (await row(db, a["id"]))["run_at"]
     assert ts(r.json()["run_at"]) == run_at
@@ -300,9 +273,9 @@ async def test_nack_without_retry_after_uses_capped_backoff(client, db):
     assert r.status_code == 200, r.text
     got = await lease_one(client)
     assert (got["id"], got["attempts"]) == (b["id"], 2)
-    t0 = await now(db)
+    t0 = await db_now(db)
     r = await client.post("/nack", json={"id": b["id"], "lease_token": got["lease_token"]})
-    t1 = await now(db)
+    t1 = await db_now(db)
     assert r.status_code == 200 and r.json()["status"] == "pending", r.text
     run_at = (await row(db, b["id"]))["run_at"]
     assert t0 + timedelta(seconds=15) <= run_at <= t1 + timedelta(seconds=15)
@@ -368,9 +341,9 @@ async def test_extend_sets_deadline_from_now(client, db):
     job = await enqueue(client)
     got = await lease_one(client, visibility_timeout=5)
     body = {"id": job["id"], "lease_token": got["lease_token"]}
-    t0 = await now(db)
+    t0 = await db_now(db)
     r = await client.post("/extend", json={**body, "visibility_timeout": 600})
-    t1 = await now(db)
+    t1 = await db_now(db)
     assert r.status_code == 200, r.text
     rec = await row(db, job["id"])
     assert r.json()["id"] == job["id"] and ts(r.json()["lease_expires_at"]) == rec["lease_expires_at"]

@@ -6,9 +6,9 @@ import asyncpg
 
 from app import queries as q
 from app.db import Database
-from app.errors import Conflict, NotFound
+from app.errors import NotFound
 from app.jobs.arguments import QueueSettingsLike
-from app.jobs.rows import Row, Scope, as_job, job_status
+from app.jobs.rows import Row, Scope, as_job, run_guarded
 from app.models import MAX_JOB_ID
 
 # Keyset paging starts below this: every job.
@@ -66,10 +66,7 @@ async def retry_dead(db: Database, ids: list[int] | None, queue: str | None, sco
 
 async def purge_dead(db: Database, job_id: int, scope: Scope = None) -> Row:
     async with db.acquire() as conn:
-        purged = await conn.fetchval(q.PURGE_DEAD.text, *q.PURGE_DEAD.args(id=job_id, scope=scope))
-        if purged is None:
-            status = await job_status(conn, job_id, scope)
-            raise Conflict(f"job {job_id} is {status}; only dead jobs can be purged", job_status=status)
+        await run_guarded(conn, q.PURGE_DEAD, job_id, scope, "dead jobs can be purged")
     return {"id": job_id, "purged": True}
 
 

@@ -8,11 +8,11 @@ import asyncpg
 
 from app import queries as q
 from app.db import Database
-from app.errors import Conflict, JobqError, NotFound
+from app.errors import JobqError, NotFound
 from app.jobs.arguments import NewJobLike
 from app.jobs.idempotency import Once, enqueue_once, enqueue_singles_once, keyed
 from app.jobs.inserts import encode_payloads, insert_deduplicated, insert_new
-from app.jobs.rows import Row, Scope, as_job, job_status
+from app.jobs.rows import Row, Scope, as_job, run_guarded
 from app.jobs.shared import shared
 
 
@@ -81,8 +81,5 @@ async def get_job(db: Database, job_id: int, scope: Scope = None) -> Row:
 
 async def cancel(db: Database, job_id: int, scope: Scope = None) -> Row:
     async with db.acquire() as conn:
-        row = await conn.fetchrow(q.CANCEL.text, *q.CANCEL.args(id=job_id, scope=scope))
-        if row is None:
-            status = await job_status(conn, job_id, scope)
-            raise Conflict(f"job {job_id} is {status}; only pending jobs can be cancelled", job_status=status)
+        row = await run_guarded(conn, q.CANCEL, job_id, scope, "pending jobs can be cancelled")
     return as_job(row)

@@ -1,4 +1,5 @@
-"""A job as the service answers with it, and the status of one a guarded statement left alone."""
+"""A job as the service answers with it, and a guarded statement on one job: its row, or why it changed
+nothing (the status it left the job in)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import asyncpg
 
 from app import queries as q
-from app.errors import NotFound
+from app.errors import Conflict, NotFound
 from app.jsontext import JSONText
 
 Row = dict[str, Any]
@@ -35,3 +36,16 @@ async def job_status(conn: asyncpg.Connection, job_id: int, scope: Scope = None)
     if status is None:
         raise NotFound(f"job {job_id} does not exist")
     return status
+
+
+async def run_guarded(
+    conn: asyncpg.Connection, query: q.Query, job_id: int, scope: Scope, only: str
+) -> asyncpg.Record:
+    """The row of `query`, a statement that changes job `job_id` only in the status it expects (`only`
+    says which, for the error): Conflict naming the job's status when it is in another, NotFound when
+    there is no such job (or it is outside `scope`)."""
+    row = await conn.fetchrow(query.text, *query.args(id=job_id, scope=scope))
+    if row is None:
+        status = await job_status(conn, job_id, scope)
+        raise Conflict(f"job {job_id} is {status}; only {only}", job_status=status)
+    return row

@@ -48,6 +48,7 @@ Token = Annotated[
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the answer as JSON, for scripts.")]
+QueueName = Annotated[str, typer.Argument(help="The queue.", show_default=False)]
 DEFAULT_URL = "http://127.0.0.1:8000"
 # A command gives up on an unreachable service after about 2 s (the worker keeps trying).
 CLI_RETRY = Retry(attempts=4)
@@ -297,7 +298,7 @@ def _show_row(row: QueueRow, as_json: bool) -> None:
 
 @queues_cli.command("pause")
 def queues_pause(
-    queue: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    queue: QueueName,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,
@@ -309,7 +310,7 @@ def queues_pause(
 
 @queues_cli.command("resume")
 def queues_resume(
-    queue: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    queue: QueueName,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,
@@ -325,7 +326,7 @@ def _setting(help: str) -> Any:
 
 @queues_cli.command("configure")
 def queues_configure(
-    queue: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    queue: QueueName,
     visibility_timeout: Annotated[float | None, _setting("Seconds a lease lasts.")] = None,
     max_attempts: Annotated[int | None, _setting("Tries before a job goes dead.")] = None,
     backoff_base: Annotated[float | None, _setting("Seconds before the first retry; doubles.")] = None,

@@ -10,7 +10,6 @@ import pty
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,12 +20,11 @@ from typer.testing import CliRunner
 from jobq import AsyncClient, Retry, ValidationError, Worker
 from jobq.cli import cli
 from jobq.worker import ERROR_CHARS, describe
-from tests.service_process import jobq_env
-from tests.waiting import equals, quiet, states, until
+from tests.helpers import assert_nothing_stranded
+from tests.service_process import JOBQ, jobq_env
+from tests.waiting import equals, states, until
 
 pytestmark = pytest.mark.anyio
-
-JOBQ = [sys.executable, "-m", "jobq"]
 
 
 class Gauge:
@@ -247,17 +245,6 @@ async def test_a_refusal_ends_the_run(service):
 
 
 POLL_WAIT = 20  # seconds the stopping tests' long-polls wait: the worker must exit well before that
-
-
-async def assert_nothing_stranded(service, db, queue: str) -> None:
-    """A job enqueued once the worker has stopped stays pending, its attempt not counted: the worker's
-    long-poll ended with it (had it gone on, the job would be leased for nobody, running until its lease
-    expired). The service gets the time to lease it if anyone still polled: until no long-poll waits."""
-    async with AsyncClient(service.url) as client:
-        job = await client.enqueue(queue, "after the stop")
-    await until(quiet(service))
-    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs WHERE id = $1", job.id)
-    assert tuple(row) == ("pending", 0)
 
 
 async def test_stop_ends_a_waiting_long_poll_and_strands_nothing(start_service, db):
