@@ -28,8 +28,8 @@ from jobq.worker import StatusLine, Worker, load_handler, serve
 
 cli = typer.Typer(
     help="jobq: an HTTP job queue on PostgreSQL.",
-    epilog="Exit status: 0 done, 1 the service refused, 2 bad usage, 3 the service is unreachable or "
-    "unavailable.",
+    epilog="`--url` and `--token` may also come before the command (`jobq --url URL stats`). Exit status: "
+    "0 done, 1 the service refused, 2 bad usage, 3 the service is unreachable or unavailable.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="markdown",
@@ -457,6 +457,28 @@ def add_commands(app: typer.Typer) -> None:
         typer.echo(f"jobq: left out {', '.join(names)}: {reason}", err=True)
 
 
+# Options every command that talks to the service takes; also accepted before the command.
+SERVICE_OPTIONS = ("--url", "--token")
+
+
+def options_after_command(command: Any, args: list[str]) -> list[str]:
+    """`args` with the service options given before the command moved to just after it:
+    `jobq --url U dead list` is `jobq dead list --url U`, so each command keeps its own options (and an
+    option given on the line still wins over $JOBQ_URL)."""
+    moved, rest = [], list(args)
+    while rest and rest[0].split("=", 1)[0] in SERVICE_OPTIONS:
+        option = rest.pop(0)
+        moved.append(option)
+        if "=" not in option and rest:
+            moved.append(rest.pop(0))
+    path = 0  # how many of `rest` name the command: a group's name, then its command's
+    while path < len(rest) and rest[path] in (commands := getattr(command, "commands", {})):
+        command = commands[rest[path]]  # a group has `commands`, a command none
+        path += 1
+    return rest[:path] + moved + rest[path:]
+
+
 def main() -> None:
     add_commands(cli)
-    cli()
+    command = typer.main.get_command(cli)
+    command(args=options_after_command(command, sys.argv[1:]), prog_name="jobq")

@@ -246,3 +246,26 @@ def test_other_distributions_add_commands_and_a_broken_one_breaks_nothing(tmp_pa
     assert jobq_process("hello", "--name", "ada").stdout == "hello ada\n"
     stats = jobq_process("stats", "--help")  # still the client's
     assert stats.returncode == 0 and "--url" in stats.stdout
+
+
+async def test_service_options_may_come_before_the_command(start_service, db):
+    service = start_service(tokens={"a": "admin"})
+    await db.execute("INSERT INTO jobq.queues (name) VALUES ('q')")
+
+    def jobq_process(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "jobq", *args]
+        env = {k: v for k, v in os.environ.items() if k not in ("JOBQ_URL", "JOBQ_TOKEN")}
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+    for args in (
+        ["--url", service.url, "--token", "a", "queues", "pause", "q"],
+        [f"--url={service.url}", "queues", "resume", "--token", "a", "q"],
+    ):
+        done = jobq_process(*args)
+        assert done.returncode == 0, done.stderr
+    stats = jobq_process("--token", "a", "--url", service.url, "stats", "--json")
+    assert stats.returncode == 0 and json.loads(stats.stdout)[0]["queue"] == "q"
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is False
+    # A command's own --url wins over the one before it.
+    refused = jobq_process("--url", service.url, "stats", "--url", f"http://127.0.0.1:{free_port()}")
+    assert refused.returncode == 3
