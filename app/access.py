@@ -11,7 +11,7 @@ refuses to listen beyond loopback; see app/cli.py).
 
 Who may call what (the decision for each route is a table in tests/test_scopes.py):
 - producer: enqueue, read jobs;
-- worker: lease, ack, nack, extend, release, read jobs;
+- worker: lease, ack, nack, extend, release, read jobs and a queue (its settings: how long a lease lasts);
 - viewer: read only: jobs, dead jobs, queues, the dashboard without its buttons, metrics;
 - admin: everything (cancel, dead letters, queue settings, pause and resume, the dashboard's buttons).
 Every role reads the API's documentation (``/docs``, ``/redoc``, ``/openapi.json``). ``/healthz`` and

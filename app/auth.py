@@ -52,5 +52,6 @@ Producer = allow(Role.PRODUCER)
 Worker = allow(Role.WORKER)
 Viewer = allow(Role.VIEWER)
 Reader = allow(Role.PRODUCER, Role.WORKER, Role.VIEWER)  # every role reads jobs
+QueueReader = allow(Role.WORKER, Role.VIEWER)  # a worker reads its queue's settings (the lease length)
 AnyRole = allow(*Role)
 Admin = allow()

@@ -36,7 +36,7 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/dead/retry"): set(),
     ("DELETE", "/dead/{id}"): set(),
     ("GET", "/queues"): {"viewer"},
-    ("GET", "/queues/{queue}"): {"viewer"},
+    ("GET", "/queues/{queue}"): {"viewer", "worker"},
     ("PATCH", "/queues/{queue}"): set(),
     ("POST", "/queues/{queue}/pause"): set(),
     ("POST", "/queues/{queue}/resume"): set(),

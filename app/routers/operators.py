@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from app import jobs
-from app.auth import Admin, Caller, Viewer
+from app.auth import Admin, Caller, QueueReader, Viewer
 from app.deps import DB, answers
 from app.models import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.schemas import (
@@ -64,7 +64,7 @@ async def queues(db: DB, caller: Caller) -> JSONBody:
 
 
 @router.get(
-    "/queues/{queue}", dependencies=[Viewer], response_model=None, responses=answers(QueueDetail, 404)
+    "/queues/{queue}", dependencies=[QueueReader], response_model=None, responses=answers(QueueDetail, 404)
 )
 async def queue(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
     caller.admit(queue)
