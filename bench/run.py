@@ -24,6 +24,7 @@ import peer
 import pickup
 import raw
 import served
+import worker
 from common import ROOT, Service, fresh_database, summary_ms, write_results
 
 PAYLOAD = {"to": "ada@example.com", "template": "welcome", "n": 1}
@@ -196,6 +197,32 @@ class Bench:
                 f"pgqueuer 1.6, batch {batch}",
             )
 
+    async def runner(self) -> None:
+        """The Python worker runner (`jobq.Worker`, 16 slots) on no-op handlers, against the plain HTTP batch
+        drain it is built on: what the runner's own machinery costs per job."""
+        total = self.n(20000)
+        cases = (
+            ("async", worker.coroutine, ">= 0.6 x HTTP batch"),
+            ("plain", worker.plain, ">= 0.4 x HTTP batch"),
+        )
+        for kind, handler, target in cases:
+
+            async def jobq(handler=handler) -> float:
+                queue = self.queue("wr")
+                await self.backlog(queue, total)
+                return await worker.drain(self.url, queue, handler, 16, total)
+
+            async def http() -> float:
+                queue = self.queue("wr")
+                await self.backlog(queue, total)
+                done, seconds = await served.drain(self.url, queue, 4, 100)
+                return done / seconds
+
+            j, r = await self.alternate(jobq, http)
+            self.record(
+                f"worker runner, {kind} no-op, -c 16", j, r, "jobs/s", target, "4 x lease 100 + /ack/batch"
+            )
+
     async def full_cycle(self) -> None:
         total = self.n(20000)
         for mode, batch in (("single", 1), ("batch", 100)):
@@ -323,6 +350,7 @@ SCENARIOS = [
     "enqueue_batch",
     "drain_single",
     "drain_batch",
+    "runner",
     "full_cycle",
     "sqs",
     "pickup",

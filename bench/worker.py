@@ -14,6 +14,8 @@ import argparse
 import asyncio
 import socket
 import time
+from collections.abc import Callable
+from typing import Any
 
 from common import Service, fresh_database, write_results
 
@@ -32,6 +34,23 @@ def plain(job: object) -> None:
 
 async def coroutine(job: object) -> None:
     pass
+
+
+async def drain(url: str, queue: str, handler: Callable[[Any], Any], concurrency: int, total: int) -> float:
+    """Jobs per second of one `Worker` draining `total` jobs already in `queue`, from its start to the last
+    ack (bench/run.py's `runner` scenario compares it with a plain HTTP batch drain of the same run)."""
+    async with AsyncClient(url) as client:
+        worker = Worker(handler, queue, client=client, concurrency=concurrency, wait=1)
+        started = time.perf_counter()
+        run = asyncio.create_task(worker.run())
+        while worker.stats.done < total:
+            if run.done():  # it failed: say why rather than wait forever
+                run.result()
+            await asyncio.sleep(0.005)
+        took = time.perf_counter() - started
+        worker.stop()
+        await run
+    return total / took
 
 
 async def case(handler, concurrency: int, jobs: int) -> dict[str, float]:

@@ -36,6 +36,7 @@ from jobq.types import (
     ItemResult,
     Job,
     LeasedJob,
+    NackItemResult,
     NackResult,
     PurgeResult,
     QueueDetail,
@@ -72,6 +73,10 @@ def _leased(data: Mapping[str, Any]) -> list[LeasedJob]:
 
 def _item_results(data: Mapping[str, Any]) -> list[ItemResult]:
     return [load(ItemResult, r) for r in data["results"]]
+
+
+def _nack_item_results(data: Mapping[str, Any]) -> list[NackItemResult]:
+    return [load(NackItemResult, r) for r in data["results"]]
 
 
 def _dead_page(data: Mapping[str, Any]) -> DeadPage:
@@ -242,6 +247,20 @@ class Calls:
             json=body | {"dead": dead},
             idempotent=False,
         )
+
+    @staticmethod
+    def nack_many(
+        failures: Iterable[tuple[LeasedJob, str | None]],
+        *,
+        retry_after: float | None = None,
+        dead: bool = False,
+    ) -> Call[list[NackItemResult]]:
+        """Fail up to 1000 leased jobs at once (`POST /nack/batch`), each `(job, error)` as in `nack`, all
+        with the same `retry_after` and `dead`; one result per job, in order."""
+        options = _compact({"retry_after": retry_after}) | {"dead": dead}
+        items = [_lease_of(job, None) | _compact({"error": error}) | options for job, error in failures]
+        # Like nack: a repeat would answer lease_lost for every item, so it is not sent twice.
+        return Call("POST", "/nack/batch", _nack_item_results, json={"items": items}, idempotent=False)
 
     @staticmethod
     def extend(
@@ -503,6 +522,7 @@ class Client(_Transport):
     ack_many = _sync(Calls.ack_many)
     release = _sync(Calls.release)
     nack = _sync(Calls.nack)
+    nack_many = _sync(Calls.nack_many)
     extend = _sync(Calls.extend)
     dead_jobs = _sync(Calls.dead_jobs)
     retry_dead = _sync(Calls.retry_dead)
@@ -555,6 +575,7 @@ class AsyncClient(_Transport):
     ack_many = _async(Calls.ack_many)
     release = _async(Calls.release)
     nack = _async(Calls.nack)
+    nack_many = _async(Calls.nack_many)
     extend = _async(Calls.extend)
     dead_jobs = _async(Calls.dead_jobs)
     retry_dead = _async(Calls.retry_dead)

@@ -212,6 +212,14 @@ class ItemResult:
 
 
 @dataclass(frozen=True, slots=True)
+class NackItemResult(ItemResult):
+    """One item of a batch nack; `status` (pending or dead) and `run_at` when `ok`."""
+
+    status: JobStatus | None = None
+    run_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeadPage:
     jobs: list[Job]
     next_before_id: int | None  # pass as before_id for the next page; None at the end

@@ -5,19 +5,26 @@
 
     await Worker(send, "emails", concurrency=16).run()   # or: jobq worker emails:send --queue emails
 
-- Up to `concurrency` jobs run at once. The worker long-polls `/lease` for as many jobs as it has free
-  slots. Plain functions run in threads of their own, async functions on the event loop.
-- Acks go in batches: those of jobs finishing while an ack request is in flight go together next.
+- Up to `concurrency` jobs run at once: plain functions on `concurrency` threads the worker keeps, async
+  functions on the event loop.
+- One fetcher leases jobs in batches (`POST /lease`) into a local buffer, kept at about `concurrency`
+  jobs beyond those running, so a handler that returns finds its next job at hand. It long-polls only
+  when the buffer is empty (or the queue was found empty).
+- A job does not wait in the buffer past a third of its visibility timeout: it is given back (`POST
+  /release`, the attempt not counted) rather than started late, and the buffer is halved, since jobs
+  that slow gain nothing from one.
+- Acks and nacks go in batches (`/ack/batch`, `/nack/batch`): those of jobs finishing within a few ms of
+  each other, or while the previous batch is in flight, go together.
 - A handler that returns acks its job; one that raises nacks it with the exception's type, message and
   the last frames of its traceback, and the queue's backoff decides when it runs again.
-- While a handler runs, its lease is extended every half visibility timeout, so long work is not handed
-  to another worker; a lease lost anyway (the worker was stalled) makes its ack a counted, logged no-op.
+- While a handler runs, its lease is extended every half visibility timeout (one task looks after all
+  the running jobs), so long work is not handed to another worker; a lease lost anyway (the worker was
+  stalled) makes its ack a counted, logged no-op.
 - `stop()` (SIGTERM or SIGINT under `jobq worker`) stops leasing at once (a waiting long-poll is
-  cancelled, which closes its connection, so the service claims nothing more for this worker) and gives
-  running handlers `grace` seconds to finish; jobs leased but not started, those of a lease answered
-  as the stop came included, are given back (`POST /release`, the attempt not counted); the jobs still
-  running then are released (nacked with `retry_after` 0, so another worker takes them now). A second
-  `stop()` releases them without waiting.
+  cancelled, which closes its connection, so the service claims nothing more for this worker), gives
+  the buffered jobs back (`POST /release`, the attempt not counted) and gives running handlers `grace`
+  seconds to finish; the jobs still running then are released (nacked with `retry_after` 0, so another
+  worker takes them now). A second `stop()` releases them without waiting.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import importlib
 import inspect
 import logging
 import os
+import queue
 import signal
 import socket
 import sys
@@ -36,21 +44,29 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from jobq.client import AsyncClient
-from jobq.types import ItemResult, JobqError, LeasedJob, LeaseLost, NotFound, Unavailable
+from jobq.types import ItemResult, JobqError, LeasedJob, LeaseLost, NackItemResult, NotFound, Unavailable
 
 log = logging.getLogger("jobq.worker")
 
 Handler = Callable[[LeasedJob], Any]
+T = TypeVar("T")
+R = TypeVar("R", bound=ItemResult)
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0  # the contract's default for a queue nobody configured
 ERROR_FRAMES = 5  # traceback frames kept in a nack's error (the innermost ones)
 ERROR_CHARS = 4000  # longest error text sent with a nack
 RATE_WINDOW = 10.0  # seconds the status line's jobs/s is averaged over
+MAX_BATCH = 1000  # the API's limit on a lease's max_jobs and on the items of a batch
+BUFFER_AGE = 1 / 3  # the part of its visibility timeout a job may wait in the buffer before it is given back
+# Most jobs buffered beyond the running ones (unless concurrency is higher): a lease of a thousand jobs takes
+# longer to answer and read than fast handlers take to run a few hundred, so a bigger buffer only slows them.
+PREFETCH_CAP = 200
+LINGER = 0.002  # seconds an ack or nack waits for others to share its request
 
 
 def load_handler(spec: str) -> Handler:
@@ -93,41 +109,14 @@ def is_async(handler: Handler) -> bool:
     )
 
 
-def _in_thread(function: Handler, job: LeasedJob) -> asyncio.Future[Any]:
-    """Run a plain handler in a daemon thread of its own: one that never returns cannot keep the process
-    from exiting once its job has been released."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    context = contextvars.copy_context()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():  # released meanwhile: nobody waits for it any more
-            return
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
-
-    def run() -> None:
-        try:
-            outcome: tuple[Any, BaseException | None] = (context.run(function, job), None)
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the loop
-            outcome = (None, exc)
-        try:
-            loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the loop has closed: the worker is gone
-            pass
-
-    threading.Thread(target=run, name=f"jobq-job-{job.id}", daemon=True).start()
-    return future
-
-
 @dataclass
 class Stats:
     done: int = 0  # handler returned, job acked
     failed: int = 0  # handler raised, job nacked
     lost: int = 0  # the lease had moved on when the ack or nack came: another worker has the job
-    released: int = 0  # still running when the grace period ended; nacked to run again at once
+    # given back unstarted (stopping, or too long in the buffer), or still running when the grace period
+    # ended and nacked to run again at once
+    released: int = 0
     in_flight: int = 0
     # (time, jobs finished) samples over the last RATE_WINDOW seconds, for the rate in the status line.
     _samples: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
@@ -149,38 +138,117 @@ class Stats:
         return f"{text}, {self.rate():.1f} jobs/s"
 
 
-class AckBatcher:
-    """Acks of jobs that finish while an ack request is in flight wait for it and go together in the next
-    one (`POST /ack/batch`): nothing is added to an ack's latency when jobs are few, and many jobs cost
-    one request when they are not."""
+class Batcher(Generic[T, R]):
+    """Items (acks, nacks, releases) sent together: an item waits up to LINGER seconds for others, or for the
+    request in flight, then all go in one request of up to MAX_BATCH. `settle` gets each item's result;
+    `failed` a whole batch the service did not answer."""
 
-    MAX_BATCH = 1000  # the API's limit per batch
+    def __init__(
+        self,
+        send: Callable[[list[T]], Awaitable[Sequence[R]]],
+        settle: Callable[[T, R], None],
+        failed: Callable[[list[T], Exception], None],
+    ) -> None:
+        self._send, self._settle, self._failed = send, settle, failed
+        self._waiting: list[T] = []
+        self._full = asyncio.Event()  # a batch is full, or a flush wants everything now
+        self._sender: asyncio.Task[None] | None = None
 
-    def __init__(self, client: AsyncClient) -> None:
-        self.client = client
-        self.waiting: list[tuple[LeasedJob, asyncio.Future[ItemResult]]] = []
-        self.sender: asyncio.Task[None] | None = None
+    def add(self, item: T) -> None:
+        self._waiting.append(item)
+        if len(self._waiting) >= MAX_BATCH:
+            self._full.set()
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._run())
 
-    async def ack(self, job: LeasedJob) -> ItemResult:
-        result: asyncio.Future[ItemResult] = asyncio.get_running_loop().create_future()
-        self.waiting.append((job, result))
-        if self.sender is None or self.sender.done():
-            self.sender = asyncio.create_task(self._send())
-        return await result
+    async def flush(self) -> None:
+        """Send what waits, now, and wait for the answers."""
+        self._full.set()
+        while self._sender is not None and not self._sender.done():
+            await self._sender
 
-    async def _send(self) -> None:
-        while self.waiting:
-            batch, self.waiting = self.waiting[: self.MAX_BATCH], self.waiting[self.MAX_BATCH :]
+    async def _run(self) -> None:
+        while self._waiting:
+            if not self._full.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(LINGER):
+                        await self._full.wait()
+            if len(self._waiting) <= MAX_BATCH:
+                self._full.clear()
+            batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
             try:
-                items = await self.client.ack_many([job for job, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - every ack of the batch gets the error
-                for _, result in batch:
-                    if not result.done():
-                        result.set_exception(exc)
+                results = await self._send(batch)
+            except Exception as exc:  # noqa: BLE001 - the whole batch gets the error
+                self._failed(batch, exc)
                 continue
-            for (_, result), item in zip(batch, items, strict=True):
-                if not result.done():
-                    result.set_result(item)
+            for item, result in zip(batch, results, strict=True):
+                self._settle(item, result)
+
+
+class Threads:
+    """`size` daemon threads running a plain handler on the jobs handed to them; what comes back (the job
+    and its error, or None) is handed to `finished` on the event loop, a few at a time. Daemon threads:
+    a handler that never returns cannot keep the process from exiting once its job has been released."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        size: int,
+        finished: Callable[[list[tuple[LeasedJob, BaseException | None]]], None],
+    ) -> None:
+        self._handler, self._finished = handler, finished
+        self._loop = asyncio.get_running_loop()
+        self._inbox: queue.SimpleQueue[tuple[LeasedJob, contextvars.Context] | None] = queue.SimpleQueue()
+        self._outbox: deque[tuple[LeasedJob, BaseException | None]] = deque()
+        # Whether a _collect is on its way to the loop: the threads that finish meanwhile add to it,
+        # rather than each waking the loop.
+        self._collecting = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"jobq-worker-{n}", daemon=True) for n in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, job: LeasedJob) -> None:
+        self._inbox.put((job, contextvars.copy_context()))
+
+    def close(self) -> None:
+        """Let the threads end once their handlers return (those stuck in one are left behind)."""
+        for _ in self._threads:
+            self._inbox.put(None)
+
+    def _work(self) -> None:
+        while (item := self._inbox.get()) is not None:
+            job, context = item
+            error: BaseException | None = None
+            try:
+                context.run(self._handler, job)
+            except BaseException as exc:  # noqa: BLE001 - everything goes back to the loop
+                error = exc
+            self._outbox.append((job, error))
+            if not self._collecting:
+                self._collecting = True
+                try:
+                    self._loop.call_soon_threadsafe(self._collect)
+                except RuntimeError:  # the loop has closed: the worker is gone
+                    return
+
+    def _collect(self) -> None:
+        self._collecting = False  # before reading: a job added from now on schedules another _collect
+        finished = []
+        while self._outbox:
+            finished.append(self._outbox.popleft())
+        self._finished(finished)
+
+
+@dataclass(slots=True)
+class Held:
+    """A running job and when its lease is next extended."""
+
+    job: LeasedJob
+    due: float  # time.monotonic() when the lease is extended
+    extending: bool = False
+    lost: bool = False  # an extension found the lease gone: no more tries
 
 
 class Worker:
@@ -214,10 +282,28 @@ class Worker:
         self._async = is_async(handler)
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # a second stop: release running jobs without waiting
-        self._slot_free = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._handlers: dict[int, asyncio.Future[Any]] = {}
-        self._acks = AckBatcher(self.client)
+        self._room = asyncio.Event()  # a job finished or left the buffer: the fetcher may lease more
+        self._none_running = asyncio.Event()
+        # Jobs leased but not started, oldest first, with the time their lease request was sent.
+        self._buffer: deque[tuple[LeasedJob, float]] = deque()
+        # Jobs buffered beyond those running: doubled when a handler finds the buffer empty while the queue
+        # is not (handlers outpace leasing), halved when a job waits too long in the buffer.
+        self._prefetch = min(concurrency, MAX_BATCH)
+        self._drained = True  # the last lease found fewer jobs than it asked for
+        self._starved = False  # a handler found the buffer empty since the last lease
+        self._running: dict[int, Held] = {}
+        self._idle: deque[asyncio.Future[None]] = deque()  # async slots waiting for a job
+        self._slots: list[asyncio.Task[None]] = []
+        self._threads: Threads | None = None
+        self._extensions: set[asyncio.Task[None]] = set()
+        self._visibility = DEFAULT_VISIBILITY_TIMEOUT  # the leases' timeout, set by run()
+        self._acks: Batcher[LeasedJob, ItemResult] = Batcher(self.client.ack_many, self._acked, self._unsent)
+        self._nacks: Batcher[tuple[LeasedJob, str], NackItemResult] = Batcher(
+            self.client.nack_many, self._nacked, self._unsent
+        )
+        self._releases: Batcher[LeasedJob, ItemResult] = Batcher(
+            self.client.release, self._given_back, self._unsent
+        )
 
     def stop(self) -> None:
         """Stop leasing and let running handlers finish within `grace`; called again, release them now.
@@ -233,19 +319,28 @@ class Worker:
     async def run(self) -> Stats:
         """Work until `stop()`; the counts of what was done. A refusal by the service other than
         `unavailable` (a bad token, an invalid queue name) ends the run with that error."""
-        visibility_timeout = self.visibility_timeout or await self._queue_visibility_timeout()
+        self._visibility = self.visibility_timeout or await self._queue_visibility_timeout()
         log.info(
             "worker %s on %s: up to %d jobs at once, leases of %gs, grace %gs",
             self.worker_id,
             self.queue,
             self.concurrency,
-            visibility_timeout,
+            self._visibility,
             self.grace,
         )
+        if self._async:
+            self._slots = [asyncio.create_task(self._slot()) for _ in range(self.concurrency)]
+        else:
+            self._threads = Threads(self.handler, self.concurrency, self._finished_in_threads)
+        keeper = asyncio.create_task(self._keep_leased())
         try:
-            await self._lease_until_stopped(visibility_timeout)
+            await self._fetch()
         finally:
             await self._drain()
+            keeper.cancel()
+            for extension in self._extensions:
+                extension.cancel()
+            await asyncio.gather(keeper, *self._extensions, return_exceptions=True)
             if self._own_client:
                 await self.client.aclose()
         log.info("worker stopped: %s", self.stats.line(self.queue, self.concurrency))
@@ -277,23 +372,32 @@ class Worker:
             return False, task
         return True, task
 
-    async def _lease_until_stopped(self, visibility_timeout: float) -> None:
+    # --- leasing into the buffer -------------------------------------------------------------------------
+
+    async def _fetch(self) -> None:
+        """Keep the buffer filled: lease when at least half the room it may hold is free (any room at all
+        when it is empty), long-polling when it is empty or the queue was found empty. The buffer holds
+        `concurrency` jobs to begin with, more when handlers find it empty."""
         pause = 0.0
         while not self.stopping:
-            free = self.concurrency - self.stats.in_flight
-            if free <= 0:
-                self._slot_free.clear()
-                await self._until_stopped(self._slot_free.wait())
+            if self._starved:
+                self._starved = False
+                self._prefetch = min(max(PREFETCH_CAP, self.concurrency), max(1, 2 * self._prefetch))
+            held = len(self._buffer) + len(self._running)
+            room = min(MAX_BATCH, self.concurrency + self._prefetch - held)
+            if room < 1 or (self._buffer and room < (self.concurrency + self._prefetch) // 2):
+                self._room.clear()
+                await self._until_stopped(self._room.wait())
                 continue
             # A lease cancelled by stop() while its answer was on the way leaves its jobs claimed until
             # their visibility timeout; the service hands back what it claimed for a client that left.
-            leased_at = time.monotonic()
+            sent = time.monotonic()
             finished, task = await self._until_stopped(
                 self.client.lease(
                     self.queue,
-                    max_jobs=free,
-                    visibility_timeout=visibility_timeout,
-                    wait=self.wait,
+                    max_jobs=room,
+                    visibility_timeout=self._visibility,
+                    wait=self.wait if self._drained or not self._buffer else 0,
                     worker_id=self.worker_id,
                 )
             )
@@ -307,127 +411,233 @@ class Worker:
                 await self._until_stopped(asyncio.sleep(pause))
                 continue
             pause = 0.0
-            for job in jobs:
-                if self.stopping:  # arrived with the stop: hand it back untouched, attempt not counted
-                    await self._give_back(job)
-                    continue
-                self.stats.in_flight += 1  # now, not when the task starts: the next lease counts on it
-                process = asyncio.create_task(self._process(job, leased_at, visibility_timeout))
-                self._tasks.add(process)
-                process.add_done_callback(self._tasks.discard)
+            self._drained = len(jobs) < room
+            self._buffer.extend((job, sent) for job in jobs)
+            self._hand_out()
 
-    async def _drain(self) -> None:
-        """After stop(): wait up to `grace` for running handlers, then release the rest."""
-        if not self._tasks:
+    def _take(self) -> LeasedJob | None:
+        """The next buffered job to start, now counted as running; None when there is none (or the worker
+        is stopping). Jobs that waited too long are given back on the way."""
+        if self.stopping:
+            return None
+        self._give_back_stale()
+        if not self._buffer:
+            self._starved = not self._drained
+            return None
+        job, sent = self._buffer.popleft()
+        self._running[job.id] = Held(job, sent + self._visibility / 2)
+        self.stats.in_flight = len(self._running)
+        return job
+
+    def _hand_out(self) -> None:
+        """Start buffered jobs on the free threads, or wake idle async slots to take them."""
+        if self._threads is not None:
+            while len(self._running) < self.concurrency and (job := self._take()) is not None:
+                self._threads.submit(job)
             return
-        log.info("stopping: %d jobs running, waiting up to %gs for them", len(self._tasks), self.grace)
-        hurry = asyncio.ensure_future(self._hurry.wait())
-        deadline = time.monotonic() + self.grace
-        while self._tasks and not self._hurry.is_set() and time.monotonic() < deadline:
-            await asyncio.wait(
-                {*self._tasks, hurry},
-                timeout=deadline - time.monotonic(),
-                return_when=asyncio.FIRST_COMPLETED,
+        for _ in range(min(len(self._idle), len(self._buffer))):
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _give_back_stale(self) -> None:
+        """Give back the buffered jobs leased more than BUFFER_AGE of their visibility timeout ago, and
+        prefetch half as many from now on."""
+        oldest = time.monotonic() - self._visibility * BUFFER_AGE
+        stale = 0
+        while self._buffer and self._buffer[0][1] < oldest:
+            self._releases.add(self._buffer.popleft()[0])
+            stale += 1
+        if stale:
+            self._prefetch //= 2
+            self._room.set()
+            log.info(
+                "gave back %d jobs that waited past %.0f%% of their lease in the buffer; prefetching %d now",
+                stale,
+                100 * BUFFER_AGE,
+                self._prefetch,
             )
-        hurry.cancel()
-        for handler in self._handlers.values():
-            handler.cancel()  # _process sees it and releases the job
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _process(self, job: LeasedJob, leased_at: float, visibility_timeout: float) -> None:
-        keeper = asyncio.create_task(self._keep_leased(job, leased_at, visibility_timeout))
-        handler = self._start(job)
-        self._handlers[job.id] = handler
-        try:
-            await asyncio.wait({handler})
-        finally:
-            keeper.cancel()
-            self._handlers.pop(job.id, None)
-            self.stats.in_flight -= 1
-            self._slot_free.set()  # a new job can start while this one is acked
-        if handler.cancelled():
-            await self._release(job, f"the worker stopped; the job ran past the {self.grace:g}s grace period")
+    # --- running handlers ------------------------------------------------------------------------------
+
+    async def _slot(self) -> None:
+        """One of `concurrency` tasks running async handlers, one job at a time, straight from the buffer."""
+        while True:
+            job = self._take()
+            if job is None:
+                if self.stopping:
+                    return
+                waiter = asyncio.get_running_loop().create_future()
+                self._idle.append(waiter)
+                await waiter
+                continue
+            try:
+                await self.handler(job)
+            except asyncio.CancelledError as exc:
+                if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                    raise  # the grace period is over: _drain releases the job
+                self._finished(job, exc)
+            except Exception as exc:  # noqa: BLE001 - a failure of the job, not of the worker
+                self._finished(job, exc)
+            else:
+                self._finished(job, None)
+
+    def _finished_in_threads(self, results: list[tuple[LeasedJob, BaseException | None]]) -> None:
+        for job, error in results:
+            self._finished(job, error)
+        self._hand_out()
+
+    def _finished(self, job: LeasedJob, error: BaseException | None) -> None:
+        """A handler returned or raised: ack or nack its job, unless it was released meanwhile."""
+        if self._running.pop(job.id, None) is None:
             return
-        error = handler.exception()
-        try:
-            if error is None:
-                item = await self._acks.ack(job)
-                if item.ok:
-                    self.stats.done += 1
-                    log.debug("job %d done", job.id)
-                elif item.code == LeaseLost.code:
-                    self._lost(job)
-                else:
-                    log.error("job %d: could not ack it: %s", job.id, item.code)
-                return
-            answer = await self.client.nack(job, describe(error))
+        self.stats.in_flight = len(self._running)
+        if not self._running:
+            self._none_running.set()
+        self._room.set()
+        if error is None:
+            self._acks.add(job)
+        else:
+            self._nacks.add((job, describe(error)))
+
+    # --- answers ----------------------------------------------------------------------------------------
+
+    def _acked(self, job: LeasedJob, result: ItemResult) -> None:
+        if result.ok:
+            self.stats.done += 1
+            log.debug("job %d done", job.id)
+        elif result.code == LeaseLost.code:
+            self._lost(job)
+        else:
+            log.error("job %d: could not ack it: %s", job.id, result.code)
+
+    def _nacked(self, failure: tuple[LeasedJob, str], result: NackItemResult) -> None:
+        job, error = failure
+        if result.ok:
             self.stats.failed += 1
             log.warning(
                 "job %d failed (attempt %d of %d, now %s): %s",
                 job.id,
                 job.attempts,
                 job.max_attempts,
-                answer.status,
-                describe(error).splitlines()[0],
+                result.status,
+                error.splitlines()[0],
             )
-        except LeaseLost:
+        elif result.code == LeaseLost.code:
             self._lost(job)
-        except JobqError as exc:
-            # It comes back by itself when its lease expires.
-            log.error("job %d: could not %s it: %s", job.id, "ack" if error is None else "nack", exc.detail)
+        else:
+            log.error("job %d: could not nack it: %s", job.id, result.code)
+
+    def _given_back(self, job: LeasedJob, result: ItemResult) -> None:
+        if result.ok:
+            self.stats.released += 1
+            log.debug("job %d given back, not started", job.id)
+        else:
+            self.stats.lost += 1
+
+    def _unsent(self, batch: list[Any], exc: Exception) -> None:
+        # They come back by themselves when their leases expire.
+        detail = exc.detail if isinstance(exc, JobqError) else repr(exc)
+        log.error(
+            "could not send %d acks, nacks or releases (%s); those jobs run again later", len(batch), detail
+        )
 
     def _lost(self, job: LeasedJob) -> None:
         self.stats.lost += 1
         log.warning("job %d: the lease had moved on, another worker has the job", job.id)
 
-    def _start(self, job: LeasedJob) -> asyncio.Future[Any]:
-        if self._async:
-            return asyncio.ensure_future(self.handler(job))
-        return _in_thread(self.handler, job)
+    # --- leases of running jobs ------------------------------------------------------------------------
 
-    async def _keep_leased(self, job: LeasedJob, leased_at: float, visibility_timeout: float) -> None:
-        """Extend the lease every half visibility timeout while the handler runs. Times are counted from
-        before the request that set the deadline, so the deadline is never later than we think."""
-        due = leased_at + visibility_timeout / 2
+    async def _keep_leased(self) -> None:
+        """Extend the lease of each running job every half visibility timeout, and give back the buffered
+        jobs that waited too long. Deadlines are counted from before the request that set them, so a lease
+        never ends later than we think."""
+        tick = min(1.0, self._visibility / 10)
         while True:
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            sent = time.monotonic()
-            try:
-                await self.client.extend(job, visibility_timeout)
-            except LeaseLost:
-                log.warning("job %d: lease lost while running (the worker was too slow to extend it)", job.id)
-                return
-            except JobqError as exc:
-                log.warning("job %d: could not extend the lease: %s", job.id, exc.detail)
-                due = time.monotonic() + min(1.0, visibility_timeout / 10)
-                continue
-            log.debug("job %d: lease extended by %gs", job.id, visibility_timeout)
-            due = sent + visibility_timeout / 2
+            await asyncio.sleep(tick)
+            self._give_back_stale()
+            now = time.monotonic()
+            for held in self._running.values():
+                if now >= held.due and not held.extending and not held.lost:
+                    held.extending = True
+                    extension = asyncio.create_task(self._extend(held))
+                    self._extensions.add(extension)
+                    extension.add_done_callback(self._extensions.discard)
 
-    async def _give_back(self, job: LeasedJob) -> None:
-        """A job leased but never started: back to pending at once, its attempt not counted."""
+    async def _extend(self, held: Held) -> None:
+        sent = time.monotonic()
         try:
-            (result,) = await self.client.release([job])
-        except JobqError as exc:
-            log.error(
-                "job %d: could not give it back (%s); it comes back when its lease expires", job.id, exc
-            )
-            return
-        if result.ok:
-            self.stats.released += 1
-            log.info("job %d given back: the worker stopped before starting it", job.id)
-        else:
-            self.stats.lost += 1
-
-    async def _release(self, job: LeasedJob, why: str) -> None:
-        try:
-            await self.client.nack(job, f"released: {why}", retry_after=0)
-            self.stats.released += 1
-            log.warning("job %d released: %s", job.id, why)
+            await self.client.extend(held.job, self._visibility)
         except LeaseLost:
-            self.stats.lost += 1
+            held.lost = True
+            log.warning(
+                "job %d: lease lost while running (the worker was too slow to extend it)", held.job.id
+            )
         except JobqError as exc:
-            log.error("job %d: could not release it (%s); it comes back when its lease expires", job.id, exc)
+            log.warning("job %d: could not extend the lease: %s", held.job.id, exc.detail)
+            held.due = time.monotonic() + min(1.0, self._visibility / 10)
+        else:
+            log.debug("job %d: lease extended by %gs", held.job.id, self._visibility)
+            held.due = sent + self._visibility / 2
+        finally:
+            held.extending = False
+
+    # --- stopping ---------------------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        """After stop(): give the buffer back, wait up to `grace` for running handlers, release the rest,
+        and send the last acks and nacks."""
+        self._stopping.set()  # also when leasing failed: nothing more starts
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+        if self._buffer:
+            log.info("stopping: giving back %d jobs leased but not started", len(self._buffer))
+            for job, _ in self._buffer:
+                self._releases.add(job)
+            self._buffer.clear()
+        if self._running:
+            log.info("stopping: %d jobs running, waiting up to %gs for them", len(self._running), self.grace)
+            deadline = time.monotonic() + self.grace
+            while self._running and not self._hurry.is_set() and time.monotonic() < deadline:
+                self._none_running.clear()
+                waits = {asyncio.ensure_future(e.wait()) for e in (self._none_running, self._hurry)}
+                await asyncio.wait(
+                    waits, timeout=deadline - time.monotonic(), return_when=asyncio.FIRST_COMPLETED
+                )
+                for w in waits:
+                    w.cancel()
+        cut = [held.job for held in self._running.values()]
+        self._running.clear()
+        self.stats.in_flight = 0
+        for slot in self._slots:
+            slot.cancel()
+        await asyncio.gather(*self._slots, return_exceptions=True)
+        if self._threads is not None:
+            self._threads.close()
+        await self._release(cut, f"the worker stopped; the job ran past the {self.grace:g}s grace period")
+        await asyncio.gather(self._acks.flush(), self._nacks.flush(), self._releases.flush())
+
+    async def _release(self, jobs: list[LeasedJob], why: str) -> None:
+        """Jobs still running: nacked to run again at once (they ran, so the attempt counts)."""
+        for start in range(0, len(jobs), MAX_BATCH):
+            batch = jobs[start : start + MAX_BATCH]
+            try:
+                results = await self.client.nack_many(
+                    [(job, f"released: {why}") for job in batch], retry_after=0
+                )
+            except JobqError as exc:
+                log.error(
+                    "could not release %d jobs (%s); they come back when their leases expire", len(batch), exc
+                )
+                continue
+            for job, result in zip(batch, results, strict=True):
+                if result.ok:
+                    self.stats.released += 1
+                    log.warning("job %d released: %s", job.id, why)
+                else:
+                    self.stats.lost += 1
 
 
 # --- running it from the command line ----------------------------------------------------------------
