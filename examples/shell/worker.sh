@@ -37,9 +37,11 @@ long_poll() {
 
 # Stopping during a long-poll: end it and wait until curl has gone, its connection closed with it.
 # Jobs its answer brought anyway (it came as the signal did) are given back untouched: pending again
-# at once, their attempt not counted.
+# at once, their attempt not counted. SIGKILL, which nothing can catch: for a moment after the fork, the
+# background shell still has this script's TERM trap, and a TERM landing then would run that trap's
+# copy, not end it, and the exec'd curl would poll on for its whole wait.
 give_back() {
-  kill "$poll" 2>/dev/null
+  kill -KILL "$poll" 2>/dev/null
   while kill -0 "$poll" 2>/dev/null; do wait "$poll" 2>/dev/null; done
   local leased
   leased=$(jq -c '[.jobs[]? | {id, lease_token}]' "$answer" 2>/dev/null) # nothing if curl was cut short
@@ -51,7 +53,7 @@ give_back() {
 }
 
 stopping=0 poll=
-trap 'stopping=1; if [[ -n $poll ]]; then kill "$poll" 2>/dev/null; fi' TERM INT
+trap 'stopping=1; if [[ -n $poll ]]; then kill -KILL "$poll" 2>/dev/null; fi' TERM INT
 echo "working on $queue at $JOBQ: $*"
 while ((!stopping)); do
   : >"$answer" # curl killed before it opened $answer must not leave an older answer to give back
