@@ -83,6 +83,10 @@ metadata = MetaData(
 QUEUE_NAME_CHARS = "A-Za-z0-9_.:-"
 MAX_QUEUE_NAME = 128
 QUEUE_NAME_PATTERN = rf"^[{QUEUE_NAME_CHARS}]{{1,{MAX_QUEUE_NAME}}}$"
+# Job kinds (what a job is: send_email) are spelled as queue names are, wherever checked (the API, the
+# CHECK constraint below).
+KIND_PATTERN = QUEUE_NAME_PATTERN
+MAX_KIND = MAX_QUEUE_NAME
 # Lease tokens are UUIDs; longer spellings of one are accepted up to this many characters, and refused
 # beyond (the API and the SQS API's receipt handles alike).
 MAX_LEASE_TOKEN = 128
@@ -123,6 +127,7 @@ class Job(Base):
     __table_args__ = (
         CheckConstraint(status_in(*JobStatus), name="status_known"),
         CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="max_attempts_positive"),
+        CheckConstraint(f"kind ~ '{KIND_PATTERN}'", name="kind_format"),
         # The claim: ready jobs of one queue in lease order. Partial, so however many finished rows the
         # table holds, this index holds only the waiting ones.
         Index(
@@ -178,6 +183,9 @@ class Job(Base):
     # the SQS API (app/sqs), and when SQS first handed it out (ApproximateFirstReceiveTimestamp).
     message_attributes: Mapped[dict | None] = mapped_column(JSONB)
     first_received_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # What the job is (send_email), for a worker to route it by; the service only stores and shows it.
+    # NULL: none given.
+    kind: Mapped[str | None] = mapped_column(Text)
 
 
 class IdempotencyKey(Base):

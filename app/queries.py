@@ -7,7 +7,7 @@ order. Each state change names the state it expects (and the lease token, where 
 
 The job state machine. A job's status (app/models.py ``JobStatus``) changes only through the statements
 of this module, and through ``jobq.enqueue()``, the SQL function producers call in their own transaction
-(alembic revision 0003). tests/test_states.py runs each of them against a job in each status and checks
+(alembic revision 0004). tests/test_states.py runs each of them against a job in each status and checks
 the result against this table, and that no other statement here changes a status.
 
 =========  ==================================================  ============================================
@@ -73,7 +73,7 @@ class Query:
 # The columns of a job as the API shows it. `max_attempts` NULL on the job means "the queue's setting",
 # so it is resolved against the queue row `q` (absent only in the statement that creates the queue).
 JOB = f"""
-    j.id, j.queue, j.status, j.payload, j.priority, j.run_at, j.attempts,
+    j.id, j.queue, j.kind, j.status, j.payload, j.priority, j.run_at, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at
 """
@@ -81,7 +81,7 @@ JOB = f"""
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs
 # decodes every column of every row).
 LEASED_JOB = f"""
-    j.id, j.queue, j.payload, j.priority, j.attempts,
+    j.id, j.queue, j.kind, j.payload, j.priority, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.run_at, j.created_at, j.last_error, j.lease_token, j.lease_expires_at
 """
@@ -144,12 +144,12 @@ LOCKED = "(SELECT count(*) FROM locked) > 0"
 #   sent (jobs.enqueue_batch builds it), so a batch of 1,000 is not sent back and decoded column by column.
 _INSERT_NEW = f"""
     j AS (
-        INSERT INTO jobq.jobs AS j (queue, payload, priority, run_at, max_attempts)
+        INSERT INTO jobq.jobs AS j (queue, payload, priority, run_at, max_attempts, kind)
         SELECT queue, payload::jsonb, coalesce(priority, 0),
-               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts
+               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, kind
         FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
-                    :delays::float8[], :max_attempts::int[])
-             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, ord)
+                    :delays::float8[], :max_attempts::int[], :kinds::text[])
+             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, kind, ord)
         WHERE {LOCKED}
         ORDER BY ord
         RETURNING j.id, j.queue, j.run_at, j.created_at, j.max_attempts
@@ -188,14 +188,16 @@ ENQUEUE = Query.define(
     WITH input AS (
         SELECT nextval('jobq.jobs_id_seq') AS id, t.*
         FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
-                    :delays::float8[], :max_attempts::int[], :dedup_keys::text[])
-             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, dedup_key, ord)
+                    :delays::float8[], :max_attempts::int[], :kinds::text[], :dedup_keys::text[])
+             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, kind, dedup_key,
+                                  ord)
     ), {_queue_locks("input")}, new_queues AS (
         INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
     ), j AS (
-        INSERT INTO jobq.jobs AS j (id, queue, payload, priority, run_at, max_attempts, dedup_key)
+        INSERT INTO jobq.jobs AS j (id, queue, payload, priority, run_at, max_attempts, kind, dedup_key)
         SELECT id, queue, payload::jsonb, coalesce(priority, 0),
-               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, dedup_key
+               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, kind,
+               dedup_key
         FROM input WHERE {LOCKED} ORDER BY ord
         ON CONFLICT (queue, dedup_key) WHERE status IN ('pending', 'running') AND dedup_key IS NOT NULL
         DO NOTHING

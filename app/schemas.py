@@ -11,7 +11,9 @@ from typing import Annotated, Any
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from app.models import (
+    KIND_PATTERN,
     MAX_JOB_ID,
+    MAX_KIND,
     MAX_LEASE_TOKEN,
     MAX_QUEUE_NAME,
     MAX_VISIBILITY_TIMEOUT,
@@ -50,6 +52,16 @@ Priority = Annotated[
 ]
 MaxAttempts = Annotated[int, Field(strict=False, ge=1, le=1000), Number]
 DedupKey = Annotated[str, Field(min_length=1, max_length=512)]
+Kind = Annotated[
+    str,
+    Field(
+        pattern=KIND_PATTERN,
+        min_length=1,
+        max_length=MAX_KIND,
+        description="What the job is, for workers to route it by: 1-128 of A-Z a-z 0-9 _ . : -",
+        examples=["send_email"],
+    ),
+]
 LeaseToken = Annotated[
     str, Field(min_length=1, max_length=MAX_LEASE_TOKEN, description="Opaque; from /lease.")
 ]
@@ -78,6 +90,7 @@ class EnqueueRequest(Body):
     delay: Seconds | None = Field(default=None, description="Not before now + delay seconds.")
     max_attempts: MaxAttempts | None = Field(default=None, description="Default: the queue's setting.")
     dedup_key: DedupKey | None = None
+    kind: Kind | None = None
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -93,6 +106,7 @@ class EnqueueBatchRequest(Body):
 class Job(BaseModel):
     id: int
     queue: str
+    kind: str | None = Field(description="As enqueued; null when none was given.")
     status: JobStatus
     payload: Any
     priority: int
@@ -129,6 +143,7 @@ class LeaseRequest(Body):
 class LeasedJob(BaseModel):
     id: int
     queue: str
+    kind: str | None = Field(description="As enqueued; null when none was given.")
     payload: Any
     priority: int
     attempts: int

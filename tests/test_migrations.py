@@ -492,3 +492,68 @@ def test_the_newer_build_can_roll_the_schema_back(tmp_path, database_url):
     row = asyncio.run(recorded())
     assert row["revision"] == HEAD
     assert json.loads(row["compat"]) == {"revision": HEAD, "compatible_from": floor_of(HEAD)}
+
+
+# --- revision 0004: kind ----------------------------------------------------------------------------
+
+
+async def kind_state(db) -> tuple[str, bool, bool | None, int]:
+    """The revision, whether jobs has `kind`, whether its CHECK is validated, how many enqueue functions."""
+    revision = await db.fetchval("SELECT version_num FROM jobq.alembic_version")
+    has_kind = await db.fetchval(
+        "SELECT count(*) = 1 FROM information_schema.columns"
+        " WHERE table_schema = 'jobq' AND table_name = 'jobs' AND column_name = 'kind'"
+    )
+    validated = await db.fetchval(
+        "SELECT convalidated FROM pg_constraint WHERE conname = 'ck_jobs_kind_format'"
+    )
+    functions = await db.fetchval(
+        "SELECT count(*) FROM pg_proc WHERE proname = 'enqueue' AND pronamespace = 'jobq'::regnamespace"
+    )
+    return revision, has_kind, validated, functions
+
+
+async def test_0004_adds_kind_beside_existing_jobs_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0003")
+    assert await kind_state(db) == ("0003", False, None, 1)
+    # Jobs enqueued before, the way applications called jobq.enqueue() then.
+    before = [
+        await db.fetchval("SELECT jobq.enqueue('q', '1', 0, NULL, NULL, 'k1')"),
+        await db.fetchval("SELECT jobq.enqueue(queue => 'q', payload => '2')"),
+    ]
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0004")
+    assert await kind_state(db) == ("0004", True, True, 1)
+    kinds = await db.fetch("SELECT id, kind FROM jobq.jobs ORDER BY id")
+    assert [(r["id"], r["kind"]) for r in kinds] == [(before[0], None), (before[1], None)]
+    # The same calls still resolve, and a kind can be given.
+    assert await db.fetchval("SELECT jobq.enqueue('q', '3', 0, NULL, NULL, 'k1')") == before[0]
+    with_kind = await db.fetchval("SELECT jobq.enqueue('q', '4', kind => 'send_email')")
+    assert await db.fetchval("SELECT kind FROM jobq.jobs WHERE id = $1", with_kind) == "send_email"
+    with pytest.raises(asyncpg.CheckViolationError):
+        await db.execute("UPDATE jobq.jobs SET kind = 'no spaces' WHERE id = $1", with_kind)
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0003")
+    assert await kind_state(db) == ("0003", False, None, 1)
+    assert await db.fetchval("SELECT jobq.enqueue('q', '5', dedup_key => 'k5')") is not None
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 4
+    await asyncio.to_thread(migrations.upgrade, database_url)
+    assert (await kind_state(db))[1:] == (True, True, 1)
+
+
+async def test_0004_runs_again_after_its_validation_gave_up(database_url, db):
+    """0004 commits the column, its NOT VALID check and the new function before it validates the
+    check (so no exclusive lock is held while validation scans the table). A validation that timed out
+    on its lock leaves that part committed and the revision at 0003; the step's retry (or the next
+    `jobq migrate`) runs it all again, and finishes."""
+    await asyncio.to_thread(migrations.downgrade, database_url, "0003")
+    await db.fetchval("SELECT jobq.enqueue('q', '1')")
+    step = this_build().get_revision("0004").module
+    await db.execute(step.ADD_KIND)
+    await db.execute(f"DROP FUNCTION {step.OLD_SIGNATURE}")
+    await db.execute(step.ENQUEUE_FUNCTION.format(**step.WITH_KIND))
+    assert await kind_state(db) == ("0003", True, False, 1)
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0004")
+    assert await kind_state(db) == ("0004", True, True, 1)
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE kind IS NULL") == 1

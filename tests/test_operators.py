@@ -63,6 +63,16 @@ async def test_dead_list_newest_first_with_error_and_attempts(client, db):
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'dead'") == 3
 
 
+async def test_dead_list_shows_kind(client, db):
+    with_kind = await make_dead(client, kind="send_email")
+    without = await make_dead(client)
+    page = (await client.get("/dead")).json()
+    assert [(j["id"], j["kind"]) for j in page["jobs"]] == [(without, None), (with_kind, "send_email")]
+    page = (await client.get("/dead", params={"queue": "q"})).json()
+    assert [j["kind"] for j in page["jobs"]] == [None, "send_email"]
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'dead'") == 2
+
+
 async def test_dead_nack_dead_true(client, db):
     job = await enqueue(client, max_attempts=5)
     leased = await lease_one(client, "q", job["id"])

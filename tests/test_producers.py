@@ -15,6 +15,7 @@ pytestmark = pytest.mark.anyio
 JOB_KEYS = {
     "id",
     "queue",
+    "kind",
     "status",
     "payload",
     "priority",
@@ -53,7 +54,7 @@ async def test_enqueue_201_body(client, db):
     assert job["payload"] == {"to": "a@b.c"}
     assert job["priority"] == 0 and job["attempts"] == 0
     assert job["max_attempts"] == 5  # the default of a queue nobody configured
-    assert job["dedup_key"] is None and job["last_error"] is None
+    assert job["dedup_key"] is None and job["last_error"] is None and job["kind"] is None
     assert job["lease_expires_at"] is None and job["completed_at"] is None
     assert job["duplicate"] is False
     for field in ("run_at", "created_at", "updated_at"):
@@ -200,6 +201,82 @@ async def test_dedup_key_free_after_cancel(client, db):
     assert (await client.delete(f"/jobs/{first['id']}")).status_code == 200
     second = await enqueue(client, dedup_key="k")
     assert second["id"] != first["id"]
+
+
+# --- kind ------------------------------------------------------------------------------------------
+
+
+async def test_kind_is_stored_and_shown(client, db):
+    job = await enqueue(client, "emails", {"to": "ada"}, kind="send_email")
+    assert job["kind"] == "send_email"
+    assert (await row(db, job["id"]))["kind"] == "send_email"
+    assert (await client.get(f"/jobs/{job['id']}")).json()["kind"] == "send_email"
+    # With an idempotency key (another statement), and its repeat, rebuilt from the request.
+    body = {"queue": "emails", "payload": 2, "kind": "send.sms:v2"}
+    headers = {"Idempotency-Key": "kind-1"}
+    first = await client.post("/jobs", json=body, headers=headers)
+    again = await client.post("/jobs", json=body, headers=headers)
+    assert first.status_code == again.status_code == 201, first.text
+    assert first.json()["kind"] == again.json()["kind"] == "send.sms:v2"
+    assert first.content == again.content
+    # The same key with another kind is another request.
+    assert_problem(
+        await client.post("/jobs", json=body | {"kind": "other"}, headers=headers), 409, "conflict"
+    )
+    plain = await enqueue(client, "emails", 3)
+    assert plain["kind"] is None and (await row(db, plain["id"]))["kind"] is None
+    assert await count(db) == 3
+    cancelled = (await client.delete(f"/jobs/{job['id']}")).json()
+    assert cancelled["status"] == "cancelled" and cancelled["kind"] == "send_email"
+
+
+async def test_kind_of_128_chars_is_valid(client, db):
+    job = await enqueue(client, kind="a.B_c:d-9" + "x" * 119)
+    assert job["kind"] == "a.B_c:d-9" + "x" * 119
+
+
+@pytest.mark.parametrize("dedup", [False, True], ids=["plain", "with-dedup-keys"])
+async def test_batch_kinds_per_item(client, db, dedup):
+    kinds = ["resize", None, "email.send", "resize"]
+    items = [
+        {"queue": "q", "payload": i} | ({"kind": k} if k else {}) | ({"dedup_key": f"d{i}"} if dedup else {})
+        for i, k in enumerate(kinds)
+    ]
+    r = await client.post("/jobs/batch", json={"jobs": items})
+    assert r.status_code == 201, r.text
+    jobs = r.json()["jobs"]
+    assert [j["kind"] for j in jobs] == kinds
+    for j in jobs:
+        assert (await row(db, j["id"]))["kind"] == j["kind"]
+        assert (await client.get(f"/jobs/{j['id']}")).json()["kind"] == j["kind"]
+    assert await count(db) == 4
+    # All without kind: the column goes in as NULL.
+    r = await client.post("/jobs/batch", json={"jobs": [{"queue": "q", "payload": 9}]})
+    assert r.json()["jobs"][0]["kind"] is None
+    assert await count(db, "kind IS NULL") == 2
+
+
+async def test_duplicate_answers_with_the_holders_kind(client, db):
+    first = await enqueue(client, payload=1, dedup_key="k", kind="first")
+    r = await client.post("/jobs", json={"queue": "q", "payload": 2, "dedup_key": "k", "kind": "second"})
+    assert r.status_code == 200, r.text
+    assert r.json()["duplicate"] is True and r.json()["id"] == first["id"]
+    assert r.json()["kind"] == "first"
+    r = await client.post("/jobs", json={"queue": "q", "payload": 3, "dedup_key": "k"})
+    assert r.status_code == 200 and r.json()["kind"] == "first"
+    assert await count(db) == 1
+
+
+@pytest.mark.parametrize("kind", ["", "x" * 129, "has space", "a/b", "ünïcode", "k\n", 5, ["k"]])
+async def test_bad_kind_is_422(client, db, kind):
+    body = assert_problem(
+        await client.post("/jobs", json={"queue": "q", "payload": 1, "kind": kind}), 422, "validation_error"
+    )
+    assert "kind" in body["detail"], body["detail"]
+    items = [{"queue": "q", "payload": 1, "kind": "ok"}, {"queue": "q", "payload": 2, "kind": kind}]
+    body = assert_problem(await client.post("/jobs/batch", json={"jobs": items}), 422, "validation_error")
+    assert "jobs.1.kind" in body["detail"], body["detail"]
+    assert await count(db) == 0
 
 
 # --- POST /jobs/batch ------------------------------------------------------------------------------

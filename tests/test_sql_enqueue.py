@@ -50,3 +50,60 @@ async def test_sql_enqueue_options_and_dedup(db, client):
 async def test_sql_enqueue_rejects_bad_queue_names(db):
     with pytest.raises(asyncpg.CheckViolationError):
         await db.execute("SELECT jobq.enqueue('no spaces', '{}')")
+
+
+async def test_sql_enqueue_with_kind_is_shown_over_http(db, client):
+    named = await db.fetchval("SELECT jobq.enqueue('mail', '{}', kind => 'send_email')")
+    # Positionally, after every older parameter.
+    positional = await db.fetchval("SELECT jobq.enqueue('mail', '{}', 0, NULL, NULL, NULL, 'send.sms:v2')")
+    plain = await db.fetchval("SELECT jobq.enqueue('mail', '{}')")
+    rows = await db.fetch("SELECT id, kind FROM jobq.jobs ORDER BY id")
+    assert [(r["id"], r["kind"]) for r in rows] == [
+        (named, "send_email"),
+        (positional, "send.sms:v2"),
+        (plain, None),
+    ]
+    assert (await client.get(f"/jobs/{named}")).json()["kind"] == "send_email"
+    assert (await client.get(f"/jobs/{plain}")).json()["kind"] is None
+    leased = (await client.post("/lease", json={"queue": "mail", "max_jobs": 3})).json()["jobs"]
+    assert {j["id"]: j["kind"] for j in leased} == {
+        named: "send_email",
+        positional: "send.sms:v2",
+        plain: None,
+    }
+
+
+async def test_sql_enqueue_calls_written_before_kind_still_resolve(db):
+    """Every way of calling the function before it took `kind` runs as before: one function, no overload
+    that would make a call ambiguous."""
+    assert await db.fetchval("SELECT count(*) FROM pg_proc WHERE proname = 'enqueue'") == 1
+    calls = [
+        "SELECT jobq.enqueue('a', '1')",
+        "SELECT jobq.enqueue('a', '2', 5)",
+        "SELECT jobq.enqueue('a', '3', 5, now() + interval '1 hour')",
+        "SELECT jobq.enqueue('a', '4', 5, NULL, 3)",
+        "SELECT jobq.enqueue('a', '5', 5, NULL, 3, 'key-5')",
+        "SELECT jobq.enqueue(queue => 'a', payload => '6', dedup_key => 'key-6', max_attempts => 2)",
+    ]
+    ids = [await db.fetchval(call) for call in calls]
+    assert len(set(ids)) == len(calls)
+    rows = await db.fetch("SELECT priority, max_attempts, dedup_key, kind FROM jobq.jobs ORDER BY id")
+    assert [tuple(r) for r in rows] == [
+        (0, None, None, None),
+        (5, None, None, None),
+        (5, None, None, None),
+        (5, 3, None, None),
+        (5, 3, "key-5", None),
+        (0, 2, "key-6", None),
+    ]
+    # Dedup answers with the holder, as before.
+    assert await db.fetchval("SELECT jobq.enqueue('a', '7', dedup_key => 'key-6', kind => 'k')") == ids[-1]
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == len(calls)
+
+
+@pytest.mark.parametrize("kind", ["", "x" * 129, "has space", "a/b", "ünïcode", "k\n"])
+async def test_sql_enqueue_rejects_bad_kinds(db, kind):
+    with pytest.raises(asyncpg.CheckViolationError):
+        await db.execute("SELECT jobq.enqueue('q', '{}', kind => $1)", kind)
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT jobq.enqueue('q', '{}', kind => $1)", "x" * 128) is not None

@@ -16,7 +16,7 @@ from helpers import assert_problem, db_now, enqueue, lease, lease_one, row
 pytestmark = pytest.mark.anyio
 
 LEASE_FIELDS = {
-    "id", "queue", "payload", "priority", "attempts", "max_attempts", "run_at", "created_at",
+    "id", "queue", "kind", "payload", "priority", "attempts", "max_attempts", "run_at", "created_at",
     "last_error", "lease_token", "lease_expires_at",
 }  # fmt: skip
 MISSING_ID = 987_654_321
@@ -69,8 +69,10 @@ async def test_lease_returns_all_fields_and_counts_the_attempt(client, db):
     got = await lease_one(client, "emails", worker_id="w1")
     t1 = await db_now(db)
     assert got.keys() == LEASE_FIELDS  # the contract's fields, and no bookkeeping of the statement
-    fields = ("id", "queue", "payload", "priority", "attempts", "max_attempts", "last_error")
-    assert tuple(got[k] for k in fields) == (job["id"], "emails", {"to": "a@example.com"}, 3, 1, 5, None)
+    fields = ("id", "queue", "kind", "payload", "priority", "attempts", "max_attempts", "last_error")
+    assert tuple(got[k] for k in fields) == (
+        job["id"], "emails", None, {"to": "a@example.com"}, 3, 1, 5, None,
+    )  # fmt: skip
     assert ts(got["run_at"]) == ts(job["run_at"])
     assert ts(got["created_at"]) == ts(job["created_at"])
     assert isinstance(got["lease_token"], str) and got["lease_token"]
@@ -81,6 +83,15 @@ async def test_lease_returns_all_fields_and_counts_the_attempt(client, db):
     assert ts(got["lease_expires_at"]) == r["lease_expires_at"]
     # default visibility timeout: 30 s
     assert t0 + timedelta(seconds=30) <= r["lease_expires_at"] <= t1 + timedelta(seconds=30)
+
+
+async def test_lease_shows_each_jobs_kind(client, db):
+    kinds = ["resize", None, "email.send"]
+    ids = [(await enqueue(client, "k", i, **({"kind": k} if k else {})))["id"] for i, k in enumerate(kinds)]
+    leased = await lease(client, "k", max_jobs=3)
+    assert {j["id"]: j["kind"] for j in leased} == dict(zip(ids, kinds, strict=True))
+    assert all(j.keys() == LEASE_FIELDS for j in leased)
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running'") == 3
 
 
 async def test_max_jobs_returns_up_to_n_in_priority_run_at_id_order(client, db):

@@ -31,6 +31,8 @@ class NewJobLike(Protocol):
     def max_attempts(self) -> int | None: ...  # None: the queue's setting
     @property
     def dedup_key(self) -> str | None: ...
+    @property
+    def kind(self) -> str | None: ...  # what the job is (send_email); stored and shown, nothing more
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,7 @@ class NewJob:
     delay: float | None = None
     max_attempts: int | None = None
     dedup_key: str | None = None
+    kind: str | None = None
 
 
 class JobLeaseLike(Protocol):

@@ -44,6 +44,7 @@ def _columns(requests: Sequence[NewJobLike], payloads: list[str]) -> dict[str, l
         "run_ats": column([r.run_at for r in requests]),
         "delays": column([r.delay for r in requests]),
         "max_attempts": column([r.max_attempts for r in requests]),
+        "kinds": column([r.kind for r in requests]),
     }
 
 
@@ -156,6 +157,7 @@ def new_job(
     return {
         "id": job_id,
         "queue": request.queue,
+        "kind": request.kind,
         "status": "pending",
         "payload": JSONText(payload),
         "priority": request.priority,
