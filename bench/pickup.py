@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import time
 
 import asyncpg
@@ -20,6 +21,7 @@ import served
 from common import Service, fresh_database, summary_ms, write_results
 
 from app import queries
+from jobq import AsyncClient, LeasedJob, Worker
 
 
 async def jobq_pickup(url: str, rounds: int) -> list[float]:
@@ -35,6 +37,31 @@ async def jobq_pickup(url: str, rounds: int) -> list[float]:
             (job,) = (await waiting)["jobs"]
             latencies.append(time.perf_counter() - started)
             await served.post(worker, f"{url}/ack", {"id": job["id"], "lease_token": job["lease_token"]})
+    return latencies
+
+
+async def runner_pickup(url: str, rounds: int) -> list[float]:
+    """The same through the worker runner (`jobq.Worker`, 16 slots, idle in this process): from just before
+    the enqueue to the handler starting, with 20-120 ms idle at random between rounds (a fixed gap would
+    phase-lock onto anything periodic)."""
+    started: dict[int, float] = {}
+    ran: asyncio.Queue[float] = asyncio.Queue()
+
+    async def handler(job: LeasedJob) -> None:
+        ran.put_nowait(time.perf_counter() - started[job.payload])
+
+    latencies = []
+    async with AsyncClient(url) as client, served.Session() as producer:
+        worker = Worker(handler, "runner-pickup", client=client, concurrency=16, wait=20)
+        run = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.3)
+        for i in range(rounds):
+            await asyncio.sleep(random.uniform(0.02, 0.12))
+            started[i] = time.perf_counter()
+            await served.post(producer, f"{url}/jobs", {"queue": "runner-pickup", "payload": i})
+            latencies.append(await asyncio.wait_for(ran.get(), 30))
+        worker.stop()
+        await run
     return latencies
 
 

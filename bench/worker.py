@@ -36,6 +36,21 @@ async def coroutine(job: object) -> None:
     pass
 
 
+def sleeping(seconds: float, asynchronous: bool) -> Callable[[Any], Any]:
+    """A handler that takes `seconds` per job: `asyncio.sleep` or, plain, `time.sleep` (on its thread)."""
+    if asynchronous:
+
+        async def wait(job: object) -> None:
+            await asyncio.sleep(seconds)
+
+        return wait
+
+    def block(job: object) -> None:
+        time.sleep(seconds)
+
+    return block
+
+
 async def drain(url: str, queue: str, handler: Callable[[Any], Any], concurrency: int, total: int) -> float:
     """Jobs per second of one `Worker` draining `total` jobs already in `queue`, from its start to the last
     ack (bench/run.py's `runner` scenario compares it with a plain HTTP batch drain of the same run)."""

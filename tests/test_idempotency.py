@@ -8,20 +8,24 @@ answer (so the jobs are committed), then drops the connection or answers 503 as 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from dataclasses import replace
 
 import httpx
+import orjson
 import pytest
 from helpers import assert_problem, count, open_database
 from typer.testing import CliRunner
 from waiting import until
 
 from app import jobs
-from jobq import AsyncClient, Retry, Unavailable
+from app.jobs.idempotency import keyed
+from jobq import AsyncClient, RetryPolicy, Unavailable
 from jobq.cli import cli
 
 pytestmark = pytest.mark.anyio
 
-FAST = Retry(attempts=10, backoff=0.01, cap=0.05)
+FAST = RetryPolicy(attempts=10, backoff=0.01, cap=0.05)
 
 
 def key(value: str) -> dict[str, str]:
@@ -92,6 +96,30 @@ async def test_a_key_reused_for_another_request_is_a_conflict(client, db):
     # The same job through the other route is another request too.
     assert_problem(await client.post("/jobs/batch", json={"jobs": [job]}, headers=key("k")), 409, "conflict")
     assert await count(db) == 1
+
+
+async def test_kind_is_part_of_the_request(client, db):
+    items = [{"queue": "mail", "payload": 1, "kind": "send_email"}, {"queue": "mail", "payload": 2}]
+    first = await client.post("/jobs/batch", json={"jobs": items}, headers=key("b"))
+    again = await client.post("/jobs/batch", json={"jobs": items}, headers=key("b"))
+    assert first.status_code == again.status_code == 201, first.text
+    assert first.content == again.content
+    assert [j["kind"] for j in again.json()["jobs"]] == ["send_email", None]
+    for changed in ({**items[0], "kind": "other"}, {**items[0], "kind": None}):
+        response = await client.post("/jobs/batch", json={"jobs": [changed, items[1]]}, headers=key("b"))
+        assert_problem(response, 409, "conflict")
+    assert await count(db) == 2
+
+
+def test_a_request_without_kind_hashes_as_before_kind_existed():
+    """So the retry of a keyed request finds its first try's key whichever build answered either: an
+    older replica during a rolling upgrade, or this one."""
+    once = jobs.Once("", "k", "/jobs")
+    request = jobs.NewJob("mail", {"to": "ada"}, priority=2, max_attempts=3, dedup_key="d")
+    payload = '{"to":"ada"}'
+    before = hashlib.sha256(orjson.dumps(["/jobs", [["mail", payload, 2, None, None, 3, "d"]]])).digest()
+    assert keyed([request], [payload], once).digest == before
+    assert keyed([replace(request, kind="send_email")], [payload], once).digest != before
 
 
 async def test_malformed_keys_are_refused(client, db):
@@ -339,7 +367,7 @@ async def test_a_503_saying_nothing_was_done_is_retried_even_for_a_nack(start_se
     async def hook(request: httpx.Request) -> None:
         sent.append(request.url.path)
 
-    patient = Retry(attempts=50, backoff=0.05, cap=0.1)
+    patient = RetryPolicy(attempts=50, backoff=0.05, cap=0.1)
     waiting = (
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jobq' AND wait_event_type = 'Lock'"
     )

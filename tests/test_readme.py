@@ -155,7 +155,22 @@ async def test_readme_python_worker(service, db, tmp_path):
     assert (
         error.startswith("ValueError: will not send to eve@elsewhere.org\nTraceback") and "tasks.py" in error
     )
-    assert "sending to ada@example.com" in output and "worker stopped: emails: 1 done, 1 failed" in output
+    assert "sending to ada@example.com" in output and "emails: 1 done, 1 failed, 0/16 in flight\n" in output
+
+
+async def test_readme_python_tasks(service, db, tmp_path):
+    (tmp_path / "shop.py").write_text(block("python-tasks"))
+    worker = start_block("python-tasks-run", service.url, cwd=tmp_path)
+    try:
+        await until(lambda: db.fetchval("SELECT count(*) = 2 FROM jobq.jobs WHERE status = 'completed'"))
+    finally:
+        output = stop_block(worker)
+    rows = await db.fetch("SELECT queue, kind, payload, max_attempts FROM jobq.jobs ORDER BY id")
+    assert [(r["queue"], r["kind"], json.loads(r["payload"]), r["max_attempts"]) for r in rows] == [
+        ("emails", "send_email", {"to": "ada@example.com", "subject": "Welcome"}, 3),
+        ("reports", "build_report", {"month": "2026-11"}, None),  # the queue's
+    ]
+    assert "sending 'Welcome' to ada@example.com" in output and "report for 2026-11" in output
 
 
 @pytest.mark.skipif(not shutil.which("jq"), reason="needs jq")

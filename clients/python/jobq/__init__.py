@@ -1,4 +1,5 @@
-"""jobq's Python client: `Client` and `AsyncClient` for the HTTP API, and the worker runner `Worker`.
+"""jobq's Python client: `Client` and `AsyncClient` for the HTTP API, tasks (`Tasks`), and the worker runner
+`Worker`.
 
     from jobq import Client, LeaseLost
 
@@ -6,10 +7,12 @@
         jobq.enqueue("emails", {"to": "ada@example.com"})
 
 Every public name is importable from here; the modules behind them are `jobq.client` (the calls and the
-retry policy), `jobq.types` (results and errors), `jobq.worker` and `jobq.cli` (the `jobq` command).
+retry policy), `jobq.types` (results and errors), `jobq.tasks` (tasks, `Retry` and `Fail`), `jobq.worker`
+(the runner; `jobq.pools` and `jobq.serving` hold its parts) and `jobq.cli` (the `jobq` command).
 """
 
-from jobq.client import AsyncClient, Call, Calls, Client, Retry
+from jobq.client import AsyncClient, Call, Calls, Client, Failure, RetryPolicy
+from jobq.tasks import Fail, Retry, Task, Tasks, UnknownTask, current_job
 from jobq.types import (
     AckResult,
     Conflict,
@@ -48,6 +51,8 @@ __all__ = [
     "Conflict",
     "DeadPage",
     "ExtendResult",
+    "Fail",
+    "Failure",
     "Forbidden",
     "ItemResult",
     "Job",
@@ -64,10 +69,15 @@ __all__ = [
     "QueueSettings",
     "Retry",
     "RetryDeadResult",
+    "RetryPolicy",
     "Stats",
+    "Task",
+    "Tasks",
     "Unauthorized",
     "Unavailable",
+    "UnknownTask",
     "Unreachable",
     "ValidationError",
     "Worker",
+    "current_job",
 ]

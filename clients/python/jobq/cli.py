@@ -22,9 +22,11 @@ from typing import Annotated, Any
 
 import typer
 
-from jobq.client import AsyncClient, Client, Retry
+from jobq.client import AsyncClient, Client, RetryPolicy
+from jobq.serving import StatusLine, load_target, serve
+from jobq.tasks import Tasks
 from jobq.types import Job, JobqError, QueueDetail, QueueRow, Unavailable
-from jobq.worker import StatusLine, Worker, load_handler, serve
+from jobq.worker import Worker
 
 cli = typer.Typer(
     help="jobq: an HTTP job queue on PostgreSQL.",
@@ -51,7 +53,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print the answer as JSON, 
 QueueName = Annotated[str, typer.Argument(help="The queue.", show_default=False)]
 DEFAULT_URL = "http://127.0.0.1:8000"
 # A command gives up on an unreachable service after about 2 s (the worker keeps trying).
-CLI_RETRY = Retry(attempts=4)
+CLI_RETRY = RetryPolicy(attempts=4)
 
 
 # --- talking to the service and printing answers ---------------------------------------------------
@@ -152,6 +154,10 @@ def enqueue(
     max_attempts: Annotated[
         int | None, typer.Option(help="Tries before it goes dead [default: the queue's].", show_default=False)
     ] = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(help="What the job is (send_email), for workers to route it by.", show_default=False),
+    ] = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,
@@ -160,7 +166,13 @@ def enqueue(
     payload = _payload(payload_json)
     with service(url, token) as jobq:
         job = jobq.enqueue(
-            queue, payload, delay=delay, priority=priority, dedup_key=dedup_key, max_attempts=max_attempts
+            queue,
+            payload,
+            delay=delay,
+            priority=priority,
+            dedup_key=dedup_key,
+            max_attempts=max_attempts,
+            kind=kind,
         )
     if as_json:
         print_json(job)
@@ -356,14 +368,24 @@ def queues_configure(
 
 
 def worker(
-    handler: Annotated[
+    target: Annotated[
         str,
         typer.Argument(
-            metavar="MODULE:FUNCTION",
-            help="The handler: a function taking the leased job (plain, run in a thread, or async).",
+            metavar="MODULE[:NAME]",
+            help="What to run: module:function, a handler taking the leased job (plain, run in a thread, "
+            "or async); module:registry, a jobq.Tasks registry; or a module, its one registry, else its "
+            "functions as tasks named after them (each job runs the task its kind names).",
         ),
     ],
-    queue: Annotated[str, typer.Option("--queue", "-q", help="Queue to work on.", show_default=False)],
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            help="Queue to work on; repeat it for several [default for tasks: their queues].",
+            show_default=False,
+        ),
+    ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", help="Jobs run at once.", min=1)] = 1,
     grace: Annotated[float, typer.Option(help="Seconds running jobs get to finish on SIGTERM.")] = 30.0,
     visibility_timeout: Annotated[
@@ -380,15 +402,19 @@ def worker(
     url: Url = DEFAULT_URL,
     token: Token = None,
 ) -> None:
-    """Run a handler on the jobs of a queue: ack when it returns, nack with the error when it raises.
+    """Run a handler, or tasks, on the jobs of queues: ack when it returns, nack with the error when it
+    raises (jobq.Retry and jobq.Fail choose when it runs again, or make it dead now).
 
     SIGTERM or Ctrl-C stops leasing and lets running jobs finish for --grace seconds; jobs still
     running then are released to run again elsewhere. A second signal releases them at once."""
     try:
-        function = load_handler(handler)
-    except (ImportError, AttributeError, ValueError) as exc:
-        typer.echo(f"jobq: cannot load the handler {handler}: {exc}", err=True)
+        handler = load_target(target, queue[0] if queue else "default")
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        typer.echo(f"jobq: cannot load {target}: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
+    if not queue and not isinstance(handler, Tasks):
+        typer.echo("jobq: name the queue to work on (--queue)", err=True)
+        raise typer.Exit(EXIT_USAGE)
 
     status_line = StatusLine(sys.stderr) if sys.stderr.isatty() else None
     output = status_line or logging.StreamHandler(sys.stderr)
@@ -399,8 +425,8 @@ def worker(
     async def main() -> None:
         async with AsyncClient(url, token=token) as client:
             runner = Worker(
-                function,
-                queue,
+                handler,
+                queue or None,
                 client=client,
                 concurrency=concurrency,
                 wait=wait,

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar
+from typing import Any, ClassVar, Concatenate, Generic, NamedTuple, ParamSpec, TypeAlias, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -48,7 +48,7 @@ from jobq.types import (
     load,
 )
 
-__all__ = ["AsyncClient", "Call", "Calls", "Client", "Retry"]
+__all__ = ["AsyncClient", "Call", "Calls", "Client", "Failure", "RetryPolicy"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -137,6 +137,37 @@ def _lease_of(job: LeasedJob | int, lease_token: str | None) -> dict[str, Any]:
     return {"id": job, "lease_token": lease_token}
 
 
+class Failure(NamedTuple):
+    """One item of `nack_many`: a job that failed, its error, and its own `retry_after` and `dead` where
+    they differ from the call's (None: the call's). A plain tuple of its first two, three or four
+    fields is the same item: `(job, error)`, `(job, error, 60)`, `(job, error, None, True)`."""
+
+    job: LeasedJob
+    error: str | None = None
+    retry_after: float | None = None  # seconds; None: the call's retry_after
+    dead: bool | None = None  # None: the call's dead
+
+
+FailureLike: TypeAlias = (
+    Failure
+    | tuple[LeasedJob, str | None]
+    | tuple[LeasedJob, str | None, float | None]
+    | tuple[LeasedJob, str | None, float | None, bool | None]
+)
+
+
+def _nack_item(failure: FailureLike, retry_after: float | None, dead: bool) -> dict[str, Any]:
+    """A nack_many item: the failure's own retry_after and dead where given, else the call's."""
+    job, error, own_retry_after, own_dead = Failure(*failure)
+    if own_retry_after is not None:
+        retry_after = own_retry_after
+    return (
+        _lease_of(job, None)
+        | _compact({"error": error, "retry_after": retry_after})
+        | {"dead": dead if own_dead is None else own_dead}
+    )
+
+
 def _segment(name: str) -> str:
     return quote(name, safe="")
 
@@ -161,14 +192,16 @@ class Calls:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
+        kind: str | None = None,
         idempotency_key: str | None = None,
     ) -> Call[Job]:
         """Enqueue a job (`POST /jobs`). With a `dedup_key` an active job of the queue already holds, the
         answer is that job, with `duplicate` True. Lower `priority` runs first; `delay` is in seconds.
-        The call is sent with an `Idempotency-Key` (`idempotency_key`, else a fresh random one), so
-        its retries enqueue it at most once."""
+        `kind` names what the job is (`send_email`: 1-128 of A-Z a-z 0-9 _ . : -), for workers to
+        route it by. The call is sent with an `Idempotency-Key` (`idempotency_key`, else a fresh
+        random one), so its retries enqueue it at most once."""
         options = dict(priority=priority, delay=delay, run_at=run_at, max_attempts=max_attempts)
-        body = _new_job({"queue": queue, "payload": payload, **options, "dedup_key": dedup_key})
+        body = _new_job({"queue": queue, "payload": payload, **options, "dedup_key": dedup_key, "kind": kind})
         return Call("POST", "/jobs", _job, json=body, headers=_once(idempotency_key))
 
     @staticmethod
@@ -176,8 +209,8 @@ class Calls:
         jobs: Iterable[Mapping[str, Any]], *, idempotency_key: str | None = None
     ) -> Call[list[Job]]:
         """Enqueue 1..1000 jobs at once, all or nothing (`POST /jobs/batch`); each is a mapping with the
-        fields of `enqueue` (`{"queue": ..., "payload": ..., "priority": ...}`). Answers in order. Sent
-        with an `Idempotency-Key`, as `enqueue` is."""
+        fields of `enqueue` (`{"queue": ..., "payload": ..., "priority": ..., "kind": ...}`), each job
+        its own. Answers in order. Sent with an `Idempotency-Key`, as `enqueue` is."""
         body = [_new_job(j) for j in jobs]
         return Call("POST", "/jobs/batch", _jobs, json={"jobs": body}, headers=_once(idempotency_key))
 
@@ -250,15 +283,16 @@ class Calls:
 
     @staticmethod
     def nack_many(
-        failures: Iterable[tuple[LeasedJob, str | None]],
+        failures: Iterable[FailureLike],
         *,
         retry_after: float | None = None,
         dead: bool = False,
     ) -> Call[list[NackItemResult]]:
-        """Fail up to 1000 leased jobs at once (`POST /nack/batch`), each `(job, error)` as in `nack`, all
-        with the same `retry_after` and `dead`; one result per job, in order."""
-        options = _compact({"retry_after": retry_after}) | {"dead": dead}
-        items = [_lease_of(job, None) | _compact({"error": error}) | options for job, error in failures]
+        """Fail up to 1000 leased jobs at once (`POST /nack/batch`), each as in `nack`: a `Failure(job,
+        error, retry_after, dead)` or a tuple of its first fields, `(job, error)` say. An item's own
+        `retry_after` and `dead` win; where it leaves them out (or None), the call's `retry_after` and
+        `dead` apply. One result per job, in order."""
+        items = [_nack_item(failure, retry_after, dead) for failure in failures]
         # Like nack: a repeat would answer lease_lost for every item, so it is not sent twice.
         return Call("POST", "/nack/batch", _nack_item_results, json={"items": items}, idempotent=False)
 
@@ -339,7 +373,7 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 @dataclass(frozen=True, slots=True)
-class Retry:
+class RetryPolicy:
     """How calls are retried, never after an answer other than 503 (or a proxy's 502 or 504):
 
     - Idempotent calls (reads, lease, ack, extend, release, queue settings, and enqueues, which carry an
@@ -356,7 +390,7 @@ class Retry:
     cap: float = 5.0  # longest sleep between tries
 
     def delay(self, retry: int) -> float:
-        return min(self.cap, self.backoff * 2**retry) * random.uniform(0.5, 1.0)
+        return min(self.cap, self.backoff * 2.0**retry) * random.uniform(0.5, 1.0)
 
 
 def _nothing_done(response: httpx.Response) -> bool:
@@ -378,7 +412,7 @@ Step = Call[Any] | float  # send this call, or sleep this many seconds
 Outcome = httpx.Response | httpx.TransportError | None
 
 
-def _exchange(call: Call[T], retry: Retry) -> Generator[Step, Outcome, T]:
+def _exchange(call: Call[T], retry: RetryPolicy) -> Generator[Step, Outcome, T]:
     """The retry policy, free of I/O: yields the call to send or a pause to take, receives the answer (or
     the transport error), and returns the result or raises. Both clients drive it."""
     attempts = max(1, retry.attempts)
@@ -449,7 +483,7 @@ class _Transport:
         *,
         token: str | None = None,
         timeout: float = 10.0,
-        retry: Retry | None = None,
+        retry: RetryPolicy | None = None,
         **httpx_options: Any,
     ) -> None:
         token = token if token is not None else os.environ.get("JOBQ_TOKEN") or None
@@ -457,7 +491,7 @@ class _Transport:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.url = (url or os.environ.get("JOBQ_URL") or DEFAULT_URL).rstrip("/")
-        self.retry = retry or Retry()
+        self.retry = retry or RetryPolicy()
         self.http: Any = self.http_class(base_url=self.url, headers=headers, timeout=timeout, **httpx_options)
 
     def _request(self, call: Call[Any]) -> dict[str, Any]:
@@ -502,7 +536,8 @@ class Client(_Transport):
             try:
                 step = steps.send(outcome)
             except StopIteration as done:
-                return done.value
+                result: T = done.value
+                return result
 
     def close(self) -> None:
         self.http.close()
@@ -555,7 +590,8 @@ class AsyncClient(_Transport):
             try:
                 step = steps.send(outcome)
             except StopIteration as done:
-                return done.value
+                result: T = done.value
+                return result
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -31,7 +31,7 @@ class JobqError(Exception):
         *,
         status: int | None = None,
         code: str | None = None,
-        problem: Mapping | None = None,
+        problem: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.detail = detail
@@ -132,17 +132,28 @@ _TIMES = {"run_at", "created_at", "updated_at", "completed_at", "lease_expires_a
 _STATUSES = {status.value: status for status in JobStatus}
 
 
+# Per result dataclass, per field: its name, whether it is a time, whether it is a status.
+_PLANS: dict[type, tuple[tuple[str, bool, bool], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, bool, bool], ...]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = tuple((f.name, f.name in _TIMES, f.name == "status") for f in fields(cls))
+    return plan
+
+
 def load(cls: type[T], data: Mapping[str, Any]) -> T:
     """A result dataclass from an answer's JSON object: known fields only, RFC 3339 times parsed."""
     values = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            value = data[f.name]
-            if f.name in _TIMES and isinstance(value, str):
+    for name, is_time, is_status in _plan(cls):
+        if name in data:
+            value = data[name]
+            if is_time and isinstance(value, str):
                 value = datetime.fromisoformat(value)
-            elif f.name == "status":  # a status this client does not know yet stays a str
+            elif is_status:  # a status this client does not know yet stays a str
                 value = _STATUSES.get(value, value)
-            values[f.name] = value
+            values[name] = value
     return cls(**values)
 
 
@@ -164,6 +175,8 @@ class Job:
     completed_at: datetime | None
     # Only in enqueue answers: True when dedup_key matched an active job, and this is that job.
     duplicate: bool = False
+    # What the job is (send_email), as enqueued; None when none was given (or the service predates kinds).
+    kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +194,7 @@ class LeasedJob:
     last_error: str | None
     lease_token: str
     lease_expires_at: datetime
+    kind: str | None = None  # as enqueued; None when none was given
 
 
 @dataclass(frozen=True, slots=True)

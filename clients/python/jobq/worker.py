@@ -1,22 +1,25 @@
-"""The worker runner: lease jobs from a queue, run a handler on each, ack or nack them.
+"""The worker runner: lease jobs from queues, run a handler on each, ack or nack them.
 
     def send(job: LeasedJob) -> None:        # or `async def`
         mail(job.payload["to"])               # returning acks the job; raising nacks it
 
     await Worker(send, "emails", concurrency=16).run()   # or: jobq worker emails:send --queue emails
+    await Worker(tasks, concurrency=16).run()            # a registry (jobq.tasks): each job by its kind
 
 - Up to `concurrency` jobs run at once: plain functions on `concurrency` threads the worker keeps, async
   functions on the event loop.
-- One fetcher leases jobs in batches (`POST /lease`) into a local buffer, kept at about `concurrency`
-  jobs beyond those running, so a handler that returns finds its next job at hand. It long-polls only
-  when the buffer is empty (or the queue was found empty).
+- A fetcher per queue leases jobs in batches (`POST /lease`) into one local buffer, kept at about
+  `concurrency` jobs beyond those running, so a handler that returns finds its next job at hand. It
+  long-polls only when the buffer is empty (or its queue was found empty); with several queues, a
+  long-poll asks for no more than its share of the room, so an idle queue cannot crowd out a busy one.
 - A job does not wait in the buffer past a third of its visibility timeout: it is given back (`POST
   /release`, the attempt not counted) rather than started late, and the buffer is halved, since jobs
   that slow gain nothing from one.
 - Acks and nacks go in batches (`/ack/batch`, `/nack/batch`): those of jobs finishing within a few ms of
   each other, or while the previous batch is in flight, go together.
 - A handler that returns acks its job; one that raises nacks it with the exception's type, message and
-  the last frames of its traceback, and the queue's backoff decides when it runs again.
+  the last frames of its traceback, and the queue's backoff decides when it runs again (`jobq.Retry(after=)`
+  chooses when, `jobq.Fail` makes the job dead now).
 - While a handler runs, its lease is extended every half visibility timeout (one task looks after all
   the running jobs), so long work is not handed to another worker; a lease lost anyway (the worker was
   stalled) makes its ack a counted, logged no-op.
@@ -30,59 +33,34 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import importlib
 import inspect
 import logging
 import os
-import queue
-import signal
 import socket
-import sys
-import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from jobq.client import AsyncClient
+from jobq.client import AsyncClient, Failure
+from jobq.pools import MAX_BATCH, Batcher, Threads
+from jobq.tasks import Fail, Retry, Tasks, UnknownTask, _current
 from jobq.types import ItemResult, JobqError, LeasedJob, LeaseLost, NackItemResult, NotFound, Unavailable
 
 log = logging.getLogger("jobq.worker")
 
 Handler = Callable[[LeasedJob], Any]
-T = TypeVar("T")
-R = TypeVar("R", bound=ItemResult)
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0  # the contract's default for a queue nobody configured
 ERROR_FRAMES = 5  # traceback frames kept in a nack's error (the innermost ones)
 ERROR_CHARS = 4000  # longest error text sent with a nack
 RATE_WINDOW = 10.0  # seconds the status line's jobs/s is averaged over
-MAX_BATCH = 1000  # the API's limit on a lease's max_jobs and on the items of a batch
 BUFFER_AGE = 1 / 3  # the part of its visibility timeout a job may wait in the buffer before it is given back
 # Most jobs buffered beyond the running ones (unless concurrency is higher): a lease of a thousand jobs takes
 # longer to answer and read than fast handlers take to run a few hundred, so a bigger buffer only slows them.
 PREFETCH_CAP = 200
-LINGER = 0.002  # seconds an ack or nack waits for others to share its request
-
-
-def load_handler(spec: str) -> Handler:
-    """`package.module:function` (or `module:object.method`), imported with the working directory on the
-    path, as `python -m` would."""
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"{spec!r} is not module:function")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    target: Any = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"{spec} is not callable")
-    return target
 
 
 def describe(exc: BaseException) -> str:
@@ -92,7 +70,7 @@ def describe(exc: BaseException) -> str:
     if type(exc).__module__ not in ("builtins", "__main__"):
         kind = f"{type(exc).__module__}.{kind}"
     text = f"{kind}: {exc}" if str(exc) else kind
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename not in OWN_FILES]
     if frames:
         shown = frames[-ERROR_FRAMES:]
         trimmed = f", {len(frames) - len(shown)} more above" if len(frames) > len(shown) else ""
@@ -107,6 +85,23 @@ def is_async(handler: Handler) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
         getattr(handler, "__call__", None)  # noqa: B004 - an object with an async __call__
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How a job runs: the function called on it, whether it is a coroutine function, and how long its
+    lease lasts while it runs (None: as long as the lease it came with)."""
+
+    run: Handler
+    is_async: bool
+    visibility_timeout: float | None = None
+
+
+def failure_of(job: LeasedJob, exc: BaseException) -> Failure:
+    """The nack of a job whose handler raised `exc`: when it runs again (`Retry`), or dead now (`Fail`)."""
+    if isinstance(exc, Retry):
+        return Failure(job, describe(exc), retry_after=exc.after)
+    return Failure(job, describe(exc), dead=isinstance(exc, Fail))
 
 
 @dataclass
@@ -130,132 +125,44 @@ class Stats:
         then, before = self._samples[0]
         return (finished - before) / (now - then) if now > then else 0.0
 
-    def line(self, queue: str, concurrency: int) -> str:
+    def line(self, queue: str, concurrency: int, *, recent: bool = True) -> str:
+        """How the worker is doing: counts, and (`recent`) the rate of late (`idle` when nothing ran)."""
         text = f"{queue}: {self.done} done, {self.failed} failed, {self.in_flight}/{concurrency} in flight"
         for name in ("lost", "released"):
             if getattr(self, name):
                 text += f", {getattr(self, name)} {name}"
-        return f"{text}, {self.rate():.1f} jobs/s"
+        if not recent:
+            return text
+        rate = self.rate()
+        return f"{text}, {rate:.1f} jobs/s" if rate or self.in_flight else f"{text}, idle"
 
 
-class Batcher(Generic[T, R]):
-    """Items (acks, nacks, releases) sent together: an item waits up to LINGER seconds for others, or for the
-    request in flight, then all go in one request of up to MAX_BATCH. `settle` gets each item's result;
-    `failed` a whole batch the service did not answer."""
-
-    def __init__(
-        self,
-        send: Callable[[list[T]], Awaitable[Sequence[R]]],
-        settle: Callable[[T, R], None],
-        failed: Callable[[list[T], Exception], None],
-    ) -> None:
-        self._send, self._settle, self._failed = send, settle, failed
-        self._waiting: list[T] = []
-        self._full = asyncio.Event()  # a batch is full, or a flush wants everything now
-        self._sender: asyncio.Task[None] | None = None
-
-    def add(self, item: T) -> None:
-        self._waiting.append(item)
-        if len(self._waiting) >= MAX_BATCH:
-            self._full.set()
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._run())
-
-    async def flush(self) -> None:
-        """Send what waits, now, and wait for the answers."""
-        self._full.set()
-        while self._sender is not None and not self._sender.done():
-            await self._sender
-
-    async def _run(self) -> None:
-        while self._waiting:
-            if not self._full.is_set():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(LINGER):
-                        await self._full.wait()
-            if len(self._waiting) <= MAX_BATCH:
-                self._full.clear()
-            batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
-            try:
-                results = await self._send(batch)
-            except Exception as exc:  # noqa: BLE001 - the whole batch gets the error
-                self._failed(batch, exc)
-                continue
-            for item, result in zip(batch, results, strict=True):
-                self._settle(item, result)
-
-
-class Threads:
-    """`size` daemon threads running a plain handler on the jobs handed to them; what comes back (the job
-    and its error, or None) is handed to `finished` on the event loop, a few at a time. Daemon threads:
-    a handler that never returns cannot keep the process from exiting once its job has been released."""
-
-    def __init__(
-        self,
-        handler: Handler,
-        size: int,
-        finished: Callable[[list[tuple[LeasedJob, BaseException | None]]], None],
-    ) -> None:
-        self._handler, self._finished = handler, finished
-        self._loop = asyncio.get_running_loop()
-        self._inbox: queue.SimpleQueue[tuple[LeasedJob, contextvars.Context] | None] = queue.SimpleQueue()
-        self._outbox: deque[tuple[LeasedJob, BaseException | None]] = deque()
-        # Whether a _collect is on its way to the loop: the threads that finish meanwhile add to it,
-        # rather than each waking the loop.
-        self._collecting = False
-        self._threads = [
-            threading.Thread(target=self._work, name=f"jobq-worker-{n}", daemon=True) for n in range(size)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, job: LeasedJob) -> None:
-        self._inbox.put((job, contextvars.copy_context()))
-
-    def close(self) -> None:
-        """Let the threads end once their handlers return (those stuck in one are left behind)."""
-        for _ in self._threads:
-            self._inbox.put(None)
-
-    def _work(self) -> None:
-        while (item := self._inbox.get()) is not None:
-            job, context = item
-            error: BaseException | None = None
-            try:
-                context.run(self._handler, job)
-            except BaseException as exc:  # noqa: BLE001 - everything goes back to the loop
-                error = exc
-            self._outbox.append((job, error))
-            if not self._collecting:
-                self._collecting = True
-                try:
-                    self._loop.call_soon_threadsafe(self._collect)
-                except RuntimeError:  # the loop has closed: the worker is gone
-                    return
-
-    def _collect(self) -> None:
-        self._collecting = False  # before reading: a job added from now on schedules another _collect
-        finished = []
-        while self._outbox:
-            finished.append(self._outbox.popleft())
-        self._finished(finished)
+# This module's and its helpers' frames, left out of the tracebacks sent with nacks.
+OWN_FILES = frozenset({__file__, Batcher.__init__.__code__.co_filename, Tasks.__init__.__code__.co_filename})
 
 
 @dataclass(slots=True)
 class Held:
-    """A running job and when its lease is next extended."""
+    """A running job, how it runs, and when its lease is next extended."""
 
     job: LeasedJob
+    visibility_timeout: float  # seconds each extension of its lease asks for
     due: float  # time.monotonic() when the lease is extended
     extending: bool = False
     lost: bool = False  # an extension found the lease gone: no more tries
 
 
+@dataclass(slots=True)
+class Buffered:
+    job: LeasedJob
+    sent: float  # time.monotonic() when its lease was asked for: it ends no sooner than its timeout after
+
+
 class Worker:
     def __init__(
         self,
-        handler: Handler,
-        queue: str,
+        handler: Handler | Tasks,
+        queue: str | Sequence[str] | None = None,
         *,
         client: AsyncClient | None = None,
         concurrency: int = 1,
@@ -264,13 +171,31 @@ class Worker:
         grace: float = 30.0,
         worker_id: str | None = None,
     ) -> None:
-        """`wait`: seconds each lease long-polls (at most 60). `visibility_timeout`: seconds each lease
-        lasts before it is extended; default the queue's, read once at start. `grace`: seconds running
-        handlers get to finish after `stop()`. `client` defaults to one on $JOBQ_URL and $JOBQ_TOKEN."""
+        """`handler`: a function taking the leased job, or a registry of tasks (`jobq.Tasks`) to run each
+        job by its kind. `queue`: one queue or several (default: the registry's tasks' queues). `wait`:
+        seconds each lease long-polls (at most 60). `visibility_timeout`: seconds each lease lasts before
+        it is extended; default the queue's, read once at start. `grace`: seconds running handlers get
+        to finish after `stop()`. `client` defaults to one on $JOBQ_URL and $JOBQ_TOKEN."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if isinstance(handler, Tasks):
+            if not handler:
+                raise ValueError("the task registry has no tasks")
+            self._routes = {t.name: Route(t.run, t.is_async, t.visibility_timeout) for t in handler}
+            self._route_all: Route | None = None
+            any_async = any(route.is_async for route in self._routes.values())
+            any_plain = not all(route.is_async for route in self._routes.values())
+            queue = handler.queues if queue is None else queue
+        else:
+            self._routes = {}
+            self._route_all = Route(handler, is_async(handler))
+            any_async, any_plain = self._route_all.is_async, not self._route_all.is_async
+        if queue is None:
+            raise ValueError("name the queue to work on")
+        self.queues = [queue] if isinstance(queue, str) else list(dict.fromkeys(queue))
+        if not self.queues:
+            raise ValueError("name at least one queue to work on")
         self.handler = handler
-        self.queue = queue
         self.client = client or AsyncClient()
         self._own_client = client is None
         self.concurrency = concurrency
@@ -279,31 +204,39 @@ class Worker:
         self.grace = grace
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = Stats()
-        self._async = is_async(handler)
+        self._any_async, self._any_plain = any_async, any_plain
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # a second stop: release running jobs without waiting
-        self._room = asyncio.Event()  # a job finished or left the buffer: the fetcher may lease more
+        self._room = asyncio.Event()  # a job finished or left the buffer: the fetchers may lease more
         self._none_running = asyncio.Event()
-        # Jobs leased but not started, oldest first, with the time their lease request was sent.
-        self._buffer: deque[tuple[LeasedJob, float]] = deque()
-        # Jobs buffered beyond those running: doubled when a handler finds the buffer empty while the queue
+        self._buffer: deque[Buffered] = deque()  # jobs leased but not started, oldest first
+        # Jobs buffered beyond those running: doubled when a handler finds the buffer empty while a queue
         # is not (handlers outpace leasing), halved when a job waits too long in the buffer.
         self._prefetch = min(concurrency, MAX_BATCH)
-        self._drained = True  # the last lease found fewer jobs than it asked for
+        self._drained = dict.fromkeys(self.queues, True)  # the queue's last lease found fewer jobs than asked
+        self._asking = 0  # jobs the leases in flight may bring
         self._starved = False  # a handler found the buffer empty since the last lease
         self._running: dict[int, Held] = {}
-        self._idle: deque[asyncio.Future[None]] = deque()  # async slots waiting for a job
+        self._idle: deque[asyncio.Future[tuple[LeasedJob, Route] | None]] = deque()  # async slots waiting
         self._slots: list[asyncio.Task[None]] = []
         self._threads: Threads | None = None
         self._extensions: set[asyncio.Task[None]] = set()
-        self._visibility = DEFAULT_VISIBILITY_TIMEOUT  # the leases' timeout, set by run()
+        # Each queue's leases' timeout, set by run(); jobs leave the buffer after BUFFER_AGE of the shortest.
+        self._visibility = dict.fromkeys(self.queues, DEFAULT_VISIBILITY_TIMEOUT)
+        self._shortest = DEFAULT_VISIBILITY_TIMEOUT
+        self._started = time.monotonic()
         self._acks: Batcher[LeasedJob, ItemResult] = Batcher(self.client.ack_many, self._acked, self._unsent)
-        self._nacks: Batcher[tuple[LeasedJob, str], NackItemResult] = Batcher(
+        self._nacks: Batcher[Failure, NackItemResult] = Batcher(
             self.client.nack_many, self._nacked, self._unsent
         )
         self._releases: Batcher[LeasedJob, ItemResult] = Batcher(
             self.client.release, self._given_back, self._unsent
         )
+
+    @property
+    def queue(self) -> str:
+        """The queues worked on, as one name for messages (`emails,reports`)."""
+        return ",".join(self.queues)
 
     def stop(self) -> None:
         """Stop leasing and let running handlers finish within `grace`; called again, release them now.
@@ -319,23 +252,34 @@ class Worker:
     async def run(self) -> Stats:
         """Work until `stop()`; the counts of what was done. A refusal by the service other than
         `unavailable` (a bad token, an invalid queue name) ends the run with that error."""
-        self._visibility = self.visibility_timeout or await self._queue_visibility_timeout()
+        for queue in self.queues:
+            self._visibility[queue] = self.visibility_timeout or await self._queue_visibility_timeout(queue)
+        self._shortest = min(self._visibility.values())
         log.info(
-            "worker %s on %s: up to %d jobs at once, leases of %gs, grace %gs",
+            "worker %s on %s: up to %d jobs at once, leases of %s, grace %gs",
             self.worker_id,
             self.queue,
             self.concurrency,
-            self._visibility,
+            ", ".join(sorted({f"{v:g}s" for v in self._visibility.values()})),
             self.grace,
         )
-        if self._async:
+        self._started = time.monotonic()
+        if self._any_plain:
+            self._threads = Threads(self.concurrency, self._finished_in_threads)
+        if self._any_async:
             self._slots = [asyncio.create_task(self._slot()) for _ in range(self.concurrency)]
-        else:
-            self._threads = Threads(self.handler, self.concurrency, self._finished_in_threads)
         keeper = asyncio.create_task(self._keep_leased())
+        fetchers = [
+            asyncio.create_task(self._fetch(queue, second))
+            for queue in self.queues
+            for second in (False, True)
+        ]
         try:
-            await self._fetch()
+            await asyncio.gather(*fetchers)
         finally:
+            for fetcher in fetchers:
+                fetcher.cancel()  # when one failed: the others stop too
+            await asyncio.gather(*fetchers, return_exceptions=True)
             await self._drain()
             keeper.cancel()
             for extension in self._extensions:
@@ -343,18 +287,24 @@ class Worker:
             await asyncio.gather(keeper, *self._extensions, return_exceptions=True)
             if self._own_client:
                 await self.client.aclose()
-        log.info("worker stopped: %s", self.stats.line(self.queue, self.concurrency))
+        finished, elapsed = self.stats.done + self.stats.failed, time.monotonic() - self._started
+        log.info(
+            "worker stopped after %.1fs (%.1f jobs/s on average): %s",
+            elapsed,
+            finished / elapsed if elapsed else 0.0,
+            self.stats.line(self.queue, self.concurrency, recent=False),
+        )
         return self.stats
 
-    async def _queue_visibility_timeout(self) -> float:
+    async def _queue_visibility_timeout(self, queue: str) -> float:
         try:
-            return (await self.client.queue(self.queue)).settings.visibility_timeout
+            return (await self.client.queue(queue)).settings.visibility_timeout
         except NotFound:  # a queue nobody configured yet has the defaults
             return DEFAULT_VISIBILITY_TIMEOUT
         except JobqError as exc:
             log.warning(
                 "cannot read the settings of %s (%s); leasing for %gs: pass --visibility-timeout to choose",
-                self.queue,
+                queue,
                 exc.detail,
                 DEFAULT_VISIBILITY_TIMEOUT,
             )
@@ -374,79 +324,111 @@ class Worker:
 
     # --- leasing into the buffer -------------------------------------------------------------------------
 
-    async def _fetch(self) -> None:
-        """Keep the buffer filled: lease when at least half the room it may hold is free (any room at all
-        when it is empty), long-polling when it is empty or the queue was found empty. The buffer holds
-        `concurrency` jobs to begin with, more when handlers find it empty."""
+    async def _fetch(self, queue: str, second: bool) -> None:
+        """Keep the buffer filled from `queue`: lease when at least half the room it may hold is free (any
+        room at all when it is empty), long-polling when it is empty or the queue was found empty. The
+        buffer holds `concurrency` jobs to begin with, more when handlers find it empty. Room asked for by
+        the leases in flight counts as taken.
+
+        Each queue has two fetchers, so that while one lease is on its way, the other can ask for the room
+        that handlers free meanwhile (fast handlers otherwise wait for each lease's round trip); the
+        `second` never long-polls: while its queue is found empty, it waits for the first to find jobs."""
         pause = 0.0
         while not self.stopping:
             if self._starved:
                 self._starved = False
                 self._prefetch = min(max(PREFETCH_CAP, self.concurrency), max(1, 2 * self._prefetch))
-            held = len(self._buffer) + len(self._running)
-            room = min(MAX_BATCH, self.concurrency + self._prefetch - held)
-            if room < 1 or (self._buffer and room < (self.concurrency + self._prefetch) // 2):
+            capacity = self.concurrency + self._prefetch
+            held = len(self._buffer) + len(self._running) + self._asking
+            room = min(MAX_BATCH, capacity - held)
+            long_poll = self._drained[queue] or not self._buffer
+            if room < 1 or (self._buffer and room < capacity // 2) or (second and long_poll):
                 self._room.clear()
                 await self._until_stopped(self._room.wait())
                 continue
+            if long_poll and len(self.queues) > 1:
+                room = min(room, max(1, capacity // len(self.queues)))
             # A lease cancelled by stop() while its answer was on the way leaves its jobs claimed until
             # their visibility timeout; the service hands back what it claimed for a client that left.
             sent = time.monotonic()
-            finished, task = await self._until_stopped(
-                self.client.lease(
-                    self.queue,
-                    max_jobs=room,
-                    visibility_timeout=self._visibility,
-                    wait=self.wait if self._drained or not self._buffer else 0,
-                    worker_id=self.worker_id,
+            self._asking += room
+            try:
+                finished, task = await self._until_stopped(
+                    self.client.lease(
+                        queue,
+                        max_jobs=room,
+                        visibility_timeout=self._visibility[queue],
+                        wait=self.wait if long_poll else 0,
+                        worker_id=self.worker_id,
+                    )
                 )
-            )
+            finally:
+                self._asking -= room
             if not finished:
                 break
             try:
                 jobs: list[LeasedJob] = task.result()
             except Unavailable as exc:
                 pause = min(max(2 * pause, 1.0), 30.0)
-                log.warning("cannot lease from %s: %s; trying again in %.0fs", self.queue, exc.detail, pause)
+                log.warning("cannot lease from %s: %s; trying again in %.0fs", queue, exc.detail, pause)
                 await self._until_stopped(asyncio.sleep(pause))
                 continue
             pause = 0.0
-            self._drained = len(jobs) < room
-            self._buffer.extend((job, sent) for job in jobs)
+            self._drained[queue] = len(jobs) < room
+            self._buffer.extend(Buffered(job, sent) for job in jobs)
+            self._room.set()  # the other fetchers see their room again
             self._hand_out()
 
-    def _take(self) -> LeasedJob | None:
-        """The next buffered job to start, now counted as running; None when there is none (or the worker
-        is stopping). Jobs that waited too long are given back on the way."""
-        if self.stopping:
-            return None
-        self._give_back_stale()
-        if not self._buffer:
-            self._starved = not self._drained
-            return None
-        job, sent = self._buffer.popleft()
-        self._running[job.id] = Held(job, sent + self._visibility / 2)
-        self.stats.in_flight = len(self._running)
-        return job
+    def _route(self, job: LeasedJob) -> Route:
+        if self._route_all is not None:
+            return self._route_all
+        route = self._routes.get(job.kind or "")
+        if route is None:
+            known = ", ".join(sorted(self._routes))
+            if job.kind is None:
+                raise UnknownTask(f"the job has no kind to name its task (this worker knows: {known})")
+            raise UnknownTask(f"no task is named {job.kind!r} in this worker (it knows: {known})")
+        return route
 
     def _hand_out(self) -> None:
-        """Start buffered jobs on the free threads, or wake idle async slots to take them."""
-        if self._threads is not None:
-            while len(self._running) < self.concurrency and (job := self._take()) is not None:
-                self._threads.submit(job)
+        """Start buffered jobs while fewer than `concurrency` run: plain ones on the threads, async ones on
+        idle slots (there is always one: a slot is busy only while its job runs). Jobs that waited too long
+        are given back on the way."""
+        if self.stopping:
             return
-        for _ in range(min(len(self._idle), len(self._buffer))):
-            waiter = self._idle.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+        self._give_back_stale()
+        while len(self._running) < self.concurrency:
+            if not self._buffer:
+                self._starved = not all(self._drained.values())
+                return
+            buffered = self._buffer.popleft()
+            job = buffered.job
+            try:
+                route = self._route(job)
+            except UnknownTask as exc:
+                self._running[job.id] = Held(job, 0, float("inf"))
+                self._finished(job, exc)
+                continue
+            leased_for = self._visibility[job.queue] if job.queue in self._visibility else self._shortest
+            if route.visibility_timeout is None or route.visibility_timeout == leased_for:
+                held = Held(job, leased_for, buffered.sent + leased_for / 2)
+            else:  # the task's own timeout: set at the keeper's next round
+                held = Held(job, route.visibility_timeout, time.monotonic())
+            self._running[job.id] = held
+            self.stats.in_flight = len(self._running)
+            if route.is_async:
+                self._idle.popleft().set_result((job, route))
+            else:
+                assert self._threads is not None
+                self._threads.submit(job, route.run)
 
     def _give_back_stale(self) -> None:
         """Give back the buffered jobs leased more than BUFFER_AGE of their visibility timeout ago, and
         prefetch half as many from now on."""
-        oldest = time.monotonic() - self._visibility * BUFFER_AGE
+        oldest = time.monotonic() - self._shortest * BUFFER_AGE
         stale = 0
-        while self._buffer and self._buffer[0][1] < oldest:
-            self._releases.add(self._buffer.popleft()[0])
+        while self._buffer and self._buffer[0].sent < oldest:
+            self._releases.add(self._buffer.popleft().job)
             stale += 1
         if stale:
             self._prefetch //= 2
@@ -461,18 +443,19 @@ class Worker:
     # --- running handlers ------------------------------------------------------------------------------
 
     async def _slot(self) -> None:
-        """One of `concurrency` tasks running async handlers, one job at a time, straight from the buffer."""
+        """One of `concurrency` tasks running async handlers, one job at a time, as `_hand_out` gives them."""
+        loop = asyncio.get_running_loop()
         while True:
-            job = self._take()
-            if job is None:
-                if self.stopping:
-                    return
-                waiter = asyncio.get_running_loop().create_future()
-                self._idle.append(waiter)
-                await waiter
-                continue
+            waiter: asyncio.Future[tuple[LeasedJob, Route] | None] = loop.create_future()
+            self._idle.append(waiter)
+            self._hand_out()  # at once when the buffer has a job (an awaited done future does not yield)
+            given = await waiter
+            if given is None:
+                return
+            job, route = given
+            _current.set(job)
             try:
-                await self.handler(job)
+                await route.run(job)
             except asyncio.CancelledError as exc:
                 if asyncio.current_task().cancelling():  # type: ignore[union-attr]
                     raise  # the grace period is over: _drain releases the job
@@ -498,7 +481,7 @@ class Worker:
         if error is None:
             self._acks.add(job)
         else:
-            self._nacks.add((job, describe(error)))
+            self._nacks.add(failure_of(job, error))
 
     # --- answers ----------------------------------------------------------------------------------------
 
@@ -511,8 +494,8 @@ class Worker:
         else:
             log.error("job %d: could not ack it: %s", job.id, result.code)
 
-    def _nacked(self, failure: tuple[LeasedJob, str], result: NackItemResult) -> None:
-        job, error = failure
+    def _nacked(self, failure: Failure, result: NackItemResult) -> None:
+        job, error = failure.job, failure.error or ""
         if result.ok:
             self.stats.failed += 1
             log.warning(
@@ -552,7 +535,7 @@ class Worker:
         """Extend the lease of each running job every half visibility timeout, and give back the buffered
         jobs that waited too long. Deadlines are counted from before the request that set them, so a lease
         never ends later than we think."""
-        tick = min(1.0, self._visibility / 10)
+        tick = min(1.0, self._shortest / 10)
         while True:
             await asyncio.sleep(tick)
             self._give_back_stale()
@@ -567,7 +550,7 @@ class Worker:
     async def _extend(self, held: Held) -> None:
         sent = time.monotonic()
         try:
-            await self.client.extend(held.job, self._visibility)
+            await self.client.extend(held.job, held.visibility_timeout)
         except LeaseLost:
             held.lost = True
             log.warning(
@@ -575,10 +558,10 @@ class Worker:
             )
         except JobqError as exc:
             log.warning("job %d: could not extend the lease: %s", held.job.id, exc.detail)
-            held.due = time.monotonic() + min(1.0, self._visibility / 10)
+            held.due = time.monotonic() + min(1.0, held.visibility_timeout / 10)
         else:
-            log.debug("job %d: lease extended by %gs", held.job.id, self._visibility)
-            held.due = sent + self._visibility / 2
+            log.debug("job %d: lease extended by %gs", held.job.id, held.visibility_timeout)
+            held.due = sent + held.visibility_timeout / 2
         finally:
             held.extending = False
 
@@ -594,8 +577,8 @@ class Worker:
                 waiter.set_result(None)
         if self._buffer:
             log.info("stopping: giving back %d jobs leased but not started", len(self._buffer))
-            for job, _ in self._buffer:
-                self._releases.add(job)
+            for buffered in self._buffer:
+                self._releases.add(buffered.job)
             self._buffer.clear()
         if self._running:
             log.info("stopping: %d jobs running, waiting up to %gs for them", len(self._running), self.grace)
@@ -624,9 +607,7 @@ class Worker:
         for start in range(0, len(jobs), MAX_BATCH):
             batch = jobs[start : start + MAX_BATCH]
             try:
-                results = await self.client.nack_many(
-                    [(job, f"released: {why}") for job in batch], retry_after=0
-                )
+                results = await self.client.nack_many([Failure(job, f"released: {why}", 0) for job in batch])
             except JobqError as exc:
                 log.error(
                     "could not release %d jobs (%s); they come back when their leases expire", len(batch), exc
@@ -638,76 +619,3 @@ class Worker:
                     log.warning("job %d released: %s", job.id, why)
                 else:
                     self.stats.lost += 1
-
-
-# --- running it from the command line ----------------------------------------------------------------
-
-
-class StatusLine(logging.Handler):
-    """Log records for a terminal, with one status line kept below them and redrawn in place."""
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__()
-        self.stream = stream
-        self.text = ""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.stream.write(f"\r\x1b[K{self.format(record)}\n{self.text}")
-            self.stream.flush()
-        except Exception:  # noqa: BLE001 - logging must not raise
-            self.handleError(record)
-
-    def show(self, text: str) -> None:
-        with self.lock or contextlib.nullcontext():
-            self.text = text
-            self.stream.write(f"\r\x1b[K{text}")
-            self.stream.flush()
-
-    def end(self) -> None:
-        """Leave the last status on the screen and the cursor below it."""
-        with self.lock or contextlib.nullcontext():
-            if self.text:
-                self.stream.write("\n")
-                self.stream.flush()
-            self.text = ""
-
-
-async def serve(worker: Worker, *, status_every: float, status_line: StatusLine | None = None) -> Stats:
-    """Run `worker` until SIGTERM or SIGINT (a second one releases running jobs at once), showing how it
-    is doing: on `status_line` (a terminal) twice a second, else in the log every `status_every` seconds."""
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: int) -> None:
-        name = signal.Signals(signum).name
-        if worker.stopping:
-            log.warning("%s again: releasing running jobs now", name)
-        else:
-            log.info(
-                "%s: no more leases; running jobs get %gs to finish (send it again to release them now)",
-                name,
-                worker.grace,
-            )
-        worker.stop()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
-
-    async def report() -> None:
-        while True:
-            await asyncio.sleep(0.5 if status_line else status_every)
-            line = worker.stats.line(worker.queue, worker.concurrency)
-            if status_line:
-                status_line.show(line)
-            else:
-                log.info("status: %s", line)
-
-    reporter = asyncio.create_task(report())
-    try:
-        return await worker.run()
-    finally:
-        reporter.cancel()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
-        if status_line:
-            status_line.end()

@@ -61,6 +61,18 @@ async def test_enqueue(service, db):
     assert rows[0]["max_attempts"] == 2
 
 
+async def test_enqueue_with_kind(service, db):
+    done = jobq("enqueue", "emails", "1", "--kind", "send_email", "--json", url=service.url)
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["kind"] == "send_email"
+    done = jobq("enqueue", "emails", "2", "--json", url=service.url)
+    assert json.loads(done.stdout)["kind"] is None
+    refused = jobq("enqueue", "emails", "3", "--kind", "no spaces", url=service.url)
+    assert refused.exit_code == 1 and refused.stderr.startswith("jobq: body.kind: ")
+    rows = await db.fetch("SELECT payload, kind FROM jobq.jobs ORDER BY id")
+    assert [(json.loads(r["payload"]), r["kind"]) for r in rows] == [(1, "send_email"), (2, None)]
+
+
 async def test_stats(service, db):
     url = service.url
     assert jobq("stats", url=url).stdout == "no queues yet\n"

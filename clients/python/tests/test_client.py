@@ -24,20 +24,20 @@ from jobq import (
     LeaseLost,
     NotFound,
     PayloadTooLarge,
-    Retry,
+    RetryPolicy,
     Unauthorized,
     Unavailable,
     Unreachable,
     ValidationError,
 )
-from jobq.client import _exchange
+from jobq.client import Failure, _exchange
 from tests.fixtures import test_settings as settings_for
 from tests.service_process import free_port
 from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
 
-FAST = Retry(attempts=10, backoff=0.05, cap=0.2)
+FAST = RetryPolicy(attempts=10, backoff=0.05, cap=0.2)
 
 
 async def test_producer_calls(service, db):
@@ -122,6 +122,110 @@ async def test_worker_calls(service, db):
     ]
 
 
+async def test_kind_on_every_job(service, db):
+    with Client(service.url) as jobq:
+        job = jobq.enqueue("mail", 1, kind="send_email")
+        assert job.kind == "send_email" and jobq.get_job(job.id).kind == "send_email"
+        assert jobq.enqueue("mail", 2).kind is None
+        many = jobq.enqueue_many(
+            [
+                {"queue": "mail", "payload": 3, "kind": "resize"},
+                {"queue": "mail", "payload": 4},
+                {"queue": "mail", "payload": 5, "kind": "send.sms:v2", "dedup_key": "d5"},
+            ]
+        )
+        assert [j.kind for j in many] == ["resize", None, "send.sms:v2"]
+        leased = jobq.lease("mail", max_jobs=10)
+        assert {j.payload: j.kind for j in leased} == {
+            1: "send_email", 2: None, 3: "resize", 4: None, 5: "send.sms:v2",
+        }  # fmt: skip
+        jobq.nack(leased[0], "poison", dead=True)
+        (dead,) = jobq.dead_jobs("mail").jobs
+        assert dead.kind == leased[0].kind
+        with pytest.raises(ValidationError) as invalid:
+            jobq.enqueue("mail", 6, kind="x" * 129)
+        assert "kind" in invalid.value.detail
+    rows = await db.fetch("SELECT kind, count(*) AS n FROM jobq.jobs GROUP BY kind")
+    assert {r["kind"]: r["n"] for r in rows} == {"send_email": 1, "resize": 1, "send.sms:v2": 1, None: 2}
+
+
+def test_kind_is_none_in_answers_without_it():
+    """An answer of a service that predates kinds reads as None, not as an error."""
+    leased = Calls.lease("q").read({"jobs": [LEASED_WITHOUT_KIND]})
+    assert leased[0].kind is None and leased[0].id == 1
+    job = Calls.get_job(1).read(JOB_WITHOUT_KIND)
+    assert job.kind is None and job.duplicate is False
+
+
+LEASED_WITHOUT_KIND = {
+    "id": 1, "queue": "q", "payload": None, "priority": 0, "attempts": 1, "max_attempts": 5,
+    "run_at": "2030-01-01T00:00:00Z", "created_at": "2030-01-01T00:00:00Z", "last_error": None,
+    "lease_token": "t", "lease_expires_at": "2030-01-01T00:00:30Z",
+}  # fmt: skip
+JOB_WITHOUT_KIND = {
+    "id": 1, "queue": "q", "status": "pending", "payload": None, "priority": 0,
+    "run_at": "2030-01-01T00:00:00Z", "attempts": 0, "max_attempts": 5, "dedup_key": None,
+    "last_error": None, "lease_expires_at": None, "created_at": "2030-01-01T00:00:00Z",
+    "updated_at": "2030-01-01T00:00:00Z", "completed_at": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["Client", "AsyncClient"])
+async def test_nack_many_items_override_the_calls_options(service, db, blocking):
+    async with AsyncClient(service.url) as jobq:
+        await jobq.enqueue_many([{"queue": "work", "payload": i} for i in range(5)])
+        a, b, c, d, e = sorted(await jobq.lease("work", max_jobs=5), key=lambda j: j.payload)
+    # (job, error) as before, then each item's own retry_after and dead, as a tuple or a Failure.
+    failures = [
+        (a, "default"),
+        (b, "soon", 0),
+        Failure(c, "dead", dead=True),
+        (d, None, 7200, False),
+        (e, "x"),
+    ]
+    if blocking:
+        with Client(service.url) as sync:
+            results = sync.nack_many(failures, retry_after=3600)
+    else:
+        async with AsyncClient(service.url) as jobq:
+            results = await jobq.nack_many(failures, retry_after=3600)
+    assert [(r.ok, r.status) for r in results] == [
+        (True, "pending"), (True, "pending"), (True, "dead"), (True, "pending"), (True, "pending"),
+    ]  # fmt: skip
+    rows = await db.fetch(
+        "SELECT status, last_error, round(extract(epoch FROM run_at - updated_at))::int AS wait"
+        " FROM jobq.jobs ORDER BY id"
+    )
+    assert [(r["status"], r["last_error"]) for r in rows] == [
+        ("pending", "default"), ("pending", "soon"), ("dead", "dead"), ("pending", None), ("pending", "x"),
+    ]  # fmt: skip
+    assert [rows[0]["wait"], rows[1]["wait"], rows[3]["wait"], rows[4]["wait"]] == [3600, 0, 7200, 3600]
+
+
+def test_nack_many_items_as_sent():
+    """What each item form puts in the request: the call's options where the item leaves them out."""
+    job = LeasedJob(7, "q", None, 0, 1, 5, NOW, NOW, None, "t", NOW)
+    call = Calls.nack_many(
+        [(job, "e"), (job, None, 5), (job, "e", None, False), Failure(job, retry_after=1, dead=True)],
+        retry_after=30,
+        dead=True,
+    )
+    lease = {"id": 7, "lease_token": "t"}
+    assert call.json == {
+        "items": [
+            lease | {"error": "e", "retry_after": 30, "dead": True},
+            lease | {"retry_after": 5, "dead": True},
+            lease | {"error": "e", "retry_after": 30, "dead": False},
+            lease | {"retry_after": 1, "dead": True},
+        ]
+    }
+    plain = Calls.nack_many([(job, "e")])  # as before: no retry_after, not dead
+    assert plain.json == {"items": [lease | {"error": "e", "dead": False}]}
+
+
+NOW = datetime(2030, 1, 1).astimezone()
+
+
 async def test_operator_calls(service, db):
     async with AsyncClient(service.url) as jobq:
         with pytest.raises(NotFound):
@@ -191,7 +295,7 @@ async def test_retries_connection_errors_until_the_service_is_up(database_url, d
     starter.start()
     sent, hooks = _counting()
     try:
-        patient = Retry(attempts=50, backoff=0.05, cap=0.2)
+        patient = RetryPolicy(attempts=50, backoff=0.05, cap=0.2)
         async with AsyncClient(f"http://127.0.0.1:{port}", retry=patient, event_hooks=hooks["async"]) as jobq:
             job = await jobq.enqueue("late", "hello")  # no dedup_key: only safe because nothing got through
         assert len(sent) > 1 and set(sent) == {"POST /jobs"}
@@ -201,7 +305,7 @@ async def test_retries_connection_errors_until_the_service_is_up(database_url, d
         starter.join(10)
     assert await db.fetchval("SELECT array_agg(id) FROM jobq.jobs") == [job.id]
 
-    with Client(f"http://127.0.0.1:{free_port()}", retry=Retry(attempts=3, backoff=0.01)) as nobody:
+    with Client(f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(attempts=3, backoff=0.01)) as nobody:
         with pytest.raises(Unreachable) as unreachable:
             nobody.queues()
         assert isinstance(unreachable.value, Unavailable) and unreachable.value.status is None
@@ -236,7 +340,7 @@ async def test_retries_503_but_never_4xx(start_service, db):
     transaction = db.transaction()
     await transaction.start()
     await db.execute("LOCK TABLE jobq.jobs IN ACCESS EXCLUSIVE MODE")
-    with Client(service.url, retry=Retry(attempts=2, backoff=0.01, cap=0.01)) as jobq:
+    with Client(service.url, retry=RetryPolicy(attempts=2, backoff=0.01, cap=0.01)) as jobq:
         with pytest.raises(Unavailable) as unavailable:
             jobq.enqueue("locked", "impatient")
     await transaction.rollback()
@@ -256,7 +360,7 @@ def test_retry_policy_after_lost_answers():
     gateway = httpx.Response(502, text="bad gateway", request=request)
 
     def goes_again(call, outcome) -> bool:
-        steps = _exchange(call, Retry())
+        steps = _exchange(call, RetryPolicy())
         assert next(steps) is call
         try:
             pause = steps.send(outcome)
@@ -278,7 +382,7 @@ def test_retry_policy_after_lost_answers():
     for call in (enqueue, nack, Calls.purge_dead(1)):
         assert goes_again(call, refused) and goes_again(call, nothing_done)
 
-    steps = _exchange(Calls.ack(1, lease_token="t"), Retry())
+    steps = _exchange(Calls.ack(1, lease_token="t"), RetryPolicy())
     next(steps)
     steps.send(lost)
     steps.send(None)

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from jobq import AsyncClient, Retry, ValidationError, Worker
+from jobq import AsyncClient, RetryPolicy, ValidationError, Worker
 from jobq.cli import cli
 from jobq.worker import ERROR_CHARS, describe
 from tests.helpers import assert_nothing_stranded
@@ -225,7 +226,7 @@ async def test_a_worker_token_is_enough(start_service, db, caplog):
 async def test_keeps_going_through_an_outage(start_service, db, caplog):
     service = start_service(statement_timeout=0.3)
     caplog.set_level(logging.WARNING, logger="jobq.worker")
-    async with AsyncClient(service.url, retry=Retry(attempts=1)) as client:
+    async with AsyncClient(service.url, retry=RetryPolicy(attempts=1)) as client:
         await client.enqueue("o", "before")
         transaction = db.transaction()
         await transaction.start()
@@ -358,7 +359,11 @@ async def test_jobq_worker_command_logs_status_and_stops_on_signals(service, db,
     assert "status: cli: 20 done, 1 failed, 1/4 in flight" in log
     assert "failed (attempt 1 of 5, now pending): RuntimeError: no luck" in log
     assert "SIGTERM: no more leases" in log and "SIGTERM again: releasing running jobs now" in log
-    assert "worker stopped: cli: 20 done, 1 failed, 0/4 in flight, 1 released" in log
+    assert re.search(
+        r"worker stopped after [\d.]+s \([\d.]+ jobs/s on average\): "
+        r"cli: 20 done, 1 failed, 0/4 in flight, 1 released\n",
+        log,
+    )
 
 
 async def test_jobq_worker_draws_a_status_line_on_a_terminal(service, db, tmp_path):
@@ -387,7 +392,7 @@ def test_jobq_worker_reports_a_handler_it_cannot_load(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     done = CliRunner().invoke(cli, ["worker", "no_such_module:run", "--queue", "q"])
     assert done.exit_code == 2
-    assert "cannot load the handler no_such_module:run: No module named 'no_such_module'" in done.stderr
+    assert "cannot load no_such_module:run: No module named 'no_such_module'" in done.stderr
 
 
 # --- the buffer, batching, and exactly-once ------------------------------------------------------------

@@ -1,0 +1,281 @@
+"""Tasks: functions registered by name, enqueued with their arguments, and run by one worker for many kinds.
+
+    import jobq
+
+    tasks = jobq.Tasks()
+
+    @tasks.task(queue="emails", max_attempts=3)
+    def send_email(to: str, subject: str = "Hello") -> None:
+        ...
+
+    send_email.enqueue("ada@example.com", subject="Hi")  # kind send_email, payload {"to": .., "subject": ..}
+    # jobq worker myapp.tasks --queue emails              # runs it: send_email(to=..., subject=...)
+
+- A task's name is the job's `kind` (the function's name unless given), so a producer in any language enqueues
+  the same job as `{"queue": "emails", "kind": "send_email", "payload": {"to": "ada@example.com"}}`.
+- Arguments are the payload, by name: `enqueue` binds them to the function's signature (a wrong argument is a
+  TypeError at once, in the producer) and sends those given; defaults are applied when the job runs, so a
+  changed default reaches jobs already queued. The payload must be a JSON object of them (or null for none).
+- A task's settings (`queue`, `max_attempts`, `priority`, `visibility_timeout`) apply to every job it
+  enqueues; `task.using(delay=60, dedup_key=...)` gives the same task with other options for one enqueue.
+- In a handler: `raise jobq.Retry(after=300)` runs the job again in 5 minutes (an attempt, like any failure),
+  `raise jobq.Fail("reason")` makes it dead now, any other exception retries it on the queue's backoff.
+  `jobq.current_job()` is the job being run (its id, attempts, ...).
+- A worker serving a registry (`Worker(tasks)`, `jobq worker myapp.tasks`) routes each job by its kind; a
+  job whose kind no task has fails with an error naming the kinds it knows, and is retried on the queue's
+  backoff, so that a worker of a newer release can take it during a rolling deploy (until its attempts run
+  out).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from jobq.client import AsyncClient, Client
+from jobq.types import Job, LeasedJob
+
+__all__ = ["Fail", "Retry", "Task", "Tasks", "UnknownTask", "current_job"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_current: contextvars.ContextVar[LeasedJob] = contextvars.ContextVar("jobq_current_job")
+
+
+def current_job() -> LeasedJob:
+    """The job whose handler is running (in that handler's thread or task); LookupError outside one."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise LookupError("jobq.current_job() is only known inside a handler the worker runs") from None
+
+
+class Retry(Exception):  # noqa: N818 - read as an instruction: raise Retry(after=300)
+    """Raised by a handler: run the job again after `after` seconds (default: the queue's backoff). The
+    attempt counts, as any failure does: past the job's max_attempts it goes dead."""
+
+    def __init__(self, reason: str = "", *, after: float | None = None) -> None:
+        super().__init__(reason)
+        self.after = after
+
+
+class Fail(Exception):  # noqa: N818 - read as an instruction: raise Fail("reason")
+    """Raised by a handler: the job goes dead now, whatever attempts remain, with `reason` as its error."""
+
+
+class UnknownTask(LookupError):
+    """A job of a kind that no task of the worker's has."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What a task sends with each job beside its arguments (None: the queue's setting)."""
+
+    priority: int | None = None
+    max_attempts: int | None = None
+    delay: float | None = None
+    run_at: datetime | None = None
+    dedup_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Task(Generic[P, R]):
+    """A function registered as a kind of job. Calling the task calls the function; `enqueue` queues a job
+    that a worker runs with these arguments."""
+
+    function: Callable[P, R]
+    name: str
+    queue: str
+    tasks: Tasks = field(repr=False)
+    options: Options = Options()
+    # Seconds each lease of this task's jobs lasts while it runs (extended as it runs); None: the queue's.
+    visibility_timeout: float | None = None
+    signature: inspect.Signature = field(init=False, repr=False, compare=False)
+    is_async: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        signature = inspect.signature(self.function)
+        for parameter in signature.parameters.values():
+            if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.VAR_POSITIONAL):
+                raise TypeError(
+                    f"task {self.name}: parameter {parameter.name} cannot be passed by name, and a job's "
+                    "arguments are its payload's fields, by name"
+                )
+        object.__setattr__(self, "signature", signature)
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.function(*args, **kwargs)
+
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        delay: float | None = None,
+        run_at: datetime | None = None,
+        dedup_key: str | None = None,
+    ) -> Task[P, R]:
+        """The same task with these options for the jobs it enqueues (the others kept)."""
+        given = {k: v for k, v in locals().items() if k != "self" and v is not None}
+        return dataclasses.replace(self, options=dataclasses.replace(self.options, **given))
+
+    def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        """The job's payload for these arguments: each given argument by name (a TypeError, as a call
+        would raise, when they do not fit the function)."""
+        bound = self.signature.bind(*args, **kwargs)
+        payload = dict(bound.arguments)
+        for parameter in self.signature.parameters.values():
+            if parameter.kind is parameter.VAR_KEYWORD and parameter.name in payload:
+                payload.update(payload.pop(parameter.name))
+        return payload
+
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        """The job `enqueue` sends, as a mapping for `Client.enqueue_many` (to send many in one request)."""
+        return {
+            "queue": self.queue,
+            "kind": self.name,
+            "payload": self.payload(*args, **kwargs),
+            **{k: v for k, v in dataclasses.asdict(self.options).items() if v is not None},
+        }
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Queue a job that runs this task with these arguments (through the registry's `Client`)."""
+        return self.tasks.client.enqueue_many([self.job(*args, **kwargs)])[0]
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """`enqueue` through the registry's `AsyncClient`."""
+        return (await self.tasks.async_client.enqueue_many([self.job(*args, **kwargs)]))[0]
+
+    def run(self, job: LeasedJob) -> Any:
+        """Run the function on a leased job's payload (what the worker calls)."""
+        payload = job.payload if job.payload is not None else {}
+        if not isinstance(payload, dict):
+            raise Fail(
+                f"task {self.name} takes its arguments by name, from a JSON object payload; "
+                f"this job's payload is a {type(payload).__name__}"
+            )
+        try:
+            self.signature.bind(**payload)
+        except TypeError as exc:
+            raise Fail(f"task {self.name}: the payload does not fit its arguments: {exc}") from None
+        return self.function(**payload)  # type: ignore[call-arg]
+
+
+class Register(Protocol):
+    """What `@tasks.task(...)` gives: it registers the function it decorates."""
+
+    def __call__(self, function: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class Tasks:
+    """A registry of tasks: `@tasks.task` registers a function, a worker given the registry runs them all.
+
+    `client` and `async_client` enqueue (default: one on $JOBQ_URL and $JOBQ_TOKEN, made when first used);
+    `queue` is the queue of a task that names none."""
+
+    def __init__(
+        self,
+        *,
+        queue: str = "default",
+        client: Client | None = None,
+        async_client: AsyncClient | None = None,
+    ) -> None:
+        self.queue = queue
+        self._client, self._async_client = client, async_client
+        self._tasks: dict[str, Task[Any, Any]] = {}
+
+    @overload
+    def task(self, function: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        visibility_timeout: float | None = None,
+    ) -> Register: ...
+
+    def task(
+        self,
+        function: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        visibility_timeout: float | None = None,
+    ) -> Task[Any, Any] | Register:
+        """Register a function as a task (`@tasks.task` or `@tasks.task(queue=..., ...)`)."""
+
+        def register(function: Callable[..., Any], /) -> Task[Any, Any]:
+            task = Task(
+                function,
+                name or function.__name__,
+                queue or self.queue,
+                self,
+                Options(priority=priority, max_attempts=max_attempts),
+                visibility_timeout,
+            )
+            if task.name in self._tasks:
+                raise ValueError(f"a task named {task.name} is registered already")
+            self._tasks[task.name] = task
+            return task
+
+        return register(function) if function is not None else register
+
+    def __getitem__(self, name: str) -> Task[Any, Any]:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self._tasks)) or "none"
+            raise UnknownTask(f"no task is named {name!r} in this worker (it knows: {known})") from None
+
+    def __iter__(self) -> Iterator[Task[Any, Any]]:
+        return iter(self._tasks.values())
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues of the registered tasks, in the order first named."""
+        return list(dict.fromkeys(task.queue for task in self))
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client()
+        return self._client
+
+    @property
+    def async_client(self) -> AsyncClient:
+        if self._async_client is None:
+            self._async_client = AsyncClient()
+        return self._async_client
+
+    @classmethod
+    def of_module(cls, module: Any, queue: str = "default") -> Tasks:
+        """The tasks of a module: its one `Tasks` registry if it has one, else each public function
+        defined in it, under its own name."""
+        registries = [value for value in vars(module).values() if isinstance(value, Tasks)]
+        if len(registries) == 1:
+            return registries[0]
+        if registries:
+            raise ValueError(f"{module.__name__} has {len(registries)} task registries: name one (module:x)")
+        tasks = cls(queue=queue)
+        for name, value in vars(module).items():
+            if inspect.isfunction(value) and not name.startswith("_") and value.__module__ == module.__name__:
+                tasks.task(value)
+        if not tasks:
+            raise ValueError(f"{module.__name__} has no task registry and no functions")
+        return tasks
