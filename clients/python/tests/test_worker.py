@@ -509,3 +509,32 @@ async def test_runners_never_run_a_job_twice(service, db):
     assert len(threads) <= 16  # the plain handler ran on the runner's 16 threads, not a thread per job
     attempts = await db.fetch("SELECT status, attempts, count(*) AS n FROM jobq.jobs GROUP BY 1, 2")
     assert [tuple(r) for r in attempts] == [("completed", 1, 1000)]
+
+
+async def test_an_idle_queue_does_not_crowd_out_a_busy_one(service, db):
+    """One runner on two queues: while it long-polls the empty one, the other's jobs keep all its slots
+    busy; a job arriving on the empty one is picked up too."""
+    gauge = Gauge()
+    ran: list[str] = []
+
+    async def handler(job):
+        gauge.enter()
+        ran.append(job.queue)
+        await asyncio.sleep(0.005)
+        gauge.leave()
+
+    async with AsyncClient(service.url) as client:
+        await client.enqueue_many([{"queue": "busy", "payload": n} for n in range(300)])
+        # A long-poll of the idle queue holding all the room would hold it for its whole minute.
+        worker = Worker(handler, ["idle", "busy"], client=client, concurrency=8, wait=60)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.done == 300, 20)
+        await client.enqueue("idle", "late")
+        await until(lambda: worker.stats.done == 301)
+        worker.stop()
+        stats = await asyncio.wait_for(run, 10)
+    assert (stats.done, stats.failed, stats.lost, stats.released) == (301, 0, 0, 0)
+    assert gauge.peak == 8
+    assert ran.count("busy") == 300 and ran[-1] == "idle"
+    assert await states(db, "busy")() == {"completed": 300}
+    assert await states(db, "idle")() == {"completed": 1}
