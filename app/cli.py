@@ -59,6 +59,8 @@ def serve(
         # jobq writes its own access log, one JSON line per request (JOBQ_ACCESS_LOG, app/access_log.py).
         access_log=not settings.access_log,
         timeout_graceful_shutdown=10,
+        # httptools, writing each answer in one piece (app/http_protocol.py).
+        http="app.http_protocol:CoalescingHttpToolsProtocol",
     )
 
 

@@ -23,6 +23,7 @@ import pytest
 import uvicorn
 
 from app import migrations
+from app.http_protocol import CoalescingHttpToolsProtocol
 from app.main import create_app
 from app.settings import Settings
 
@@ -103,7 +104,12 @@ class Service:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         config = uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=0, log_level="warning", lifespan="on"
+            create_app(settings),
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="on",
+            http=CoalescingHttpToolsProtocol,  # as `jobq serve` runs it
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
