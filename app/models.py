@@ -186,6 +186,11 @@ class Job(Base):
     # What the job is (send_email), for a worker to route it by; the service only stores and shows it.
     # NULL: none given.
     kind: Mapped[str | None] = mapped_column(Text)
+    # What the worker's ack sent (any JSON value, at most JOBQ_MAX_RESULT_BYTES encoded); NULL: none.
+    # Goes with the row at the queue's retention.
+    result: Mapped[object | None] = mapped_column(JSONB)
+    # What the worker last sent with an extend (same limit), kept after the job ends; NULL: none yet.
+    progress: Mapped[object | None] = mapped_column(JSONB)
 
 
 class IdempotencyKey(Base):

@@ -75,7 +75,8 @@ class Query:
 JOB = f"""
     j.id, j.queue, j.kind, j.status, j.payload, j.priority, j.run_at, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
-    j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at
+    j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at,
+    j.result, j.progress
 """
 
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs
@@ -394,12 +395,16 @@ LEASE = Query.define(
 # leased the job again (new token) or nack or dead retry cleared the token.
 # Each row back names the (id, token) that completed it: one statement may carry several items for one
 # job (a batch, or acks of two workers coalesced), and only the item holding that token was done by it.
+# :results holds each item's result as JSON text (NULL: none), or is NULL itself when no item has one,
+# as most acks do: unnest pads it with NULLs, so an ack without results sends and parses nothing more.
+# A repeated ack finds the job completed and changes nothing, its result included.
 ACK = Query.define(
     "ack",
     """
     UPDATE jobq.jobs j
-    SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL
-    FROM unnest(:ids::bigint[], :lease_tokens::uuid[]) AS a(id, lease_token)
+    SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL,
+        result = a.result::jsonb
+    FROM unnest(:ids::bigint[], :lease_tokens::uuid[], :results::text[]) AS a(id, lease_token, result)
     WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.status IN ('running', 'pending', 'dead')
     RETURNING j.id, a.lease_token, j.queue
     """,
@@ -463,12 +468,14 @@ RELEASE = Query.define(
     """,
 )
 
-# Move a running lease's deadline to now + :visibility_timeout; only its holder may.
+# Move a running lease's deadline to now + :visibility_timeout; only its holder may. With :progress (JSON
+# text) it replaces the job's progress; NULL keeps the last one.
 EXTEND = Query.define(
     "extend",
     """
     UPDATE jobq.jobs
-    SET lease_expires_at = now() + make_interval(secs => :visibility_timeout), updated_at = now()
+    SET lease_expires_at = now() + make_interval(secs => :visibility_timeout), updated_at = now(),
+        progress = coalesce(:progress::jsonb, progress)
     WHERE id = :id AND lease_token = :lease_token AND status = 'running'
     RETURNING id, lease_expires_at
     """,

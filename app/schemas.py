@@ -119,6 +119,8 @@ class Job(BaseModel):
     created_at: datetime
     updated_at: datetime
     completed_at: datetime | None
+    result: Any = Field(description="What the ack kept (any JSON value); null when none.")
+    progress: Any = Field(description="What the latest extend sent as `progress`; null when none.")
 
 
 class EnqueuedJob(Job):
@@ -159,9 +161,20 @@ class LeaseResponse(BaseModel):
     jobs: list[LeasedJob]
 
 
-class AckRequest(Body):
+class JobLeaseItem(Body):
+    """A job and the lease token it is held under: an item of /release."""
+
     id: JobId
     lease_token: LeaseToken
+
+
+class AckRequest(JobLeaseItem):
+    # Any: like a payload, stored as it is, not walked value by value. JSON null is no result.
+    result: Any = Field(
+        default=None,
+        description="What the job produced: any JSON value, kept with the job for the queue's retention;"
+        " at most max_result_bytes encoded (larger is 413, and the job stays running). Null: none.",
+    )
 
 
 class AckResponse(BaseModel):
@@ -187,6 +200,11 @@ class ExtendRequest(Body):
     id: JobId
     lease_token: LeaseToken
     visibility_timeout: LeaseSeconds
+    progress: Any = Field(
+        default=None,
+        description="How far the job got: any JSON value, shown on the job until the next one;"
+        " at most max_result_bytes encoded (larger is 413, nothing changes). Null: keep the last one.",
+    )
 
 
 class ExtendResponse(BaseModel):
@@ -198,6 +216,10 @@ class AckBatchRequest(Body):
     items: list[AckRequest] = Field(min_length=1, max_length=1000)
 
 
+class ReleaseRequest(Body):
+    items: list[JobLeaseItem] = Field(min_length=1, max_length=1000)
+
+
 class NackBatchRequest(Body):
     items: list[NackRequest] = Field(min_length=1, max_length=1000)
 
@@ -205,7 +227,11 @@ class NackBatchRequest(Body):
 class ItemResult(BaseModel):
     id: int
     ok: bool
-    code: str | None = None
+    code: str | None = Field(
+        default=None,
+        description="Why not, when not ok: lease_lost or not_found; for an ack's result, payload_too_large"
+        " or validation_error (nothing changed).",
+    )
 
 
 class BatchResults(BaseModel):

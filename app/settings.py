@@ -120,6 +120,10 @@ class Settings(BaseSettings):
 
     # Largest JSON payload of one job, in bytes once encoded (default 256 KiB; larger is 413).
     max_payload_bytes: int = 256 * 1024
+    # Largest `result` an ack may keep with its job, and largest `progress` an extend may, each in bytes
+    # once encoded as JSON (default 64 KiB). Larger is 413 and changes nothing: the job stays running
+    # under its lease, so the worker can ack again without the result.
+    max_result_bytes: int = Field(default=64 * 1024, ge=0)
     # Longest `error` text kept by nack, in characters; longer texts are cut, never refused (default 8192).
     max_error_chars: int = 8192
 

@@ -62,6 +62,13 @@ UNKNOWN_LEASE = {"id": 424242, "lease_token": "0b7e4a5c-1a2b-4c3d-8e9f-012345678
         ("/ack", {"id": 424242, "lease_token": "not-a-token"}, 404),
         ("/ack", {"id": "1", "lease_token": "t"}, 422),
         ("/ack/batch", {"items": [UNKNOWN_LEASE]}, 200),
+        ("/ack", UNKNOWN_LEASE | {"result": {"rows": [1, 2]}}, 404),
+        ("/ack", UNKNOWN_LEASE | {"result": "x" * 70_000}, 413),
+        ("/ack", UNKNOWN_LEASE | {"result": "a\u0000b"}, 422),
+        ("/ack/batch", {"items": [UNKNOWN_LEASE | {"result": "x" * 70_000}, UNKNOWN_LEASE]}, 200),
+        ("/extend", UNKNOWN_LEASE | {"visibility_timeout": 10, "progress": 0.5}, 404),
+        ("/extend", UNKNOWN_LEASE | {"visibility_timeout": 10, "progress": "x" * 70_000}, 413),
+        ("/release", {"items": [UNKNOWN_LEASE | {"result": 1}]}, 422),
         ("/nack", UNKNOWN_LEASE | {"error": "boom"}, 404),
         ("/nack/batch", {"items": [UNKNOWN_LEASE]}, 200),
         ("/extend", UNKNOWN_LEASE | {"visibility_timeout": 10}, 404),
@@ -76,6 +83,7 @@ UNKNOWN_LEASE = {"id": 424242, "lease_token": "0b7e4a5c-1a2b-4c3d-8e9f-012345678
         ("/lease", b"[1, 2", 422),
         ("/lease", b'{"queue": "q", "wait": NaN}', 422),
         ("/jobs", b'{"queue": "q", "payload": "\\ud800"}', 422),
+        ("/ack", b'{"id": 424242, "lease_token": "t", "result": "\\ud800"}', 422),
     ],
 )
 async def test_answers_agree(client, db, path, body, status):

@@ -557,3 +557,37 @@ async def test_0004_runs_again_after_its_validation_gave_up(database_url, db):
     await asyncio.to_thread(migrations.upgrade, database_url, "0004")
     assert await kind_state(db) == ("0004", True, True, 1)
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE kind IS NULL") == 1
+
+
+# --- revision 0005: result and progress -------------------------------------------------------------
+
+
+async def outcome_columns(db) -> tuple[str, list[str]]:
+    """The revision, and which of `result` and `progress` jobs has."""
+    revision = await db.fetchval("SELECT version_num FROM jobq.alembic_version")
+    columns = await db.fetch(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'jobq'"
+        " AND table_name = 'jobs' AND column_name IN ('result', 'progress') ORDER BY column_name"
+    )
+    return revision, [c["column_name"] for c in columns]
+
+
+async def test_0005_adds_result_and_progress_beside_existing_jobs_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0004")
+    assert await outcome_columns(db) == ("0004", [])
+    before = await db.fetchval("SELECT jobq.enqueue('q', '1', kind => 'k')")
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0005")
+    assert await outcome_columns(db) == ("0005", ["progress", "result"])
+    kept = await db.fetchrow("SELECT kind, result, progress FROM jobq.jobs WHERE id = $1", before)
+    assert tuple(kept) == ("k", None, None)
+    await db.execute("UPDATE jobq.jobs SET result = '{\"n\": 1}', progress = '0.5' WHERE id = $1", before)
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0004")
+    assert await outcome_columns(db) == ("0004", [])
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+    # A step retried after giving up on its lock runs its statement again: it finds nothing to do.
+    step = this_build().get_revision("0005").module
+    await db.execute(step.ADD_COLUMNS)
+    await asyncio.to_thread(migrations.upgrade, database_url)
+    assert (await outcome_columns(db))[1] == ["progress", "result"]

@@ -72,7 +72,14 @@ MOVES: dict[str, Move] = {
         statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"]),
         {PENDING: RUNNING},
     ),
-    "ACK": Move(q.ACK, statement(q.ACK), {RUNNING: COMPLETED, PENDING: COMPLETED, DEAD: COMPLETED}),
+    "ACK": Move(
+        q.ACK, statement(q.ACK, results=None), {RUNNING: COMPLETED, PENDING: COMPLETED, DEAD: COMPLETED}
+    ),
+    "ACK with a result": Move(
+        q.ACK,
+        statement(q.ACK, results=['{"n": 1}']),
+        {RUNNING: COMPLETED, PENDING: COMPLETED, DEAD: COMPLETED},
+    ),
     "NACK": Move(
         q.NACK, statement(q.NACK, errors=["e"], retry_afters=[0.0], deads=[False]), {RUNNING: PENDING}
     ),
@@ -86,7 +93,8 @@ MOVES: dict[str, Move] = {
         given="UPDATE jobq.jobs SET max_attempts = attempts",
     ),
     "RELEASE": Move(q.RELEASE, statement(q.RELEASE), {RUNNING: PENDING}),
-    "EXTEND": Move(q.EXTEND, statement(q.EXTEND, visibility_timeout=60.0)),
+    "EXTEND": Move(q.EXTEND, statement(q.EXTEND, visibility_timeout=60.0, progress=None)),
+    "EXTEND with progress": Move(q.EXTEND, statement(q.EXTEND, visibility_timeout=60.0, progress="0.5")),
     "EXPIRE_LEASES": Move(
         q.EXPIRE_LEASES,
         statement(q.EXPIRE_LEASES, batch=10),

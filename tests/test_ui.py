@@ -227,3 +227,23 @@ async def test_read_only_for_a_viewer(start_service, db):
             assert r.status_code == 403, action
         assert await db.fetch("SELECT id, status, attempts, updated_at FROM jobq.jobs ORDER BY id") == before
         assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is False
+
+
+async def test_job_page_shows_result_and_progress_escaped_and_cut(client, db):
+    job = await enqueue(client, "q")
+    held = await lease_one(client, "q", job["id"])
+    token = {"id": job["id"], "lease_token": held["lease_token"]}
+    r = await client.post("/extend", json=token | {"visibility_timeout": 30, "progress": {"at": "<i>1</i>"}})
+    assert r.status_code == 200, r.text
+    page = (await client.get(f"/ui/jobs/{job['id']}")).text
+    assert "<i>1" not in page and "&quot;at&quot;: &quot;&lt;i&gt;1&lt;/i&gt;&quot;" in page  # escaped
+    assert "<th>Result</th><td>—</td>" in page
+
+    result = {"html": "<script>alert(1)</script>", "rows": ["x" * 100] * 60}  # > 4000 characters pretty
+    assert (await client.post("/ack", json=token | {"result": result})).status_code == 200
+    page = (await client.get(f"/ui/jobs/{job['id']}")).text
+    shown = page[page.index("<th>Result</th>") : page.index("<th>Progress</th>")]
+    assert "<script>alert" not in shown and "&lt;script&gt;alert(1)&lt;/script&gt;" in shown
+    assert '<pre class="outcome">{\n  &quot;html&quot;' in shown
+    assert f"more characters (GET /jobs/{job['id']} has all of it)" in shown
+    assert shown.count("x" * 100) < 60

@@ -13,6 +13,8 @@ The modules follow the routers (app/routers/): ``producers`` (enqueue, get_job, 
 """
 
 from app.jobs.arguments import (
+    Ack,
+    AckLike,
     JobLease,
     JobLeaseLike,
     Nack,
@@ -39,6 +41,8 @@ from app.jobs.rows import Row, Scope
 from app.jobs.workers import ack, ack_batch, extend, lease, nack, nack_batch, release, single
 
 __all__ = [
+    "Ack",
+    "AckLike",
     "JobLease",
     "JobLeaseLike",
     "Nack",

@@ -62,6 +62,21 @@ class JobLease:
     lease_token: str
 
 
+class AckLike(JobLeaseLike, Protocol):
+    """A lease to end with the job done. An item without `result` (a ``JobLease``: SQS's DeleteMessage)
+    completes its job with none."""
+
+    @property
+    def result(self) -> Any: ...  # any JSON value, kept with the job; None: no result
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    id: int
+    lease_token: str
+    result: Any = None
+
+
 class NackLike(JobLeaseLike, Protocol):
     """A lease to end after a failed attempt."""
 

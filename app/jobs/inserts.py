@@ -170,5 +170,7 @@ def new_job(
         "created_at": created_at,
         "updated_at": created_at,
         "completed_at": None,
+        "result": None,
+        "progress": None,
         "duplicate": False,
     }

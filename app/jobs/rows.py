@@ -18,11 +18,18 @@ Scope = list[str] | None
 
 
 def as_job(row: asyncpg.Record) -> Row:
-    """A job row as answered: its payload as stored JSON text, its lease token (if any) as text."""
+    """A job row as answered: its payload, result and progress as stored JSON text (the last two None
+    when NULL), its lease token (if any) as text."""
     out = dict(row)
     out.pop("ord", None)  # statements' bookkeeping, not the job's
     out.pop("slot", None)
     out["payload"] = JSONText(out["payload"])
+    if "result" in out:  # a whole job (queries.JOB); a lease's rows (LEASED_JOB) have neither column
+        result, progress = out["result"], out["progress"]
+        if result is not None:
+            out["result"] = JSONText(result)
+        if progress is not None:
+            out["progress"] = JSONText(progress)
     token = out.pop("lease_token", None)
     if token is not None:
         out["lease_token"] = str(token)

@@ -20,10 +20,11 @@ import asyncpg
 from app import queries as q
 from app.coalesce import Batcher
 from app.db import Database
-from app.errors import LeaseLost, NotFound, Unavailable
-from app.jobs.arguments import JobLease, JobLeaseLike, NackLike
+from app.errors import Invalid, JobqError, LeaseLost, NotFound, PayloadTooLarge, Unavailable
+from app.jobs.arguments import AckLike, JobLease, JobLeaseLike, NackLike
 from app.jobs.rows import Row, as_job, job_status
 from app.jobs.shared import shared
+from app.jsontext import encode_json
 from app.wakeups import Wakeups
 
 MAX_SHARED_LEASE = 1000  # jobs per shared LEASE statement
@@ -211,18 +212,92 @@ def single(result: Row) -> Row:
     raise LeaseLost(f"job {result['id']} is not held under this lease token (it expired, or was ended)")
 
 
-async def ack(db: Database, item: JobLeaseLike) -> Row:
-    """One ack, sharing its statement with concurrent acks."""
-    return await shared(db, "ack", ack_batch, item)
+# --- results and progress: JSON a worker sends to keep with its job ----------------------------------
+
+# A NUL character, as JSON text escapes it (orjson writes U+0000 so): jsonb cannot hold it. An escaped
+# backslash before the "u" (`\\u0000`, the six characters) is another string, and is fine.
+_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
-async def ack_batch(db: Database, items: Sequence[JobLeaseLike]) -> list[Row]:
-    """Complete each job whose current lease token is given; a result per item, in order."""
+def _json_text(value: object, limit: int, what: str, again: str) -> str | None:
+    """`value` (any JSON value; None: none) as the JSON text to keep, at most `limit` bytes:
+    PayloadTooLarge past it, Invalid for text jsonb cannot hold. Checked before anything is sent, so a
+    refused value changes nothing; the detail says what to send instead (`again`)."""
+    if value is None:
+        return None
+    try:
+        data = encode_json(value)
+    except UnicodeEncodeError:  # a lone surrogate ("\udce9"), which no UTF-8 text can hold
+        raise Invalid(f"{what} holds a lone surrogate (a \\uD800-\\uDFFF escape): {again}") from None
+    if len(data) > limit:
+        raise PayloadTooLarge(
+            f"{what} is {len(data)} bytes encoded; the limit is {limit} bytes (JOBQ_MAX_RESULT_BYTES):"
+            f" nothing changed, {again}"
+        )
+    if b"\\u0000" in data and _NUL.search(data):
+        raise Invalid(f"{what} holds a NUL character (\\u0000), which PostgreSQL cannot store: {again}")
+    return data.decode()
+
+
+def _result_text(item: JobLeaseLike | AckLike, result: object, limit: int) -> str | None:
+    """An ack's result as JSON text to keep (None: no result)."""
+    return _json_text(
+        result,
+        limit,
+        f"the result of job {item.id}",
+        "the job is still running under this lease; ack again without the result or with a smaller one",
+    )
+
+
+# --- ack -------------------------------------------------------------------------------------------
+
+
+async def ack(db: Database, item: JobLeaseLike | AckLike) -> Row:
+    """One ack, sharing its statement with concurrent acks. Its result is checked first: refused (over
+    the limit, PayloadTooLarge), nothing is sent, and the job stays running under its lease."""
+    result = getattr(item, "result", None)  # a plain JobLease has none
+    text = None if result is None else _result_text(item, result, db.settings.max_result_bytes)
+    return await shared(db, "ack", _ack_shared, (item, text))
+
+
+async def _ack_shared(db: Database, calls: Sequence[tuple[JobLeaseLike, str | None]]) -> list[Row]:
+    """The acks of concurrent calls, each with its result as JSON text (or None), in one ACK."""
+    return await _ack(db, [item for item, _ in calls], [text for _, text in calls])
+
+
+async def ack_batch(db: Database, items: Sequence[JobLeaseLike | AckLike]) -> list[Row]:
+    """Complete each job whose current lease token is given, keeping its result; a result per item, in
+    order. An item whose result is refused (payload_too_large, validation_error) changes nothing and
+    is answered so, as an item with a lost lease is; the others complete."""
+    values = [getattr(i, "result", None) for i in items]
+    if values.count(None) == len(values):  # no results, as in most acks: nothing to encode or check
+        return await _ack(db, items, None)
+    limit = db.settings.max_result_bytes
+    kept: list[int] = []  # places of the items that go to ACK
+    texts: list[str | None] = []
+    refused: dict[int, Row] = {}  # by place
+    for n, (item, value) in enumerate(zip(items, values, strict=True)):
+        try:
+            text = None if value is None else _result_text(item, value, limit)
+        except JobqError as exc:
+            refused[n] = {"id": item.id, "ok": False, "code": exc.code}
+            continue
+        kept.append(n)
+        texts.append(text)
+    done = await _ack(db, [items[n] for n in kept], texts) if kept else []
+    answers = dict(zip(kept, done, strict=True)) | refused
+    return [answers[n] for n in range(len(items))]
+
+
+async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | None] | None) -> list[Row]:
+    """ACK: complete each job under its lease token, with its result (JSON text; None: none). `texts`
+    is None, or all None, for a statement without results: ACK then gets NULL, and no more work."""
     tokens = [_lease_token(i.lease_token) for i in items]
     ids = [i.id for i in items]
     keys = _item_keys(ids, tokens)
+    sent = None if texts is None or texts.count(None) == len(texts) else texts
     async with db.acquire() as conn:
-        acked = await conn.fetch(q.ACK.text, *q.ACK.args(ids=ids, lease_tokens=tokens))
+        acked = await conn.fetch(q.ACK.text, *q.ACK.args(ids=ids, lease_tokens=tokens, results=sent))
         # An (id, token) twice in one statement is one ack repeated: every such item is done.
         done = _done(acked)
         failed = [job_id for job_id, key in zip(ids, keys, strict=True) if key not in done]
@@ -317,13 +392,27 @@ async def release(db: Database, items: Sequence[JobLeaseLike]) -> list[Row]:
 # --- extend ----------------------------------------------------------------------------------------
 
 
-async def extend(db: Database, job_id: int, lease_token: str, visibility_timeout: float) -> Row:
-    """Move the lease's deadline to now + visibility_timeout; LeaseLost unless it is the current lease."""
+async def extend(
+    db: Database, job_id: int, lease_token: str, visibility_timeout: float, progress: object = None
+) -> Row:
+    """Move the lease's deadline to now + visibility_timeout; LeaseLost unless it is the current lease.
+    `progress` (any JSON value; None keeps the last one) becomes the job's progress, checked first
+    like an ack's result: refused, nothing changes. A worker that only reports progress gives its
+    lease's visibility_timeout again."""
+    text = _json_text(
+        progress,
+        db.settings.max_result_bytes,
+        f"the progress of job {job_id}",
+        "the lease is as it was; extend again without progress or with a smaller one",
+    )
     async with db.acquire() as conn:
         row = await conn.fetchrow(
             q.EXTEND.text,
             *q.EXTEND.args(
-                id=job_id, lease_token=_lease_token(lease_token), visibility_timeout=visibility_timeout
+                id=job_id,
+                lease_token=_lease_token(lease_token),
+                visibility_timeout=visibility_timeout,
+                progress=text,
             ),
         )
         if row is None:

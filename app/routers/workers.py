@@ -25,6 +25,7 @@ from app.schemas import (
     NackBatchResults,
     NackRequest,
     NackResponse,
+    ReleaseRequest,
 )
 from app.web import JobqRoute, JSONBody, disconnected
 
@@ -53,14 +54,18 @@ async def lease(
     return JSONBody({"jobs": leased})
 
 
-@router.post("/ack", response_model=None, responses=answers(AckResponse, 404, 409))
+@router.post("/ack", response_model=None, responses=answers(AckResponse, 404, 409, 413))
 async def ack(body: AckRequest, db: DB) -> JSONBody:
+    """Complete the job, keeping `result` with it. A result over the limit is 413 and changes nothing:
+    the job stays running under the lease, for an ack without it (or with a smaller one)."""
     jobs.single(await jobs.ack(db, body))
     return JSONBody({"id": body.id, "status": "completed"})
 
 
 @router.post("/ack/batch", response_model=None, responses=answers(BatchResults))
 async def ack_batch(body: AckBatchRequest, db: DB) -> JSONBody:
+    """Ack each item as /ack would, each answered on its own: an item whose result is over the limit
+    gets `payload_too_large` and stays running; the others complete."""
     return JSONBody({"results": await jobs.ack_batch(db, body.items)})
 
 
@@ -76,7 +81,7 @@ async def nack_batch(body: NackBatchRequest, db: DB) -> JSONBody:
 
 
 @router.post("/release", response_model=None, responses=answers(BatchResults))
-async def release(body: AckBatchRequest, db: DB) -> JSONBody:
+async def release(body: ReleaseRequest, db: DB) -> JSONBody:
     """Give leased jobs back without counting the attempt: pending again at once, for another worker.
 
     For jobs a worker leased but will not start (it took too many, or it is stopping). Fenced like ack:
@@ -84,7 +89,8 @@ async def release(body: AckBatchRequest, db: DB) -> JSONBody:
     return JSONBody({"results": await jobs.release(db, body.items)})
 
 
-@router.post("/extend", response_model=None, responses=answers(ExtendResponse, 404, 409))
+@router.post("/extend", response_model=None, responses=answers(ExtendResponse, 404, 409, 413))
 async def extend(body: ExtendRequest, db: DB) -> JSONBody:
-    """Set the lease's deadline to now + visibility_timeout (at most 12 h per call)."""
-    return JSONBody(await jobs.extend(db, body.id, body.lease_token, body.visibility_timeout))
+    """Set the lease's deadline to now + visibility_timeout (at most 12 h per call), and the job's
+    `progress` when given (to report progress alone, give the lease's visibility_timeout again)."""
+    return JSONBody(await jobs.extend(db, body.id, body.lease_token, body.visibility_timeout, body.progress))

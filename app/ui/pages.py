@@ -20,6 +20,9 @@ import orjson
 
 PREVIEW_CHARS = 120  # of a payload in the dead-job list
 ERROR_CHARS = 200  # of an error in the dead-job list
+# Of a result or progress on a job's page, pretty-printed: results may be 64 KiB (JOBQ_MAX_RESULT_BYTES),
+# more than a glance at a page wants; the API answers them whole.
+OUTCOME_CHARS = 4000
 
 
 def esc(value: object) -> str:
@@ -106,6 +109,22 @@ def payload_text(payload: Any) -> str:
 
 def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pretty_json(value: Any) -> str:
+    """A payload, result or progress (raw JSON fragments from the database) as indented JSON text."""
+    return json.dumps(json.loads(payload_text(value)), indent=2, ensure_ascii=False)
+
+
+def outcome(value: Any, job_id: int) -> str:
+    """A job's result or progress as a page shows it: pretty JSON, escaped, cut at OUTCOME_CHARS."""
+    if value is None:
+        return "—"
+    text = pretty_json(value)
+    if len(text) > OUTCOME_CHARS:
+        more = len(text) - OUTCOME_CHARS
+        text = f"{text[:OUTCOME_CHARS]}\n… {more} more characters (GET /jobs/{job_id} has all of it)"
+    return f'<pre class="outcome">{esc(text)}</pre>'
 
 
 # --- pages -----------------------------------------------------------------------------------------
@@ -235,6 +254,8 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
         ("Created", when(job["created_at"])),
         ("Updated", when(job["updated_at"])),
         ("Completed", when(job["completed_at"])),
+        ("Result", outcome(job["result"], job_id)),
+        ("Progress", outcome(job["progress"], job_id)),
     ]
     table = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in fields)
     buttons = ""
@@ -254,7 +275,7 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
     error = ""
     if job["last_error"]:
         error = f'<h2>Last error</h2><pre class="error">{esc(job["last_error"])}</pre>'
-    pretty = json.dumps(json.loads(payload_text(job["payload"])), indent=2, ensure_ascii=False)
+    pretty = pretty_json(job["payload"])
     body = (
         f'<h1>Job {job_id}</h1>{buttons}<table class="fields">{table}</table>{error}'
         f'<h2>Payload</h2><pre class="payload">{esc(pretty)}</pre>'

@@ -11,8 +11,8 @@ retry policy), `jobq.types` (results and errors), `jobq.tasks` (tasks, `Retry` a
 (the runner; `jobq.pools` and `jobq.serving` hold its parts) and `jobq.cli` (the `jobq` command).
 """
 
-from jobq.client import AsyncClient, Call, Calls, Client, Failure, RetryPolicy
-from jobq.tasks import Fail, Retry, Task, Tasks, UnknownTask, current_job
+from jobq.client import AsyncClient, Call, Calls, Client, Completion, Failure, RetryPolicy
+from jobq.tasks import Fail, Retry, Task, Tasks, UnknownTask, current_job, progress
 from jobq.types import (
     AckResult,
     Conflict,
@@ -48,6 +48,7 @@ __all__ = [
     "Call",
     "Calls",
     "Client",
+    "Completion",
     "Conflict",
     "DeadPage",
     "ExtendResult",
@@ -80,4 +81,5 @@ __all__ = [
     "ValidationError",
     "Worker",
     "current_job",
+    "progress",
 ]

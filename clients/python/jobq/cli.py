@@ -1,4 +1,4 @@
-"""The `jobq` command: the commands that talk to a running service (worker, enqueue, stats, dead,
+"""The `jobq` command: the commands that talk to a running service (worker, enqueue, job, stats, dead,
 queues), and those other installed distributions add (the server's serve, migrate and openapi).
 
 Each command here takes `--url` ($JOBQ_URL, default http://127.0.0.1:8000) and `--token` ($JOBQ_TOKEN);
@@ -181,6 +181,50 @@ def enqueue(
     else:
         when = f", runs at {_cell(job.run_at)}" if delay else ""
         typer.echo(f"enqueued job {job.id} on {job.queue}{when}")
+
+
+def _json_block(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _job_text(job: Job) -> str:
+    """A job for people: its fields aligned, then its last error, payload, result and progress."""
+    head = f"job {job.id} on {job.queue}" + (f" ({job.kind})" if job.kind else "") + f": {job.status}"
+    fields = [
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("priority", job.priority),
+        ("run at", job.run_at),
+        ("lease expires", job.lease_expires_at),
+        ("dedup key", job.dedup_key),
+        ("created", job.created_at),
+        ("updated", job.updated_at),
+        ("completed", job.completed_at),
+    ]
+    width = max(len(name) for name, _ in fields)
+    lines = [head, *(f"  {name.ljust(width)}  {_cell(value)}" for name, value in fields)]
+    if job.last_error:
+        lines += ["last error:", job.last_error.rstrip()]
+    lines += ["payload:", _json_block(job.payload)]
+    # Null is "none": an ack without a result, no progress reported yet.
+    lines += ["result:", "-" if job.result is None else _json_block(job.result)]
+    lines += ["progress:", "-" if job.progress is None else _json_block(job.progress)]
+    return "\n".join(lines)
+
+
+def job_command(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job's id.", show_default=False)],
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """A job, whatever its state: its fields, payload, result (what its ack kept) and progress (what
+    its worker last reported)."""
+    with service(url, token) as jobq:
+        found = jobq.get_job(job_id)
+    if as_json:
+        print_json(found)
+    else:
+        typer.echo(_job_text(found))
 
 
 _QUEUE_COLUMNS = ["queue", "pending", "scheduled", "running", "dead", "completed", "lag", "paused"]
@@ -444,6 +488,7 @@ def worker(
 
 cli.command("worker")(worker)
 cli.command("enqueue")(enqueue)
+cli.command("job")(job_command)
 cli.command("stats")(stats)
 cli.add_typer(dead_cli, name="dead")
 cli.add_typer(queues_cli, name="queues")

@@ -48,7 +48,7 @@ from jobq.types import (
     load,
 )
 
-__all__ = ["AsyncClient", "Call", "Calls", "Client", "Failure", "RetryPolicy"]
+__all__ = ["AsyncClient", "Call", "Calls", "Client", "Completion", "Failure", "RetryPolicy"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -135,6 +135,25 @@ def _lease_of(job: LeasedJob | int, lease_token: str | None) -> dict[str, Any]:
     if lease_token is None:
         raise ValueError("a job id needs its lease_token")
     return {"id": job, "lease_token": lease_token}
+
+
+class Completion(NamedTuple):
+    """One item of `ack_many` with a result: a job done, and what it produced (any JSON value, kept with
+    the job; None: no result). A plain `(job, result)` tuple is the same item; a bare job has none."""
+
+    job: LeasedJob
+    result: Any = None
+
+
+CompletionLike: TypeAlias = LeasedJob | Completion | tuple[LeasedJob, Any]
+
+
+def _ack_item(item: CompletionLike) -> dict[str, Any]:
+    """An ack_many item: the job's lease, and its result when it has one."""
+    if isinstance(item, LeasedJob):
+        return _lease_of(item, None)
+    job, result = Completion(*item)
+    return _lease_of(job, None) | _compact({"result": result})
 
 
 class Failure(NamedTuple):
@@ -242,14 +261,22 @@ class Calls:
         return Call("POST", "/lease", _leased, json=body, wait=wait)
 
     @staticmethod
-    def ack(job: LeasedJob | int, *, lease_token: str | None = None) -> Call[AckResult]:
-        """Complete a leased job (`POST /ack`); `LeaseLost` if the lease moved on. A repeat is harmless."""
-        return Call("POST", "/ack", _reader(AckResult), json=_lease_of(job, lease_token))
+    def ack(job: LeasedJob | int, result: Any = None, *, lease_token: str | None = None) -> Call[AckResult]:
+        """Complete a leased job (`POST /ack`), keeping `result` with it (any JSON value; None: none),
+        shown on the job until the queue's retention removes it. `LeaseLost` if the lease moved on. A
+        repeat is harmless (the first result stays). `PayloadTooLarge` if the result is over the
+        service's limit (JOBQ_MAX_RESULT_BYTES, 64 KiB by default): nothing changed, the job is still
+        held, so ack again without the result (or with a smaller one)."""
+        body = _lease_of(job, lease_token) | _compact({"result": result})
+        return Call("POST", "/ack", _reader(AckResult), json=body)
 
     @staticmethod
-    def ack_many(jobs: Iterable[LeasedJob]) -> Call[list[ItemResult]]:
-        """Complete up to 1000 leased jobs at once (`POST /ack/batch`); one result per job, in order."""
-        items = [_lease_of(job, None) for job in jobs]
+    def ack_many(jobs: Iterable[CompletionLike]) -> Call[list[ItemResult]]:
+        """Complete up to 1000 leased jobs at once (`POST /ack/batch`): each a job, or a
+        `Completion(job, result)` (or a `(job, result)` tuple) to keep its result as `ack` does. One
+        result per job, in order; a job whose result is over the limit gets `ok` False and the code
+        `payload_too_large`, and is still held."""
+        items = [_ack_item(job) for job in jobs]
         return Call("POST", "/ack/batch", _item_results, json={"items": items})
 
     @staticmethod
@@ -298,11 +325,17 @@ class Calls:
 
     @staticmethod
     def extend(
-        job: LeasedJob | int, visibility_timeout: float, *, lease_token: str | None = None
+        job: LeasedJob | int,
+        visibility_timeout: float,
+        *,
+        lease_token: str | None = None,
+        progress: Any = None,
     ) -> Call[ExtendResult]:
-        """Move a lease's deadline to now + `visibility_timeout` seconds (`POST /extend`, at most 12 h)."""
+        """Move a lease's deadline to now + `visibility_timeout` seconds (`POST /extend`, at most 12 h).
+        `progress` (any JSON value, up to the service's result limit) becomes the job's progress, shown
+        on it; None keeps the last one. To report progress alone, give the lease's visibility_timeout."""
         body = _lease_of(job, lease_token) | {"visibility_timeout": visibility_timeout}
-        return Call("POST", "/extend", _reader(ExtendResult), json=body)
+        return Call("POST", "/extend", _reader(ExtendResult), json=body | _compact({"progress": progress}))
 
     @staticmethod
     def dead_jobs(

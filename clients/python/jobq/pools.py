@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from jobq.tasks import _current
+from jobq.tasks import Running, _current
 from jobq.types import ItemResult, LeasedJob
 
 T = TypeVar("T")
@@ -68,25 +68,27 @@ class Batcher(Generic[T, R]):
                 self._settle(item, result)
 
 
-def _run(function: Callable[[LeasedJob], Any], job: LeasedJob) -> None:
-    _current.set(job)  # in the job's own copy of the context
-    function(job)
+def _run(function: Callable[[LeasedJob], Any], running: Running) -> Any:
+    _current.set(running)  # in the job's own copy of the context
+    return function(running.job)
+
+
+# A handler's outcome: its job, what it raised (None when it returned) and what it returned.
+Outcome = tuple[LeasedJob, BaseException | None, Any]
 
 
 class Threads:
-    """`size` daemon threads running plain handlers on the jobs handed to them; what comes back (the job
-    and its error, or None) is handed to `finished` on the event loop, a few at a time. Daemon threads:
-    a handler that never returns cannot keep the process from exiting once its job has been released."""
+    """`size` daemon threads running plain handlers on the jobs handed to them; each outcome is handed to
+    `finished` on the event loop, a few at a time. Daemon threads: a handler that never returns cannot
+    keep the process from exiting once its job has been released."""
 
-    def __init__(
-        self, size: int, finished: Callable[[list[tuple[LeasedJob, BaseException | None]]], None]
-    ) -> None:
+    def __init__(self, size: int, finished: Callable[[list[Outcome]], None]) -> None:
         self._finished = finished
         self._loop = asyncio.get_running_loop()
         self._inbox: queue.SimpleQueue[
-            tuple[LeasedJob, Callable[[LeasedJob], Any], contextvars.Context] | None
+            tuple[Running, Callable[[LeasedJob], Any], contextvars.Context] | None
         ] = queue.SimpleQueue()
-        self._outbox: deque[tuple[LeasedJob, BaseException | None]] = deque()
+        self._outbox: deque[Outcome] = deque()
         # Whether a _collect is on its way to the loop: the threads that finish meanwhile add to it,
         # rather than each waking the loop.
         self._collecting = False
@@ -96,9 +98,10 @@ class Threads:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, job: LeasedJob, handler: Callable[[LeasedJob], Any]) -> None:
-        """Run `handler(job)` on a free thread, in a copy of the caller's context."""
-        self._inbox.put((job, handler, contextvars.copy_context()))
+    def submit(self, running: Running, handler: Callable[[LeasedJob], Any]) -> None:
+        """Run `handler(running.job)` on a free thread, in a copy of the caller's context where
+        `jobq.current_job()` and `jobq.progress()` know the job."""
+        self._inbox.put((running, handler, contextvars.copy_context()))
 
     def close(self) -> None:
         """Let the threads end once their handlers return (those stuck in one are left behind)."""
@@ -107,13 +110,14 @@ class Threads:
 
     def _work(self) -> None:
         while (item := self._inbox.get()) is not None:
-            job, handler, context = item
+            running, handler, context = item
             error: BaseException | None = None
+            value = None
             try:
-                context.run(_run, handler, job)
+                value = context.run(_run, handler, running)
             except BaseException as exc:  # noqa: BLE001 - everything goes back to the loop
                 error = exc
-            self._outbox.append((job, error))
+            self._outbox.append((running.job, error, value))
             if not self._collecting:
                 self._collecting = True
                 try:

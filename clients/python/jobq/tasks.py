@@ -20,7 +20,8 @@
   enqueues; `task.using(delay=60, dedup_key=...)` gives the same task with other options for one enqueue.
 - In a handler: `raise jobq.Retry(after=300)` runs the job again in 5 minutes (an attempt, like any failure),
   `raise jobq.Fail("reason")` makes it dead now, any other exception retries it on the queue's backoff.
-  `jobq.current_job()` is the job being run (its id, attempts, ...).
+  What it returns is the job's result (when JSON can hold it). `jobq.current_job()` is the job being run
+  (its id, attempts, ...), `jobq.progress(value)` reports how far it got.
 - A worker serving a registry (`Worker(tasks)`, `jobq worker myapp.tasks`) routes each job by its kind; a
   job whose kind no task has fails with an error naming the kinds it knows, and is retried on the queue's
   backoff, so that a worker of a newer release can take it during a rolling deploy (until its attempts run
@@ -40,20 +41,41 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 from jobq.client import AsyncClient, Client
 from jobq.types import Job, LeasedJob
 
-__all__ = ["Fail", "Retry", "Task", "Tasks", "UnknownTask", "current_job"]
+__all__ = ["Fail", "Retry", "Task", "Tasks", "UnknownTask", "current_job", "progress"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_current: contextvars.ContextVar[LeasedJob] = contextvars.ContextVar("jobq_current_job")
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What a handler's context knows of its job: the job, and where its progress goes."""
+
+    job: LeasedJob
+    report: Callable[[int, Any], None]  # (job id, progress)
+
+
+_current: contextvars.ContextVar[Running] = contextvars.ContextVar("jobq_running")
+
+
+def _running(what: str) -> Running:
+    try:
+        return _current.get()
+    except LookupError:
+        raise LookupError(f"jobq.{what}() is only known inside a handler the worker runs") from None
 
 
 def current_job() -> LeasedJob:
     """The job whose handler is running (in that handler's thread or task); LookupError outside one."""
-    try:
-        return _current.get()
-    except LookupError:
-        raise LookupError("jobq.current_job() is only known inside a handler the worker runs") from None
+    return _running("current_job").job
+
+
+def progress(value: Any) -> None:
+    """Report the running job's progress (any JSON value: `{"done": 40, "of": 100}`), shown on the job.
+    It goes with the lease's next extension, or within a second: calling it often costs no request
+    per call, and only the latest value is sent."""
+    running = _running("progress")
+    running.report(running.job.id, value)
 
 
 class Retry(Exception):  # noqa: N818 - read as an instruction: raise Retry(after=300)

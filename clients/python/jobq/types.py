@@ -177,6 +177,10 @@ class Job:
     duplicate: bool = False
     # What the job is (send_email), as enqueued; None when none was given (or the service predates kinds).
     kind: str | None = None
+    # What the worker's ack kept (any JSON value); None when none (or the service predates results).
+    result: Any = None
+    # What the worker last sent with an extend (any JSON value); None when none yet.
+    progress: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +222,8 @@ class ExtendResult:
 
 @dataclass(frozen=True, slots=True)
 class ItemResult:
-    """One item of a batch ack: `ok`, or the `code` of the problem it met (lease_lost, not_found)."""
+    """One item of a batch ack: `ok`, or the `code` of the problem it met (lease_lost, not_found; for a
+    result, payload_too_large or validation_error: nothing changed, the job is still held)."""
 
     id: int
     ok: bool

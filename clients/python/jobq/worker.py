@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import os
 import socket
@@ -44,10 +45,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobq.client import AsyncClient, Failure
-from jobq.pools import MAX_BATCH, Batcher, Threads
-from jobq.tasks import Fail, Retry, Tasks, UnknownTask, _current
-from jobq.types import ItemResult, JobqError, LeasedJob, LeaseLost, NackItemResult, NotFound, Unavailable
+from jobq.client import AsyncClient, Completion, Failure
+from jobq.pools import MAX_BATCH, Batcher, Outcome, Threads
+from jobq.tasks import Fail, Retry, Running, Tasks, UnknownTask, _current
+from jobq.types import (
+    ItemResult,
+    JobqError,
+    LeasedJob,
+    LeaseLost,
+    NackItemResult,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+)
 
 log = logging.getLogger("jobq.worker")
 
@@ -95,6 +105,21 @@ class Route:
     run: Handler
     is_async: bool
     visibility_timeout: float | None = None
+
+
+def result_of(job: LeasedJob, value: Any) -> Any:
+    """What a handler returned, as the job's result: None when JSON cannot hold it (logged), since the
+    job is done either way."""
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        log.warning(
+            "job %d: its handler returned what JSON cannot hold (%s); done with no result", job.id, exc
+        )
+        return None
+    return value
 
 
 def failure_of(job: LeasedJob, exc: BaseException) -> Failure:
@@ -150,6 +175,11 @@ class Held:
     due: float  # time.monotonic() when the lease is extended
     extending: bool = False
     lost: bool = False  # an extension found the lease gone: no more tries
+    # The latest progress the handler reported (jobq.progress), and how many reports were made and sent:
+    # the handler's thread writes the first two, the keeper sends what is new with the next extension.
+    progress: Any = None
+    reported: int = 0
+    sent: int = 0
 
 
 @dataclass(slots=True)
@@ -225,7 +255,7 @@ class Worker:
         self._visibility = dict.fromkeys(self.queues, DEFAULT_VISIBILITY_TIMEOUT)
         self._shortest = DEFAULT_VISIBILITY_TIMEOUT
         self._started = time.monotonic()
-        self._acks: Batcher[LeasedJob, ItemResult] = Batcher(self.client.ack_many, self._acked, self._unsent)
+        self._acks: Batcher[Completion, ItemResult] = Batcher(self.client.ack_many, self._acked, self._unsent)
         self._nacks: Batcher[Failure, NackItemResult] = Batcher(
             self.client.nack_many, self._nacked, self._unsent
         )
@@ -420,7 +450,7 @@ class Worker:
                 self._idle.popleft().set_result((job, route))
             else:
                 assert self._threads is not None
-                self._threads.submit(job, route.run)
+                self._threads.submit(Running(job, self._report), route.run)
 
     def _give_back_stale(self) -> None:
         """Give back the buffered jobs leased more than BUFFER_AGE of their visibility timeout ago, and
@@ -453,9 +483,9 @@ class Worker:
             if given is None:
                 return
             job, route = given
-            _current.set(job)
+            _current.set(Running(job, self._report))
             try:
-                await route.run(job)
+                value = await route.run(job)
             except asyncio.CancelledError as exc:
                 if asyncio.current_task().cancelling():  # type: ignore[union-attr]
                     raise  # the grace period is over: _drain releases the job
@@ -463,15 +493,16 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - a failure of the job, not of the worker
                 self._finished(job, exc)
             else:
-                self._finished(job, None)
+                self._finished(job, None, value)
 
-    def _finished_in_threads(self, results: list[tuple[LeasedJob, BaseException | None]]) -> None:
-        for job, error in results:
-            self._finished(job, error)
+    def _finished_in_threads(self, outcomes: list[Outcome]) -> None:
+        for job, error, value in outcomes:
+            self._finished(job, error, value)
         self._hand_out()
 
-    def _finished(self, job: LeasedJob, error: BaseException | None) -> None:
-        """A handler returned or raised: ack or nack its job, unless it was released meanwhile."""
+    def _finished(self, job: LeasedJob, error: BaseException | None, value: Any = None) -> None:
+        """A handler returned or raised: ack its job, with what it returned as the result, or nack it;
+        unless it was released meanwhile."""
         if self._running.pop(job.id, None) is None:
             return
         self.stats.in_flight = len(self._running)
@@ -479,18 +510,29 @@ class Worker:
             self._none_running.set()
         self._room.set()
         if error is None:
-            self._acks.add(job)
+            self._acks.add(Completion(job, result_of(job, value)))
         else:
             self._nacks.add(failure_of(job, error))
 
+    def _report(self, job_id: int, progress: Any) -> None:
+        """jobq.progress() in a handler (on its thread, or the loop): kept for the keeper to send."""
+        held = self._running.get(job_id)
+        if held is not None:
+            held.progress = progress
+            held.reported += 1  # after the value: the keeper reads the count first
+
     # --- answers ----------------------------------------------------------------------------------------
 
-    def _acked(self, job: LeasedJob, result: ItemResult) -> None:
+    def _acked(self, completion: Completion, result: ItemResult) -> None:
+        job = completion.job
         if result.ok:
             self.stats.done += 1
             log.debug("job %d done", job.id)
         elif result.code == LeaseLost.code:
             self._lost(job)
+        elif result.code == PayloadTooLarge.code and completion.result is not None:
+            log.warning("job %d: its result is larger than the service keeps; done without it", job.id)
+            self._acks.add(Completion(job))  # the job is still running under its lease
         else:
             log.error("job %d: could not ack it: %s", job.id, result.code)
 
@@ -541,16 +583,20 @@ class Worker:
             self._give_back_stale()
             now = time.monotonic()
             for held in self._running.values():
-                if now >= held.due and not held.extending and not held.lost:
+                if (now >= held.due or held.reported != held.sent) and not held.extending and not held.lost:
                     held.extending = True
                     extension = asyncio.create_task(self._extend(held))
                     self._extensions.add(extension)
                     extension.add_done_callback(self._extensions.discard)
 
     async def _extend(self, held: Held) -> None:
+        """Extend a running job's lease, with its progress when it reported any since the last time."""
         sent = time.monotonic()
+        reported = held.reported  # before the value: a report made meanwhile goes next time
+        progress = held.progress if reported != held.sent else None
         try:
-            await self.client.extend(held.job, held.visibility_timeout)
+            await self.client.extend(held.job, held.visibility_timeout, progress=progress)
+            held.sent = reported
         except LeaseLost:
             held.lost = True
             log.warning(

@@ -73,6 +73,38 @@ async def test_enqueue_with_kind(service, db):
     assert [(json.loads(r["payload"]), r["kind"]) for r in rows] == [(1, "send_email"), (2, None)]
 
 
+async def test_job(service, db):
+    with Client(service.url) as client:
+        done = client.enqueue("emails", {"to": "ada"}, kind="send_email")
+        leased = client.enqueue("emails", [1, "ü"], priority=-1)
+        (held,) = client.lease("emails")
+        assert held.id == leased.id
+        client.extend(held, 30, progress={"step": 1})
+        client.ack(held, {"sent": True, "note": "ünïcode"})
+    shown = jobq("job", str(leased.id), url=service.url)
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"job {leased.id} on emails: completed"
+    assert lines[1].split() == ["attempts", "1", "of", "5"]
+    text = shown.stdout
+    # jsonb keeps keys in its own order (shorter first, then bytewise).
+    result = 'result:\n{\n  "note": "ünïcode",\n  "sent": true\n}\n'
+    assert text.index('payload:\n[\n  1,\n  "ü"\n]\n') < text.index(result)
+    assert text.endswith('progress:\n{\n  "step": 1\n}\n')
+
+    pending = jobq("job", str(done.id), url=service.url)
+    assert pending.stdout.startswith(f"job {done.id} on emails (send_email): pending\n")
+    assert pending.stdout.endswith("result:\n-\nprogress:\n-\n")
+
+    as_json = json.loads(jobq("job", str(leased.id), "--json", url=service.url).stdout)
+    assert (as_json["status"], as_json["result"], as_json["progress"]) == (
+        "completed", {"sent": True, "note": "ünïcode"}, {"step": 1},
+    )  # fmt: skip
+    missing = jobq("job", "999999", url=service.url)
+    assert missing.exit_code == 1 and missing.stderr.endswith("(not_found)\n")
+    assert jobq("job", "abc", url=service.url).exit_code == 2
+
+
 async def test_stats(service, db):
     url = service.url
     assert jobq("stats", url=url).stdout == "no queues yet\n"
@@ -192,6 +224,7 @@ def test_unreachable_service_exits_3():
 COMMANDS = [
     ["worker"],
     ["enqueue"],
+    ["job"],
     ["stats"],
     ["dead"],
     ["dead", "list"],

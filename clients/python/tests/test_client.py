@@ -30,7 +30,7 @@ from jobq import (
     Unreachable,
     ValidationError,
 )
-from jobq.client import Failure, _exchange
+from jobq.client import Completion, Failure, _exchange
 from tests.fixtures import test_settings as settings_for
 from tests.service_process import free_port
 from tests.waiting import until
@@ -224,6 +224,75 @@ def test_nack_many_items_as_sent():
 
 
 NOW = datetime(2030, 1, 1).astimezone()
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["Client", "AsyncClient"])
+async def test_results_and_progress(start_service, db, blocking):
+    """ack keeps a result, ack_many each item's own, extend reports progress; get_job shows them. A
+    result over the limit raises PayloadTooLarge and the job is still held, for an ack without it."""
+    service = start_service(max_result_bytes=100)
+    async with AsyncClient(service.url) as jobq:
+        ids = [j.id for j in await jobq.enqueue_many([{"queue": "work", "payload": i} for i in range(6)])]
+        a, b, c, d, e, f = sorted(
+            await jobq.lease("work", max_jobs=6, visibility_timeout=60), key=lambda j: j.payload
+        )
+
+    def calls(client):  # the same calls, sync or async
+        yield client.extend(a, 60, progress={"done": 1, "of": 2})
+        yield client.ack(a, {"rows": 2})
+        yield client.ack(b.id, False, lease_token=b.lease_token)  # false is a result, not "none"
+        yield client.ack_many([c, Completion(d, [1, 2]), (e, "x" * 200), (f, None)])
+
+    if blocking:
+        with Client(service.url) as sync:
+            answers = list(calls(sync))
+            with pytest.raises(PayloadTooLarge) as too_large:
+                sync.ack(e, "x" * 200)
+            shown = [sync.get_job(i) for i in ids]
+    else:
+        async with AsyncClient(service.url) as jobq:
+            answers = [await call for call in calls(jobq)]
+            with pytest.raises(PayloadTooLarge) as too_large:
+                await jobq.ack(e, "x" * 200)
+            shown = [await jobq.get_job(i) for i in ids]
+    assert "ack again without the result" in too_large.value.detail
+    assert answers[0].id == a.id and answers[1].status == answers[2].status == "completed"
+    assert [(r.ok, r.code) for r in answers[3]] == [
+        (True, None),
+        (True, None),
+        (False, "payload_too_large"),
+        (True, None),
+    ]
+    assert [(j.status, j.result, j.progress) for j in shown] == [
+        ("completed", {"rows": 2}, {"done": 1, "of": 2}),
+        ("completed", False, None),
+        ("completed", None, None),
+        ("completed", [1, 2], None),
+        ("running", None, None),  # still held: its result was refused, twice
+        ("completed", None, None),
+    ]
+    with Client(service.url) as sync:
+        assert sync.ack(e).status == "completed"
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'completed'") == 6
+
+
+def test_results_as_sent():
+    """What ack, ack_many and extend put in the request: a result or progress only when given."""
+    job = LeasedJob(7, "q", None, 0, 1, 5, NOW, NOW, None, "t", NOW)
+    lease = {"id": 7, "lease_token": "t"}
+    assert Calls.ack(job).json == lease
+    assert Calls.ack(job, 0).json == lease | {"result": 0}
+    assert Calls.ack_many([job, Completion(job, "r"), (job, None), Completion(job)]).json == {
+        "items": [lease, lease | {"result": "r"}, lease, lease]
+    }
+    assert Calls.extend(job, 30).json == lease | {"visibility_timeout": 30}
+    assert Calls.extend(job, 30, progress=0.5).json == lease | {"visibility_timeout": 30, "progress": 0.5}
+
+
+def test_result_and_progress_are_none_in_answers_without_them():
+    """An answer of a service that predates results reads as None."""
+    job = Calls.get_job(1).read(JOB_WITHOUT_KIND)
+    assert job.result is None and job.progress is None
 
 
 async def test_operator_calls(service, db):

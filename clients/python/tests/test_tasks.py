@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+import threading
 import types
 from datetime import UTC, datetime
 
@@ -240,3 +241,77 @@ def test_the_tasks_of_a_module():
     empty = types.ModuleType("empty")
     with pytest.raises(ValueError, match="no task registry and no functions"):
         Tasks.of_module(empty)
+
+
+async def test_a_handler_s_return_value_is_the_job_s_result(start_service, db, caplog):
+    service = start_service(max_result_bytes=200)
+    tasks = Tasks(queue="r")
+
+    @tasks.task
+    def add(a: int, b: int) -> dict[str, int]:
+        return {"sum": a + b}
+
+    @tasks.task
+    async def odd() -> object:
+        return object()  # JSON cannot hold it
+
+    @tasks.task
+    def big() -> str:
+        return "x" * 500  # past the service's 200 bytes
+
+    @tasks.task
+    def nothing() -> None:
+        return None
+
+    async with AsyncClient(service.url) as client:
+        jobs = await client.enqueue_many([add.job(2, 3), odd.job(), big.job(), nothing.job()])
+        worker = Worker(tasks, client=client, concurrency=4, wait=0.2)
+        await run_until(worker, lambda: worker.stats.done == 4)
+        results = [(await client.get_job(job.id)).result for job in jobs]
+    assert results == [{"sum": 5}, None, None, None]
+    assert await states(db, "r")() == {"completed": 4}
+    assert f"job {jobs[1].id}: its handler returned what JSON cannot hold" in caplog.text
+    assert f"job {jobs[2].id}: its result is larger than the service keeps; done without it" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+async def test_progress_goes_with_the_lease_s_extensions_not_a_request_per_call(service, db, kind):
+    tasks = Tasks(queue="p")
+    release = threading.Event()
+
+    def plain() -> None:
+        for step in range(1, 101):
+            jobq.progress({"step": step})
+        release.wait(10)
+
+    async def coroutine() -> None:
+        for step in range(1, 101):
+            jobq.progress({"step": step})
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+
+    tasks.task(name="work")(plain if kind == "plain" else coroutine)
+    extends = 0
+
+    async def count(request) -> None:
+        nonlocal extends
+        extends += request.url.path == "/extend"
+
+    async with AsyncClient(service.url, event_hooks={"request": [count]}) as client:
+        job = await client.enqueue("p", None, kind="work")
+        worker = Worker(tasks, client=client, wait=0.2)
+        run = asyncio.create_task(worker.run())
+        shown = "SELECT progress FROM jobq.jobs WHERE id = $1"
+        await until(equals(lambda: db.fetchval(shown, job.id), '{"step": 100}'), 10)
+        release.set()
+        await until(lambda: worker.stats.done == 1)
+        worker.stop()
+        await asyncio.wait_for(run, 5)
+    assert 1 <= extends <= 3  # 100 reports, the last one sent
+
+
+def test_progress_and_current_job_outside_a_handler_say_so():
+    with pytest.raises(LookupError, match=r"jobq.progress\(\) is only known inside a handler"):
+        jobq.progress(1)
+    with pytest.raises(LookupError, match=r"jobq.current_job\(\) is only known inside a handler"):
+        current_job()
