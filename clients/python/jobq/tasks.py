@@ -65,6 +65,13 @@ def _running(what: str) -> Running:
         raise LookupError(f"jobq.{what}() is only known inside a handler the worker runs") from None
 
 
+def is_async(function: Callable[..., Any]) -> bool:
+    """Whether calling `function` gives a coroutine: an `async def`, or an object with an async `__call__`."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(function, "__call__", None)  # noqa: B004 - an object with an async __call__
+    )
+
+
 def current_job() -> LeasedJob:
     """The job whose handler is running (in that handler's thread or task); LookupError outside one."""
     return _running("current_job").job
@@ -130,7 +137,7 @@ class Task(Generic[P, R]):
                     "arguments are its payload's fields, by name"
                 )
         object.__setattr__(self, "signature", signature)
-        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
+        object.__setattr__(self, "is_async", is_async(self.function))
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)

@@ -33,7 +33,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import os
@@ -47,7 +46,7 @@ from typing import Any
 
 from jobq.client import AsyncClient, Completion, Failure
 from jobq.pools import MAX_BATCH, Batcher, Outcome, Threads
-from jobq.tasks import Fail, Retry, Running, Tasks, UnknownTask, _current
+from jobq.tasks import Fail, Retry, Running, Tasks, UnknownTask, _current, is_async
 from jobq.types import (
     ItemResult,
     JobqError,
@@ -89,12 +88,6 @@ def describe(exc: BaseException) -> str:
             for f in shown
         )
     return text[:ERROR_CHARS].rstrip()
-
-
-def is_async(handler: Handler) -> bool:
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)  # noqa: B004 - an object with an async __call__
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,13 +206,12 @@ class Worker:
                 raise ValueError("the task registry has no tasks")
             self._routes = {t.name: Route(t.run, t.is_async, t.visibility_timeout) for t in handler}
             self._route_all: Route | None = None
-            any_async = any(route.is_async for route in self._routes.values())
-            any_plain = not all(route.is_async for route in self._routes.values())
+            routes = list(self._routes.values())
             queue = handler.queues if queue is None else queue
         else:
             self._routes = {}
             self._route_all = Route(handler, is_async(handler))
-            any_async, any_plain = self._route_all.is_async, not self._route_all.is_async
+            routes = [self._route_all]
         if queue is None:
             raise ValueError("name the queue to work on")
         self.queues = [queue] if isinstance(queue, str) else list(dict.fromkeys(queue))
@@ -234,7 +226,8 @@ class Worker:
         self.grace = grace
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = Stats()
-        self._any_async, self._any_plain = any_async, any_plain
+        self._any_async = any(route.is_async for route in routes)
+        self._any_plain = not all(route.is_async for route in routes)
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # a second stop: release running jobs without waiting
         self._room = asyncio.Event()  # a job finished or left the buffer: the fetchers may lease more
@@ -435,11 +428,11 @@ class Worker:
             job = buffered.job
             try:
                 route = self._route(job)
-            except UnknownTask as exc:
-                self._running[job.id] = Held(job, 0, float("inf"))
-                self._finished(job, exc)
+            except UnknownTask as exc:  # never started: nacked straight away
+                self._nacks.add(failure_of(job, exc))
+                self._room.set()
                 continue
-            leased_for = self._visibility[job.queue] if job.queue in self._visibility else self._shortest
+            leased_for = self._visibility.get(job.queue, self._shortest)
             if route.visibility_timeout is None or route.visibility_timeout == leased_for:
                 held = Held(job, leased_for, buffered.sent + leased_for / 2)
             else:  # the task's own timeout: set at the keeper's next round
