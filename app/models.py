@@ -62,6 +62,11 @@ class JobStatus(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+# The statuses a wait for a job ends on (`GET /jobs/{id}?wait=N`): nothing more happens to the job unless
+# someone acts on it (a dead job retried).
+FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
+
+
 def status_in(*statuses: JobStatus) -> str:
     """`status IN ('a', 'b')`: the SQL test for these statuses."""
     return f"status IN ({', '.join(repr(str(s)) for s in statuses)})"
@@ -191,6 +196,9 @@ class Job(Base):
     result: Mapped[object | None] = mapped_column(JSONB)
     # What the worker last sent with an extend (same limit), kept after the job ends; NULL: none yet.
     progress: Mapped[object | None] = mapped_column(JSONB)
+    # Someone waits for the job to finish (GET /jobs/{id}?wait=N): the statement that finishes it then
+    # notifies its id (queries.DONE_CHANNEL). Set by the waiter, never cleared.
+    awaited: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class IdempotencyKey(Base):

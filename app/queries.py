@@ -106,6 +106,22 @@ def _notify(source: str, where: str = "true") -> str:
 
 NOTIFIED = "(SELECT count(*) FROM notified) >= 0"
 
+# Waiting for a job (GET /jobs/{id}?wait=N): the waiter marks the job `awaited` (WATCH_JOB), and every
+# statement that finishes a job (completed, dead, cancelled) sends one NOTIFY on DONE_CHANNEL per awaited
+# job it finished, the job's id as payload: a column of its RETURNING, evaluated per row, that calls
+# pg_notify only where the job is awaited. A statement finishing jobs nobody waits for sends nothing (and
+# takes no part in PostgreSQL's notification queue). Delivered at commit to every replica's listener,
+# which wakes that job's waiters (app/wakeups.py).
+DONE_CHANNEL = "jobq_done"
+
+
+def _notify_done(job: str = "j", finished: str = "true") -> str:
+    """A RETURNING column: NOTIFY the job's waiters when it is awaited and `finished` holds."""
+    return (
+        f"CASE WHEN {job}.awaited AND {finished} THEN pg_notify('{DONE_CHANNEL}', {job}.id::text) END AS done"
+    )
+
+
 # Enqueues and SQS DeleteQueue serialise per queue, so that no job outlives its queue row (the lease,
 # lease expiry and pruning all join it: such a job would never be seen again). Every statement that inserts
 # jobs first takes a shared advisory lock on each queue it inserts into, held to the end of its
@@ -347,7 +363,45 @@ CANCEL = Query.define(
     UPDATE jobq.jobs j SET status = 'cancelled', completed_at = now(), updated_at = now()
     FROM jobq.queues q
     WHERE j.id = :id AND j.status = 'pending' AND q.name = j.queue AND {_in_scope("j.queue")}
-    RETURNING {JOB}
+    RETURNING {JOB}, {_notify_done()}
+    """,
+)
+
+# A waiter's mark on a job not finished yet (see DONE_CHANNEL); no row back: the job is finished, gone or
+# out of scope, and GET_JOB tells which. A statement of its own, before the waiter reads the job: once
+# it commits, whatever finishes the job sees the mark (a finish under way waits for the row and then
+# reads it), so the waiter, registered before it, cannot miss the notification.
+# The mark locks the row for a moment, and a LEASE meanwhile passes a pending job over (SKIP LOCKED): a
+# long-poll woken for that very job (a producer that enqueues, then waits at once) would find nothing
+# and wait on. So marking a pending job notifies its queue again, as if it had just become ready.
+WATCH_JOB = Query.define(
+    "watch_job",
+    f"""
+    WITH watched AS (
+        UPDATE jobq.jobs SET awaited = true
+        WHERE id = :id AND status IN ('pending', 'running') AND {_in_scope("queue")}
+        RETURNING id, queue, status, run_at
+    ), {_notify("watched", "status = 'pending'")}
+    SELECT id FROM watched WHERE {NOTIFIED}
+    """,
+)
+
+# WATCH_JOB for several waiters at once (app/jobs/producers.py), without waiting for any row: one whose
+# row another statement holds (an ack, a claim) is passed over and marked by WATCH_JOB alone, so this
+# statement never holds some rows while it waits for others (no deadlock with a batch ack), and a flood
+# of waiters costs a few statements, and one NOTIFY per queue each, rather than one of each per waiter.
+WATCH_JOBS = Query.define(
+    "watch_jobs",
+    f"""
+    WITH free AS (
+        SELECT id FROM jobq.jobs
+        WHERE id = ANY(:ids::bigint[]) AND status IN ('pending', 'running') AND {_in_scope("queue")}
+        FOR NO KEY UPDATE SKIP LOCKED
+    ), watched AS (
+        UPDATE jobq.jobs j SET awaited = true FROM free WHERE j.id = free.id
+        RETURNING j.id, j.queue, j.status, j.run_at
+    ), {_notify("watched", "status = 'pending'")}
+    SELECT id FROM watched WHERE {NOTIFIED}
     """,
 )
 
@@ -400,13 +454,13 @@ LEASE = Query.define(
 # A repeated ack finds the job completed and changes nothing, its result included.
 ACK = Query.define(
     "ack",
-    """
+    f"""
     UPDATE jobq.jobs j
     SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL,
         result = a.result::jsonb
     FROM unnest(:ids::bigint[], :lease_tokens::uuid[], :results::text[]) AS a(id, lease_token, result)
     WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.status IN ('running', 'pending', 'dead')
-    RETURNING j.id, a.lease_token, j.queue
+    RETURNING j.id, a.lease_token, j.queue, {_notify_done()}
     """,
 )
 
@@ -444,7 +498,7 @@ NACK = Query.define(
             last_error = n.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
         FROM n
         WHERE j.id = n.id AND j.lease_token = n.lease_token AND j.status = 'running'
-        RETURNING j.id, n.lease_token, j.queue, j.status, j.run_at
+        RETURNING j.id, n.lease_token, j.queue, j.status, j.run_at, {_notify_done(finished="n.to_dead")}
     ), {_notify("nacked", "status = 'pending'")}
     SELECT id, lease_token, queue, status, run_at FROM nacked WHERE {NOTIFIED}
     """,
@@ -503,7 +557,7 @@ EXPIRE_LEASES = Query.define(
             lease_expires_at = NULL, updated_at = now()
         FROM expired, jobq.queues q
         WHERE j.id = expired.id AND q.name = j.queue
-        RETURNING j.id, j.queue, j.status, j.run_at
+        RETURNING j.id, j.queue, j.status, j.run_at, {_notify_done(finished="j.status = 'dead'")}
     ), {_notify("returned", "status = 'pending'")}
     SELECT id, queue, status FROM returned WHERE {NOTIFIED}
     """,
@@ -611,7 +665,10 @@ PURGE_DEAD = Query.define(
 # dead letters, which SQS would keep in another queue).
 PURGE_QUEUE = Query.define(
     "purge_queue",
-    "DELETE FROM jobq.jobs WHERE queue = :queue AND status IN ('pending', 'running')",
+    f"""
+    DELETE FROM jobq.jobs j WHERE queue = :queue AND status IN ('pending', 'running')
+    RETURNING {_notify_done()}
+    """,
 )
 
 # SQS DeleteQueue, first: the queue's lock, exclusively (QUEUE_LOCK_CLASS), in a statement of its own, in

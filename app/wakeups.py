@@ -18,6 +18,11 @@ client went away, the service is closing) hands it to the next waiter of its que
 watches its client while it waits (app/jobs/workers.py ``lease``), so a departed one leaves at once rather
 than being woken first.
 
+Waiting for a job to finish (``GET /jobs/{id}?wait=N``) is woken the same way, on a channel of its own
+(``queries.DONE_CHANNEL``): statements that finish a job someone marked as awaited name it there, and
+every waiter of that job in this process is woken, to read it and answer. Nothing polls: after a lost
+connection every job waiter is woken too, to look once.
+
 Everything kept here is bounded: a queue's entry in ``_waiters`` goes with its last waiter, ``_due`` and
 ``_timers`` hold only queues that notifications named (queues with jobs), and at most ``max_waiters``
 long-polls wait at once (``long_poll``).
@@ -35,44 +40,54 @@ from contextlib import contextmanager
 
 import asyncpg
 
-from app.queries import CHANNEL
+from app.errors import Unavailable
+from app.queries import CHANNEL, DONE_CHANNEL
 
 log = logging.getLogger("jobq.wakeups")
 
 # Most future run_ats remembered per queue; beyond that the safety poll finds them.
 MAX_DUE_PER_QUEUE = 10_000
+# Seconds a long-poll refused for max_waiters is told to wait before trying again.
+RETRY_AFTER_FULL = 1
 # Fire timers a little after run_at, so a waiter does not look a hair before the job is due.
 TIMER_SLACK = 0.002
 
 
 class Waiter:
-    __slots__ = ("_event", "woken", "used")
+    """One waiting request. Small, since thousands may wait at once: a future made only when it waits,
+    and a timer handle rather than a task for its timeout."""
+
+    __slots__ = ("_future", "woken", "used")
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._future: asyncio.Future[None] | None = None
         self.woken = False  # someone woke this waiter
         self.used = False  # and it acted on it (looked for jobs again): set by the one waiting
 
     def wake(self) -> None:
         self.woken = True
-        self._event.set()
+        self._end()
 
-    def _interrupt(self, _: object) -> None:
-        self._event.set()  # not woken: the wait just ends
+    def _end(self, _: object = None) -> None:
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
 
     async def wait(self, timeout: float, gone: asyncio.Future | None = None) -> None:
         """Until woken, `timeout` seconds pass, or `gone` (the client's departure) completes."""
+        if self.woken or timeout <= 0 or (gone is not None and gone.done()):
+            return
+        loop = asyncio.get_running_loop()
+        self._future = loop.create_future()
+        timer = loop.call_later(timeout, self._end)
         if gone is not None:
-            if gone.done():
-                return
-            gone.add_done_callback(self._interrupt)
+            gone.add_done_callback(self._end)
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except TimeoutError:
-            pass
+            await self._future
         finally:
+            timer.cancel()
             if gone is not None:
-                gone.remove_done_callback(self._interrupt)
+                gone.remove_done_callback(self._end)
+            self._future = None
 
 
 class Wakeups:
@@ -92,6 +107,8 @@ class Wakeups:
         self.max_waiters = max_waiters  # long-polls waiting at once, at most
         self.long_polls = 0  # long-polls holding a place now (see long_poll)
         self._waiters: dict[str, dict[Waiter, None]] = {}  # per queue, oldest first
+        self._watchers: dict[int, dict[Waiter, None]] = {}  # per job id, those waiting for it to finish
+        self.watchers = 0  # requests waiting for a job to finish now, all jobs
         self._count = 0  # waiters registered, all queues
         self._due: dict[str, list[tuple[float, int]]] = {}  # per queue, a heap of (loop time, n)
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -118,8 +135,7 @@ class Wakeups:
     def shutdown(self) -> None:
         """Stop: answer every waiter now, and let no request wait again."""
         self._closing = True
-        for queue in list(self._waiters):
-            self._wake(queue, len(self._waiters.get(queue, ())))
+        self._wake_all()
 
     async def close(self) -> None:
         self.shutdown()
@@ -137,18 +153,24 @@ class Wakeups:
     # --- waiting ---------------------------------------------------------------------------------------
 
     @contextmanager
-    def long_poll(self) -> Iterator[bool]:
-        """One long-poll's place among the process's `max_waiters`, held for the whole of its wait.
+    def long_poll(self) -> Iterator[None]:
+        """One long-poll's place among the process's `max_waiters`, held for the whole of its wait: a
+        waiting lease, SQS receive or wait for a job.
 
-        Yields False, holding nothing, when every place is taken: each waiting long-poll holds a socket,
-        a task and some memory, so past the cap a client is told to come back rather than let in.
+        Each holds a socket, a task and some memory, so past the cap a client is told to come back (503,
+        Retry-After) rather than let in, before any work, while calls that do not wait go on.
         """
         if self.long_polls >= self.max_waiters:
-            yield False
-            return
+            raise Unavailable(
+                f"this service process already holds {self.max_waiters} waiting long-polls"
+                " (JOBQ_MAX_WAITERS); retry after the Retry-After seconds, call with wait 0, or"
+                " spread clients over more replicas",
+                retry_after=RETRY_AFTER_FULL,
+                nothing_done=True,  # refused before any work: safe to send again (app/errors.py)
+            )
         self.long_polls += 1
         try:
-            yield True
+            yield
         finally:
             self.long_polls -= 1
 
@@ -175,6 +197,23 @@ class Wakeups:
             if waiter.woken and not waiter.used and not self._closing:
                 self._wake(queue, 1)
 
+    @contextmanager
+    def watching(self, job_id: int) -> Iterator[Waiter]:
+        """Register a waiter for job `job_id` to finish, for the duration of the block; register before
+        marking the job awaited (queries.WATCH_JOB), so a finish that commits meanwhile is not missed."""
+        waiter = Waiter()
+        self._watchers.setdefault(job_id, {})[waiter] = None
+        self.watchers += 1
+        try:
+            yield waiter
+        finally:
+            self.watchers -= 1
+            watchers = self._watchers.get(job_id)
+            if watchers is not None:
+                watchers.pop(waiter, None)
+                if not watchers:
+                    del self._watchers[job_id]
+
     def waiter_count(self) -> int:
         """Waiters registered now, all queues (safe to read from another thread)."""
         return self._count
@@ -194,6 +233,13 @@ class Wakeups:
     def _wake_all(self) -> None:
         for queue in list(self._waiters):
             self._wake(queue, len(self._waiters.get(queue, ())))
+        for job_id in list(self._watchers):
+            self._wake_watchers(job_id)
+
+    def _wake_watchers(self, job_id: int) -> None:
+        for waiter in self._watchers.pop(job_id, ()):
+            waiter.wake()
+            self.wakes += 1
 
     # --- notifications and timers ----------------------------------------------------------------------
 
@@ -209,6 +255,14 @@ class Wakeups:
             self._wake(queue, n)
         else:
             self._schedule(queue, self._loop.time() + delay + TIMER_SLACK, n)
+
+    def _on_done(self, conn: object, pid: int, channel: str, payload: str) -> None:
+        try:
+            job_id = int(payload)
+        except ValueError:
+            log.warning("ignoring a malformed notification: %r", payload[:200])
+            return
+        self._wake_watchers(job_id)
 
     def _schedule(self, queue: str, when: float, n: int) -> None:
         due = self._due.setdefault(queue, [])
@@ -258,6 +312,7 @@ class Wakeups:
             conn.add_termination_listener(lambda _conn: lost.set())
             try:
                 await conn.add_listener(CHANNEL, self._on_notify)
+                await conn.add_listener(DONE_CHANNEL, self._on_done)
                 database_now = await conn.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
                 self._clock_offset = database_now - time.time()
                 if self.reconnects:

@@ -91,6 +91,77 @@ async def raw_pickup(dsn: str, rounds: int) -> list[float]:
     return latencies
 
 
+async def wait_latency(waiter_url: str, worker_url: str, rounds: int) -> list[float]:
+    """Waiting for a job across replicas: a waiter on one replica (`GET /jobs/{id}?wait=30`), the job
+    leased and acked on the other; from the ack's request (its commit comes later) to the waiter's
+    answer, so an upper bound on the delay after the commit."""
+    latencies = []
+    async with served.Session() as waiter, served.Session() as worker:
+        for i in range(rounds):
+            job = await served.post(worker, f"{worker_url}/jobs", {"queue": "waited", "payload": i})
+            waiting = asyncio.create_task(waiter.get(f"{waiter_url}/jobs/{job['id']}?wait=30"))
+            lease = {"queue": "waited", "wait": 5}  # a waiter marking the job may hold it a moment
+            (leased,) = (await served.post(worker, f"{worker_url}/lease", lease))["jobs"]
+            await asyncio.sleep(random.uniform(0.01, 0.03))  # the waiter is waiting by then
+            started = time.perf_counter()
+            ack = {"id": leased["id"], "lease_token": leased["lease_token"], "result": i}
+            await served.post(worker, f"{worker_url}/ack", ack)
+            status, body = await waiting
+            latencies.append(time.perf_counter() - started)
+            assert status == 200 and b'"completed"' in body, body
+    return latencies
+
+
+async def raw_wait_latency(dsn: str, rounds: int) -> list[float]:
+    """The same path in bare asyncpg: a listener; the ack's UPDATE notifies the job's id at commit; on the
+    notification the waiter reads the job."""
+    listener, waiter, worker = [await asyncpg.connect(dsn) for _ in range(3)]
+    await worker.execute("INSERT INTO jobq.queues (name) VALUES ('raw-waited') ON CONFLICT DO NOTHING")
+    woken: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener("raw_done", lambda *args: woken.put_nowait(args[-1]))
+    latencies = []
+    for i in range(rounds):
+        job_id = await worker.fetchval(
+            "INSERT INTO jobq.jobs (queue, payload, status) VALUES ('raw-waited', $1::jsonb, 'running')"
+            " RETURNING id",
+            str(i),
+        )
+        started = time.perf_counter()
+        await worker.execute(
+            "UPDATE jobq.jobs SET status = 'completed', result = $2::jsonb WHERE id = $1"
+            " RETURNING pg_notify('raw_done', id::text)",
+            job_id,
+            str(i),
+        )
+        assert int(await woken.get()) == job_id
+        await waiter.fetchrow(queries.GET_JOB.text, *queries.GET_JOB.args(id=job_id, scope=None))
+        latencies.append(time.perf_counter() - started)
+    for conn in (listener, waiter, worker):
+        await conn.close()
+    return latencies
+
+
+async def hold_waits(url: str, ids: list[int]) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """One connection per job, each waiting for its job (`GET /jobs/{id}?wait=60`)."""
+    host, port = url.removeprefix("http://").split(":")
+    held = []
+    for job_id in ids:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"GET /jobs/{job_id}?wait=60 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        held.append((reader, writer))
+    return held
+
+
+async def answer_status(reader: asyncio.StreamReader) -> int:
+    """The status of the HTTP answer `reader` has coming, its body read and dropped."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+    return int(head[9:12])
+
+
 async def hold_long_polls(url: str, count: int) -> list[asyncio.StreamWriter]:
     host, port = url.removeprefix("http://").split(":")
     body = b'{"queue": "idle", "wait": 60}'

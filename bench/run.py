@@ -297,6 +297,74 @@ class Bench:
             f"   raw p50 {raw_['p50_ms']} p99 {raw_['p99_ms']}"
         )
 
+    async def waiting(self) -> None:
+        """Waiting for jobs: latency across replicas, then 10,000 waiters on one replica (memory,
+        database connections) answered by acks on the other."""
+        rounds = max(50, int(200 * self.scale))
+        count = self.n(10_000)
+        async with (
+            Service(self.dsn, port=8913, JOBQ_MAX_WAITERS=str(2 * count)) as a,
+            Service(self.dsn, port=8914) as b,
+        ):
+            latency = summary_ms(await pickup.wait_latency(a.url, b.url, rounds))
+            raw_ = summary_ms(await pickup.raw_wait_latency(self.dsn, rounds))
+            queue = self.queue("wa")
+            ids: list[int] = []
+            async with served.Session() as http:
+                for start in range(0, count, 1000):
+                    jobs = [{"queue": queue, "payload": i} for i in range(start, min(count, start + 1000))]
+                    ids += [
+                        j["id"]
+                        for j in (await served.post(http, f"{b.url}/jobs/batch", {"jobs": jobs}))["jobs"]
+                    ]
+            await asyncio.sleep(1)
+            idle = a.rss_mb()
+            held = await pickup.hold_waits(a.url, ids)
+            while (
+                await self.sql("SELECT count(*) FROM jobq.jobs WHERE queue = $1 AND awaited", queue) < count
+            ):
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(2)
+            waiting_rss = a.rss_mb()
+            connections = await self.sql(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name LIKE 'jobq%'"
+            )
+            started = time.perf_counter()
+            answers = asyncio.gather(*(pickup.answer_status(reader) for reader, _ in held))
+            async with served.Session() as http:
+                while leased := (
+                    await served.post(http, f"{b.url}/lease", {"queue": queue, "max_jobs": 1000})
+                )["jobs"]:
+                    items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in leased]
+                    await served.post(http, f"{b.url}/ack/batch", {"items": items})
+            statuses = await answers
+            answered = time.perf_counter() - started
+            for _, writer in held:
+                writer.close()
+        assert statuses == [200] * count, set(statuses)
+        added = waiting_rss - idle
+        self.results["waiting for jobs"] = {
+            "across replicas": latency,
+            "reference": raw_,
+            f"{count}_waiters": {
+                "rss_idle_mb": round(idle, 1),
+                "rss_waiting_mb": round(waiting_rss, 1),
+                "rss_added_mb": round(added, 1),
+                "database_connections": connections,
+                "all_answered_s": round(answered, 2),
+            },
+            "target": "across replicas p99 <= 20 ms; 10,000 waiters add < 30 MB and no connections",
+        }
+        print(
+            f"  {'wait for a job, across replicas':34} p50 {latency['p50_ms']} p99 {latency['p99_ms']}"
+            f"   raw p50 {raw_['p50_ms']} p99 {raw_['p99_ms']}"
+        )
+        print(
+            f"  {f'{count:,} waiters':34} RSS +{added:.1f} MB ({idle:.0f} -> {waiting_rss:.0f}),"
+            f" {connections} database connections (two replicas), all answered in {answered:.2f} s"
+        )
+
     async def _claim_latencies(self, queue: str, rounds: int) -> list[float]:
         latencies = []
         async with served.Session() as http:
@@ -373,6 +441,7 @@ SCENARIOS = [
     "full_cycle",
     "sqs",
     "pickup",
+    "waiting",
     "scale_",
     "burst",
     "memory",

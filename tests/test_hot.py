@@ -147,3 +147,33 @@ async def test_queues_are_checked_alike(start_service, db):
         for headers in (HOT, ROUTED):
             r = await http.post("/jobs", content=b'{"queue": "mine-1", "payload": 1}', headers=headers | auth)
             assert r.status_code == 201, r.text
+
+
+async def read_both_ways(http: httpx.AsyncClient, job_id: int | str, wait: str | None, **headers: str):
+    """GET a job the hot way (no query, or `wait=N`) and the routed way (the same wait spelled in a form
+    the hot path leaves to FastAPI: `wait=1e0`); the two answers must agree. Returns the hot one."""
+    hot = await http.get(f"/jobs/{job_id}" + (f"?wait={wait}" if wait else ""), headers=headers)
+    routed = await http.get(f"/jobs/{job_id}?wait={float(wait or 0):g}e0", headers=headers)
+    assert (hot.status_code, hot.json()) == (routed.status_code, routed.json()), (hot.text, routed.text)
+    for name in ("content-type", "www-authenticate"):
+        assert hot.headers.get(name) == routed.headers.get(name), name
+    return hot
+
+
+async def test_job_reads_agree(start_service):
+    """`GET /jobs/{id}` is hot (app/hot.py), with or without `wait`: the same answers as FastAPI's, for
+    jobs, unknown jobs, every role and a token limited to other queues."""
+    service = start_service(tokens={"a": "admin", "w": "worker", "s": {"role": "viewer", "queues": ["mine"]}})
+    admin = {"authorization": "Bearer a"}
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
+        job = (await http.post("/jobs", json={"queue": "q", "payload": [1]}, headers=admin)).json()
+        await http.delete(f"/jobs/{job['id']}", headers=admin)  # finished: a wait answers at once
+        for wait in (None, "1", "0.5"):
+            assert (await read_both_ways(http, job["id"], wait, **admin)).json()["status"] == "cancelled"
+            assert (await read_both_ways(http, job["id"], wait, authorization="Bearer w")).status_code == 200
+            assert (await read_both_ways(http, job["id"], wait, authorization="Bearer s")).status_code == 404
+            assert (await read_both_ways(http, job["id"], wait)).status_code == 401
+            assert (await read_both_ways(http, 999999, wait, **admin)).status_code == 404
+        for path in ("/jobs/0", "/jobs/-1", "/jobs/99999999999999999999", f"/jobs/{job['id']}?wait=61"):
+            r = await http.get(path, headers=admin)  # not the hot path's: FastAPI refuses them
+            assert r.status_code == 422, (path, r.text)

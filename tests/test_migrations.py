@@ -591,3 +591,36 @@ async def test_0005_adds_result_and_progress_beside_existing_jobs_and_goes_back(
     await db.execute(step.ADD_COLUMNS)
     await asyncio.to_thread(migrations.upgrade, database_url)
     assert (await outcome_columns(db))[1] == ["progress", "result"]
+
+
+# --- revision 0006: awaited -------------------------------------------------------------------------
+
+
+async def awaited_column(db) -> tuple[str, bool]:
+    revision = await db.fetchval("SELECT version_num FROM jobq.alembic_version")
+    present = await db.fetchval(
+        "SELECT count(*) = 1 FROM information_schema.columns"
+        " WHERE table_schema = 'jobq' AND table_name = 'jobs' AND column_name = 'awaited'"
+    )
+    return revision, present
+
+
+async def test_0006_adds_awaited_to_existing_jobs_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0005")
+    assert await awaited_column(db) == ("0005", False)
+    before = await db.fetchval("SELECT jobq.enqueue('q', '1')")
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0006")
+    assert await awaited_column(db) == ("0006", True)
+    assert await db.fetchval("SELECT awaited FROM jobq.jobs WHERE id = $1", before) is False
+    after = await db.fetchval("SELECT jobq.enqueue('q', '2')")  # the SQL function leaves it to the default
+    assert await db.fetchval("SELECT awaited FROM jobq.jobs WHERE id = $1", after) is False
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0005")
+    assert await awaited_column(db) == ("0005", False)
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 2
+    step = this_build().get_revision("0006").module
+    await db.execute(step.ADD_COLUMN)  # a retried step runs its statement again: nothing to do
+    await db.execute(step.ADD_COLUMN)
+    await asyncio.to_thread(migrations.upgrade, database_url)
+    assert (await awaited_column(db))[1]

@@ -132,6 +132,12 @@ async def test_readme_python_async_client(service, db):
     assert await jobs(db) == [("reports", {"month": "2024-05"}, "completed", 1, False)]
 
 
+async def test_readme_python_wait(service, db):
+    done = run_block("python-wait", service.url)
+    assert done.stdout == "completed 6\n", done.stdout + done.stderr
+    assert await jobs(db) == [("sums", [1, 2, 3], "completed", 1, False)]
+
+
 async def test_readme_python_worker(service, db, tmp_path):
     (tmp_path / "tasks.py").write_text(block("python-handler"))
     async with AsyncClient(service.url) as client:

@@ -208,13 +208,14 @@ def test_every_status_change_is_in_the_table():
 
 
 def test_every_status_written_in_the_sql_is_a_job_status():
-    """The SQL spells statuses as literals; on each line that names `status`, every literal is one."""
+    """The SQL spells statuses as literals; on each line that names `status`, every literal is one
+    (notification channels aside)."""
     literals = {
         literal
         for query in defined(q).values()
         for line in query.text.splitlines()
         if re.search(r"\bstatus\b", line)
-        for literal in re.findall(r"'([a-z_]+)'", line)
+        for literal in re.findall(r"'([a-z_]+)'", re.sub(r"pg_notify\('\w+'", "", line))
     }
     assert {"pending", "running", "completed", "dead", "cancelled"} <= literals <= set(JobStatus)
 

@@ -36,7 +36,7 @@ from app.jobs.operators import (
     retry_dead,
     set_paused,
 )
-from app.jobs.producers import cancel, enqueue, enqueue_batch, get_job
+from app.jobs.producers import cancel, enqueue, enqueue_batch, get_job, wait_for_job
 from app.jobs.rows import Row, Scope
 from app.jobs.workers import ack, ack_batch, extend, lease, nack, nack_batch, release, single
 
@@ -79,4 +79,5 @@ __all__ = [
     "schema_revision",
     "set_paused",
     "single",
+    "wait_for_job",
 ]

@@ -1,12 +1,17 @@
-"""Producers' operations: enqueue jobs (one, or a batch all or nothing), read a job, cancel one."""
+"""Producers' operations: enqueue jobs (one, or a batch all or nothing), read a job (or wait for it to
+finish), cancel one."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 import asyncpg
 
 from app import queries as q
+from app.coalesce import Batcher
 from app.db import Database
 from app.errors import JobqError, NotFound
 from app.jobs.arguments import NewJobLike
@@ -14,6 +19,8 @@ from app.jobs.idempotency import Once, enqueue_once, enqueue_singles_once, keyed
 from app.jobs.inserts import encode_payloads, insert_deduplicated, insert_new
 from app.jobs.rows import Row, Scope, as_job, run_guarded
 from app.jobs.shared import shared
+from app.models import FINISHED
+from app.wakeups import Wakeups
 
 
 async def enqueue(db: Database, job: NewJobLike, once: Once | None = None) -> Row:
@@ -77,6 +84,65 @@ async def get_job(db: Database, job_id: int, scope: Scope = None) -> Row:
     if row is None:
         raise NotFound(f"job {job_id} does not exist")
     return as_job(row)
+
+
+async def wait_for_job(
+    db: Database,
+    wakeups: Wakeups,
+    job_id: int,
+    wait: float,
+    scope: Scope = None,
+    disconnected: Callable[[], Awaitable[object]] | None = None,
+) -> Row:
+    """The job once it is finished (completed, dead or cancelled), or as it is when `wait` seconds pass
+    (or its client goes, or the service is closing): the caller reads its status.
+
+    Nothing polls. The waiter registers in this process (Wakeups.watching), then marks the job awaited
+    (WATCH_JOB), and sleeps, holding no connection, until the statement that finishes the job, on
+    whichever replica, notifies its id at commit; then it reads the job. A job already finished (or
+    unknown: 404) is answered at once. At most `max_waiters` long-polls wait at once per process.
+    """
+    with wakeups.long_poll():
+        gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
+        deadline = time.monotonic() + wait
+        try:
+            while not wakeups.closing:
+                with wakeups.watching(job_id) as waiter:
+                    if not await _watch(db, job_id, scope):
+                        break  # finished, or no such job: read it
+                    await waiter.wait(deadline - time.monotonic(), gone)
+                    if not waiter.woken:
+                        break  # time is up, or the client left
+                job = await get_job(db, job_id, scope)
+                if job["status"] in FINISHED or time.monotonic() >= deadline:
+                    return job
+                # Woken, yet not finished: the listener reconnected (every waiter looks once). Again.
+        finally:
+            if gone is not None:
+                gone.cancel()
+    return await get_job(db, job_id, scope)
+
+
+async def _watch(db: Database, job_id: int, scope: Scope) -> bool:
+    """Mark the job awaited; False when it is finished, unknown or out of scope. Concurrent waiters
+    share WATCH_JOBS statements (per scope); a job that one passed over, its row busy, is marked alone."""
+    if db.settings.coalesce:
+        key = ("watch", None if scope is None else tuple(scope))
+        make = partial(
+            Batcher, partial(_watch_shared, db, scope), concurrency=db.settings.coalesce_concurrency
+        )
+        with db.sharing(key, make) as batcher:
+            if await batcher.submit(job_id):
+                return True
+    async with db.acquire() as conn:
+        return await conn.fetchval(q.WATCH_JOB.text, *q.WATCH_JOB.args(id=job_id, scope=scope)) is not None
+
+
+async def _watch_shared(db: Database, scope: Scope, ids: list[int]) -> list[bool]:
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.WATCH_JOBS.text, *q.WATCH_JOBS.args(ids=ids, scope=scope))
+    marked = {row["id"] for row in rows}
+    return [job_id in marked for job_id in ids]
 
 
 async def cancel(db: Database, job_id: int, scope: Scope = None) -> Row:

@@ -23,6 +23,7 @@ def as_job(row: asyncpg.Record) -> Row:
     out = dict(row)
     out.pop("ord", None)  # statements' bookkeeping, not the job's
     out.pop("slot", None)
+    out.pop("done", None)
     out["payload"] = JSONText(out["payload"])
     if "result" in out:  # a whole job (queries.JOB); a lease's rows (LEASED_JOB) have neither column
         result, progress = out["result"], out["progress"]

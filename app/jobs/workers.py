@@ -20,7 +20,7 @@ import asyncpg
 from app import queries as q
 from app.coalesce import Batcher
 from app.db import Database
-from app.errors import Invalid, JobqError, LeaseLost, NotFound, PayloadTooLarge, Unavailable
+from app.errors import Invalid, JobqError, LeaseLost, NotFound, PayloadTooLarge
 from app.jobs.arguments import AckLike, JobLease, JobLeaseLike, NackLike
 from app.jobs.rows import Row, as_job, job_status
 from app.jobs.shared import shared
@@ -28,7 +28,6 @@ from app.jsontext import encode_json
 from app.wakeups import Wakeups
 
 MAX_SHARED_LEASE = 1000  # jobs per shared LEASE statement
-RETRY_AFTER_FULL = 1  # seconds a long-poll refused for max_waiters is told to wait before trying again
 
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -82,15 +81,7 @@ async def lease(
         return []
     if wait <= 0:
         return await _lease_now(db, queue, call)
-    with wakeups.long_poll() as admitted:
-        if not admitted:
-            raise Unavailable(
-                f"this service process already holds {wakeups.max_waiters} waiting long-polls"
-                " (JOBQ_MAX_WAITERS); retry after the Retry-After seconds, lease with wait 0, or"
-                " spread workers over more replicas",
-                retry_after=RETRY_AFTER_FULL,
-                nothing_done=True,  # refused before any work: safe to send again (app/errors.py)
-            )
+    with wakeups.long_poll():
         gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         try:
             leased = await _long_poll(db, wakeups, queue, call, wait, gone)

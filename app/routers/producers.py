@@ -6,11 +6,11 @@ import hashlib
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 
 from app import jobs
 from app.auth import Admin, Caller, Producer, Reader
-from app.deps import DB, answers
+from app.deps import DB, WakeupsDep, answers
 from app.errors import Invalid
 from app.schemas import (
     MAX_JOB_ID,
@@ -20,7 +20,7 @@ from app.schemas import (
     EnqueueRequest,
     Job,
 )
-from app.web import JobqRoute, JSONBody
+from app.web import JobqRoute, JSONBody, disconnected
 
 router = APIRouter(tags=["producers"], route_class=JobqRoute, default_response_class=JSONBody)
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
@@ -91,9 +91,27 @@ async def enqueue_batch(body: EnqueueBatchRequest, db: DB, caller: Caller, reque
 
 
 @router.get("/jobs/{id}", dependencies=[Reader], response_model=None, responses=answers(Job, 404))
-async def get_job(id: JobIdPath, db: DB, caller: Caller) -> JSONBody:
-    """The job; a job of a queue the token may not use is 404, as if it did not exist."""
-    return JSONBody(await jobs.get_job(db, id, caller.like))
+async def get_job(
+    id: JobIdPath,
+    db: DB,
+    wakeups: WakeupsDep,
+    caller: Caller,
+    request: Request,
+    wait: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=60,
+            description="Seconds to wait for the job to finish (completed, dead or cancelled) before "
+            "answering; the answer is the job either way, so read its status. 0: answer at once.",
+        ),
+    ] = 0,
+) -> JSONBody:
+    """The job; a job of a queue the token may not use is 404, as if it did not exist. With `wait`, a
+    long-poll: answered as soon as the job finishes, on whichever replica, or when `wait` runs out."""
+    if wait <= 0:
+        return JSONBody(await jobs.get_job(db, id, caller.like))
+    return JSONBody(await jobs.wait_for_job(db, wakeups, id, wait, caller.like, disconnected(request)))
 
 
 @router.delete("/jobs/{id}", dependencies=[Admin], response_model=None, responses=answers(Job, 404, 409))

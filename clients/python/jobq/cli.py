@@ -25,7 +25,7 @@ import typer
 from jobq.client import AsyncClient, Client, RetryPolicy
 from jobq.serving import StatusLine, load_target, serve
 from jobq.tasks import Tasks
-from jobq.types import Job, JobqError, QueueDetail, QueueRow, Unavailable
+from jobq.types import FINISHED, Job, JobqError, JobStatus, QueueDetail, QueueRow, Unavailable
 from jobq.worker import Worker
 
 cli = typer.Typer(
@@ -135,6 +135,31 @@ def _payload(text: str) -> Any:
         raise typer.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD_JSON") from None
 
 
+# Exit statuses of a command given --wait: the job completed, it ended otherwise, or time ran out.
+EXIT_COMPLETED, EXIT_FAILED, EXIT_UNFINISHED = 0, 1, 124  # 124: what timeout(1) exits with
+
+Wait = Annotated[
+    float | None,
+    typer.Option(
+        metavar="SECONDS",
+        help="Wait up to this long for the job to finish, then print it. Exit status: 0 completed, "
+        "1 dead or cancelled, 124 not finished in time.",
+        show_default=False,
+    ),
+]
+
+
+def _waited(job: Job, as_json: bool) -> None:
+    """Print a job waited for, and exit with how it ended."""
+    if as_json:
+        print_json(job)
+    else:
+        typer.echo(_job_text(job))
+    if job.status == JobStatus.COMPLETED:
+        return
+    raise typer.Exit(EXIT_FAILED if job.status in FINISHED else EXIT_UNFINISHED)
+
+
 def enqueue(
     queue: Annotated[str, typer.Argument(help="Queue to add the job to.", show_default=False)],
     payload_json: Annotated[
@@ -158,11 +183,13 @@ def enqueue(
         str | None,
         typer.Option(help="What the job is (send_email), for workers to route it by.", show_default=False),
     ] = None,
+    wait: Wait = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Enqueue one job. Prints its id (or, for a taken dedup key, the job that holds it)."""
+    """Enqueue one job. Prints its id (or, for a taken dedup key, the job that holds it). With --wait,
+    waits for the job to finish and prints it; the exit status says how it ended (see --wait)."""
     payload = _payload(payload_json)
     with service(url, token) as jobq:
         job = jobq.enqueue(
@@ -173,8 +200,11 @@ def enqueue(
             dedup_key=dedup_key,
             max_attempts=max_attempts,
             kind=kind,
+            wait=wait,
         )
-    if as_json:
+    if wait is not None:
+        _waited(job, as_json)
+    elif as_json:
         print_json(job)
     elif job.duplicate:
         typer.echo(f"job {job.id} already holds dedup key {job.dedup_key!r} ({job.status}); nothing enqueued")
@@ -213,15 +243,18 @@ def _job_text(job: Job) -> str:
 
 def job_command(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="The job's id.", show_default=False)],
+    wait: Wait = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """A job, whatever its state: its fields, payload, result (what its ack kept) and progress (what
-    its worker last reported)."""
+    its worker last reported). With --wait, once it has finished."""
     with service(url, token) as jobq:
-        found = jobq.get_job(job_id)
-    if as_json:
+        found = jobq.get_job(job_id) if wait is None else jobq.wait(job_id, wait)
+    if wait is not None:
+        _waited(found, as_json)
+    elif as_json:
         print_json(found)
     else:
         typer.echo(_job_text(found))

@@ -30,6 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from jobq.types import (
+    FINISHED,
     AckResult,
     DeadPage,
     ExtendResult,
@@ -51,6 +52,7 @@ from jobq.types import (
 __all__ = ["AsyncClient", "Call", "Calls", "Client", "Completion", "Failure", "RetryPolicy"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+MAX_WAIT = 60.0  # seconds one long-poll may wait, at most (the service's limit)
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -114,6 +116,9 @@ class Call(Generic[T]):
     idempotent: bool = True
     # Sent with the request, the same on every try (an enqueue's Idempotency-Key).
     headers: dict[str, str] | None = None
+    # What to send next, given this call's result (None: the result is the answer): a call of several
+    # requests, such as a wait longer than one long-poll, or an enqueue that then waits for its job.
+    then: Callable[[T], Call[T] | None] | None = None
 
 
 def _compact(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,6 +203,19 @@ def _once(idempotency_key: str | None) -> dict[str, str]:
     return {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
 
 
+def _wait_call(job_id: int, deadline: float) -> Call[Job]:
+    left = max(0.0, min(MAX_WAIT, deadline - time.monotonic()))
+    then = functools.partial(_wait_more, deadline=deadline)
+    return Call("GET", f"/jobs/{job_id}", _job, params={"wait": round(left, 3)}, wait=left, then=then)
+
+
+def _wait_more(job: Job, *, deadline: float) -> Call[Job] | None:
+    """The next long-poll of a wait for `job`, while it is unfinished and time is left."""
+    if job.status in FINISHED or deadline <= time.monotonic():
+        return None
+    return _wait_call(job.id, deadline)
+
+
 class Calls:
     """Every call of the API, written once. The clients expose each under the same name."""
 
@@ -213,15 +231,20 @@ class Calls:
         dedup_key: str | None = None,
         kind: str | None = None,
         idempotency_key: str | None = None,
+        wait: float | None = None,
     ) -> Call[Job]:
         """Enqueue a job (`POST /jobs`). With a `dedup_key` an active job of the queue already holds, the
         answer is that job, with `duplicate` True. Lower `priority` runs first; `delay` is in seconds.
         `kind` names what the job is (`send_email`: 1-128 of A-Z a-z 0-9 _ . : -), for workers to
         route it by. The call is sent with an `Idempotency-Key` (`idempotency_key`, else a fresh
-        random one), so its retries enqueue it at most once."""
+        random one), so its retries enqueue it at most once.
+
+        With `wait` (seconds), the call then waits for the job to finish, as `wait` does, and answers
+        the job as it is then: request and reply in one call (`job.status`, `job.result`)."""
         options = dict(priority=priority, delay=delay, run_at=run_at, max_attempts=max_attempts)
         body = _new_job({"queue": queue, "payload": payload, **options, "dedup_key": dedup_key, "kind": kind})
-        return Call("POST", "/jobs", _job, json=body, headers=_once(idempotency_key))
+        then = functools.partial(_wait_more, deadline=time.monotonic() + wait) if wait else None
+        return Call("POST", "/jobs", _job, json=body, headers=_once(idempotency_key), then=then)
 
     @staticmethod
     def enqueue_many(
@@ -237,6 +260,13 @@ class Calls:
     def get_job(id: int) -> Call[Job]:
         """A job, whatever its state (`GET /jobs/{id}`)."""
         return Call("GET", f"/jobs/{int(id)}", _job)
+
+    @staticmethod
+    def wait(id: int, timeout: float) -> Call[Job]:
+        """The job once it has finished (completed, dead or cancelled), or as it is after `timeout`
+        seconds: read its `status` (and `result`). Long-polls (`GET /jobs/{id}?wait=N`, up to a minute
+        per request, again while time is left), answered when the job finishes, not by polling."""
+        return _wait_call(int(id), time.monotonic() + timeout)
 
     @staticmethod
     def cancel(id: int) -> Call[Job]:
@@ -555,6 +585,15 @@ class Client(_Transport):
     http: httpx.Client
 
     def send(self, call: Call[T]) -> T:
+        """The answer of `call` and of the calls it leads to (`Call.then`)."""
+        while True:
+            result = self._send(call)
+            follow = call.then(result) if call.then is not None else None
+            if follow is None:
+                return result
+            call = follow
+
+    def _send(self, call: Call[T]) -> T:
         steps = _exchange(call, self.retry)
         step = next(steps)
         while True:
@@ -584,6 +623,7 @@ class Client(_Transport):
     enqueue = _sync(Calls.enqueue)
     enqueue_many = _sync(Calls.enqueue_many)
     get_job = _sync(Calls.get_job)
+    wait = _sync(Calls.wait)
     cancel = _sync(Calls.cancel)
     lease = _sync(Calls.lease)
     ack = _sync(Calls.ack)
@@ -609,6 +649,15 @@ class AsyncClient(_Transport):
     http: httpx.AsyncClient
 
     async def send(self, call: Call[T]) -> T:
+        """The answer of `call` and of the calls it leads to (`Call.then`)."""
+        while True:
+            result = await self._send(call)
+            follow = call.then(result) if call.then is not None else None
+            if follow is None:
+                return result
+            call = follow
+
+    async def _send(self, call: Call[T]) -> T:
         steps = _exchange(call, self.retry)
         step = next(steps)
         while True:
@@ -638,6 +687,7 @@ class AsyncClient(_Transport):
     enqueue = _async(Calls.enqueue)
     enqueue_many = _async(Calls.enqueue_many)
     get_job = _async(Calls.get_job)
+    wait = _async(Calls.wait)
     cancel = _async(Calls.cancel)
     lease = _async(Calls.lease)
     ack = _async(Calls.ack)

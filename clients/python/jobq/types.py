@@ -128,6 +128,9 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"  # cancelled before it ran
 
 
+# The statuses a wait for a job ends on: nothing more happens to the job unless someone acts on it.
+FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
+
 _TIMES = {"run_at", "created_at", "updated_at", "completed_at", "lease_expires_at"}
 _STATUSES = {status.value: status for status in JobStatus}
 

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,44 @@ async def test_job(service, db):
     missing = jobq("job", "999999", url=service.url)
     assert missing.exit_code == 1 and missing.stderr.endswith("(not_found)\n")
     assert jobq("job", "abc", url=service.url).exit_code == 2
+
+
+def answering(url: str, jobs: int) -> threading.Thread:
+    """A worker in a thread for `jobs` jobs of queue `calc`: doubles a number payload as its result;
+    any other payload is nacked as dead."""
+
+    def work() -> None:
+        with Client(url) as client:
+            for _ in range(jobs):
+                (job,) = client.lease("calc", wait=10)
+                if isinstance(job.payload, int):
+                    client.ack(job, job.payload * 2)
+                else:
+                    client.nack(job, f"not a number: {job.payload!r}", dead=True)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_enqueue_and_job_wait_for_the_end_and_exit_with_how_it_ended(service):
+    url = service.url
+    worker = answering(url, 2)
+    done = jobq("enqueue", "calc", "21", "--wait", "10", "--json", url=url)
+    assert done.exit_code == 0, done.output
+    job = json.loads(done.stdout)
+    assert (job["status"], job["result"]) == ("completed", 42)
+
+    failed = jobq("enqueue", "calc", '"x"', "--wait", "10", url=url)
+    assert failed.exit_code == 1, failed.output
+    assert failed.stdout.startswith(f"job {job['id'] + 1} on calc: dead\n") and "not a number" in failed.stdout
+    worker.join(5)
+
+    pending = Client(url).enqueue("calc", 1)
+    late = jobq("job", str(pending.id), "--wait", "0.5", url=url)
+    assert late.exit_code == 124 and late.stdout.startswith(f"job {pending.id} on calc: pending\n")
+    answering(url, 1)
+    assert jobq("job", str(pending.id), "--wait", "10", url=url).exit_code == 0
 
 
 async def test_stats(service, db):
