@@ -229,7 +229,8 @@ async def test_waits_racing_their_acks_all_end_at_once(replicas, a, b):
     """300 waiters start while their jobs are being acked in batches on the other replica: each mark
     either lands before its job's ack (which then notifies) or finds the job finished; none is missed
     and waits out its 30 seconds, and no statement deadlocks."""
-    created = await b.post("/jobs/batch", json={"jobs": [{"queue": "race", "payload": i} for i in range(300)]})
+    batch = {"jobs": [{"queue": "race", "payload": i} for i in range(300)]}
+    created = await b.post("/jobs/batch", json=batch)
     ids = [j["id"] for j in created.json()["jobs"]]
     leased = (await b.post("/lease", json={"queue": "race", "max_jobs": 300})).json()["jobs"]
 

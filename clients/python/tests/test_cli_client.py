@@ -134,7 +134,8 @@ def test_enqueue_and_job_wait_for_the_end_and_exit_with_how_it_ended(service):
 
     failed = jobq("enqueue", "calc", '"x"', "--wait", "10", url=url)
     assert failed.exit_code == 1, failed.output
-    assert failed.stdout.startswith(f"job {job['id'] + 1} on calc: dead\n") and "not a number" in failed.stdout
+    assert failed.stdout.startswith(f"job {job['id'] + 1} on calc: dead\n")
+    assert "not a number" in failed.stdout
     worker.join(5)
 
     pending = Client(url).enqueue("calc", 1)
