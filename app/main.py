@@ -13,12 +13,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app import __version__, access_log, background, embedded, migrations, problems
+from app import scheduler as scheduling
 from app.access import Tokens
 from app.db import Database, create_pool
 from app.hot import HotRoutes
+from app.jobs import schedules
 from app.metrics import Metrics
 from app.origin import OriginCheck, allowed_hosts
 from app.routers import docs, health, metrics, operators, producers, ui, workers
+from app.routers import schedules as schedule_routes
+from app.scheduler import Scheduler
 from app.settings import Settings
 from app.sqs import router as sqs
 from app.wakeups import Wakeups
@@ -71,6 +75,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # A schedules file with a mistake stops the start, before anything else, saying what is wrong.
+        declared = scheduling.declared(settings.schedules_file) if settings.schedules_file else {}
         dsn = await resolve_database_url(settings)
         if settings.migrate_on_start:
             try:
@@ -88,6 +94,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await wakeups.start()
         _answer_waiters_on_signals(wakeups)
         tasks = background.start(db)
+        if settings.schedules_file is not None:
+            await schedules.apply(db, declared)
+        app.state.scheduler = scheduler = Scheduler(db)
+        tasks.append(asyncio.create_task(scheduler.run(), name="jobq-scheduler"))
         _settle_garbage_collection()
         log.info("jobq %s ready", __version__)
         try:
@@ -95,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await wakeups.close()
             await background.stop(tasks)
+            await scheduler.stop()
             await pool.close()
             if not settings.database_url:
                 await asyncio.to_thread(embedded.release, settings.data_dir)
@@ -129,7 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: it times every request, also those a middleware inside it answers.
     app.add_middleware(access_log.ObserveRequests, metrics=app.state.metrics, access_log=settings.access_log)
     problems.install(app)
-    for module in (producers, workers, operators, health, metrics, ui, docs):
+    for module in (producers, workers, operators, schedule_routes, health, metrics, ui, docs):
         app.include_router(module.router)
     app.include_router(sqs.router)  # the SQS API at POST / (app/sqs)
     return app

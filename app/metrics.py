@@ -174,6 +174,18 @@ class Metrics:
             ["method", "route", "status"],
             registry=r,
         )
+        self.schedule_fires = Counter(
+            "jobq_schedule_fires",
+            "Jobs enqueued by schedules: one per slot fired on time or caught up, and per trigger.",
+            ["schedule"],
+            registry=r,
+        )
+        self.schedule_misses = Counter(
+            "jobq_schedule_misses",
+            "Schedule slots passed over: later than JOBQ_SCHEDULE_GRACE and not caught up (catch_up).",
+            ["schedule"],
+            registry=r,
+        )
         self._claim_children: dict[str, Any] = {}
         self._queues: frozenset[str] = frozenset()  # the queues the last snapshot listed
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
@@ -193,6 +205,12 @@ class Metrics:
             child = self._claim_children[queue] = self.claim_seconds.labels(queue)
         child.observe(seconds)
         self.leased.inc(queue, jobs)
+
+    def schedule_fired(self, schedule: str, jobs: int, missed: int = 0) -> None:
+        if jobs:
+            self.schedule_fires.labels(schedule).inc(jobs)
+        if missed:
+            self.schedule_misses.labels(schedule).inc(missed)
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
         key = (method, route, status)

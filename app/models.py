@@ -155,6 +155,14 @@ class Job(Base):
         ),
         # The dead-letter list, newest first, per queue or across queues.
         Index("ix_jobs_dead", "queue", "id", postgresql_where=text("status = 'dead'")),
+        # One job per schedule slot, however many replicas fire (app/jobs/schedules.py).
+        Index(
+            "uq_jobs_schedule_slot",
+            "schedule",
+            "schedule_slot",
+            unique=True,
+            postgresql_where=text("schedule_slot IS NOT NULL"),
+        ),
         # Retention pruning of finished jobs.
         Index(
             "ix_jobs_finished",
@@ -199,6 +207,60 @@ class Job(Base):
     # Someone waits for the job to finish (GET /jobs/{id}?wait=N): the statement that finishes it then
     # notifies its id (queries.DONE_CHANNEL). Set by the waiter, never cleared.
     awaited: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The schedule that enqueued the job, and the slot (the cron time) it was enqueued for; NULL slot:
+    # enqueued by a trigger. A slot's job is unique (uq_jobs_schedule_slot).
+    schedule: Mapped[str | None] = mapped_column(Text)
+    schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class CatchUp(enum.StrEnum):
+    """What a schedule fires for the slots it missed (the service down, the schedule's replica gone): a
+    slot is missed when the scheduler reaches it more than JOBQ_SCHEDULE_GRACE seconds late."""
+
+    SKIP = "skip"  # nothing: the next slot on time is the next job
+    ONCE = "once"  # one job, for the latest missed slot
+    ALL = "all"  # a job for every missed slot, the latest 1,000 at most
+
+
+class Schedule(Base):
+    """A cron schedule: each slot of `cron` in `timezone` enqueues one job (app/jobs/schedules.py)."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        CheckConstraint("catch_up IN ('skip', 'once', 'all')", name="catch_up_known"),
+        # The scheduler's look for due schedules.
+        Index("ix_schedules_due", "next_run_at", postgresql_where=text("NOT paused")),
+    )
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    cron: Mapped[str] = mapped_column(Text)  # five fields, or six with a leading seconds field
+    timezone: Mapped[str] = mapped_column(Text, server_default=text("'UTC'"))  # an IANA name
+    # The job each slot enqueues.
+    queue: Mapped[str] = mapped_column(Text)
+    payload: Mapped[object] = mapped_column(JSONB)
+    kind: Mapped[str | None] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    max_attempts: Mapped[int | None] = mapped_column(Integer)
+    key: Mapped[str | None] = mapped_column(Text)
+    catch_up: Mapped[CatchUp] = mapped_column(Text, server_default=text(f"'{CatchUp.ONCE}'"))
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The next slot to fire (NULL while paused); the last slot fired (or triggered), and its job.
+    next_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_job_id: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Leader(Base):
+    """Who does a job meant for one replica at a time (`scheduler`: firing schedules), until when: the
+    holder renews it while alive, and another replica takes it once it has expired."""
+
+    __tablename__ = "leaders"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    holder: Mapped[str] = mapped_column(Text)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class IdempotencyKey(Base):

@@ -15,7 +15,7 @@ status     led in by                                           led out by
 =========  ==================================================  ============================================
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, CANCEL, ACK (the last holder, late),
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        PURGE_QUEUE, DELETE_QUEUE
-           RELEASE, EXPIRE_LEASES, RETRY_DEAD
+           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE
 running    LEASE                                               ACK, NACK, RELEASE, EXPIRE_LEASES,
                                                                PURGE_QUEUE, DELETE_QUEUE
 completed  ACK                                                 PRUNE_FINISHED, DELETE_QUEUE
@@ -76,7 +76,7 @@ JOB = f"""
     j.id, j.queue, j.kind, j.status, j.payload, j.priority, j.run_at, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at,
-    j.result, j.progress
+    j.result, j.progress, j.schedule, j.schedule_slot
 """
 
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs
@@ -812,6 +812,126 @@ SET_PAUSED = Query.define(
     """,
 )
 
+
+# --- schedules (app/jobs/schedules.py) -------------------------------------------------------------
+
+SCHEDULE = """
+    s.name, s.cron, s.timezone, s.queue, s.payload, s.kind, s.priority, s.max_attempts, s.key, s.catch_up,
+    s.paused, s.next_run_at, s.last_run_at, s.last_job_id, s.created_at, s.updated_at
+"""
+
+# Create or replace a schedule; the caller has computed next_run_at (NULL while paused). A schedule of a
+# queue outside :scope is left alone (no row back).
+PUT_SCHEDULE = Query.define(
+    "put_schedule",
+    f"""
+    INSERT INTO jobq.schedules AS s (name, cron, timezone, queue, payload, kind, priority, max_attempts, key,
+                                     catch_up, paused, next_run_at)
+    VALUES (:name, :cron, :timezone, :queue, :payload::jsonb, :kind, :priority, :max_attempts, :key,
+            :catch_up, :paused, :next_run_at)
+    ON CONFLICT (name) DO UPDATE SET
+        cron = excluded.cron, timezone = excluded.timezone, queue = excluded.queue,
+        payload = excluded.payload, kind = excluded.kind, priority = excluded.priority,
+        max_attempts = excluded.max_attempts, key = excluded.key, catch_up = excluded.catch_up,
+        paused = excluded.paused, next_run_at = excluded.next_run_at, updated_at = now()
+    WHERE {_in_scope("s.queue")}
+    RETURNING {SCHEDULE}
+    """,
+)
+
+# One schedule, locked for the rest of the transaction (a change computes its next slot meanwhile).
+LOCK_SCHEDULE = Query.define(
+    "lock_schedule",
+    f"""
+    SELECT {SCHEDULE}, now() AS now FROM jobq.schedules s
+    WHERE name = :name AND {_in_scope("queue")}
+    FOR UPDATE
+    """,
+)
+GET_SCHEDULE = Query.define(
+    "get_schedule", f"SELECT {SCHEDULE} FROM jobq.schedules s WHERE name = :name AND {_in_scope('queue')}"
+)
+LIST_SCHEDULES = Query.define(
+    "list_schedules", f"SELECT {SCHEDULE} FROM jobq.schedules s WHERE {_in_scope('queue')} ORDER BY name"
+)
+DELETE_SCHEDULE = Query.define(
+    "delete_schedule",
+    f"DELETE FROM jobq.schedules WHERE name = :name AND {_in_scope('queue')} RETURNING name",
+)
+SET_SCHEDULE_PAUSED = Query.define(
+    "set_schedule_paused",
+    f"""
+    UPDATE jobq.schedules s SET paused = :paused, next_run_at = :next_run_at, updated_at = now()
+    WHERE name = :name RETURNING {SCHEDULE}
+    """,
+)
+
+# The scheduler: the next due schedule nobody else is firing, locked until its slots are enqueued and it
+# has moved on, with the database's clock (slots are due by it, as every deadline is).
+DUE_SCHEDULE = Query.define(
+    "due_schedule",
+    f"""
+    SELECT {SCHEDULE}, now() AS now FROM jobq.schedules s
+    WHERE NOT paused AND next_run_at <= now()
+    ORDER BY next_run_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+    """,
+)
+
+# How soon the scheduler should look again (seconds; NULL: no active schedule).
+NEXT_DUE = Query.define(
+    "next_due",
+    "SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM jobq.schedules WHERE NOT paused",
+)
+
+# The job of each slot of :slots (a NULL slot: a trigger), from the schedule's settings, its queue locked
+# and created on first use as every enqueue does. A slot that has its job already (uq_jobs_schedule_slot)
+# gets no second one.
+FIRE_SCHEDULE = Query.define(
+    "fire_schedule",
+    f"""
+    WITH {_queue_locks("jobq.schedules WHERE name = :name")}, new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
+    ), j AS (
+        INSERT INTO jobq.jobs AS j (queue, payload, priority, max_attempts, kind, schedule, schedule_slot)
+        SELECT s.queue, s.payload, s.priority, s.max_attempts, s.kind, s.name, slot
+        FROM jobq.schedules s, unnest(:slots::timestamptz[]) AS slot
+        WHERE s.name = :name AND {LOCKED}
+        ORDER BY slot
+        ON CONFLICT (schedule, schedule_slot) WHERE schedule_slot IS NOT NULL DO NOTHING
+        RETURNING j.id, j.queue, j.run_at
+    ), {_notify("j")}
+    SELECT max(id) AS last_job_id, count(*) AS jobs FROM j WHERE {NOTIFIED}
+    """,
+)
+
+# After firing: the next slot, and the last slot fired with its job (kept when nothing was fired).
+ADVANCE_SCHEDULE = Query.define(
+    "advance_schedule",
+    """
+    UPDATE jobq.schedules
+    SET next_run_at = coalesce(:next_run_at, next_run_at), last_run_at = coalesce(:last_run_at, last_run_at),
+        last_job_id = coalesce(:last_job_id, last_job_id)
+    WHERE name = :name
+    """,
+)
+
+# Leadership of one-replica work (the scheduler): taken when free or expired, renewed by its holder, and
+# held until :ttl seconds from now on the database's clock. A row back: this holder leads.
+TAKE_LEAD = Query.define(
+    "take_lead",
+    """
+    INSERT INTO jobq.leaders AS l (name, holder, expires_at)
+    VALUES (:name, :holder, now() + make_interval(secs => :ttl))
+    ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE l.holder = excluded.holder OR l.expires_at < now()
+    RETURNING holder
+    """,
+)
+GIVE_UP_LEAD = Query.define(
+    "give_up_lead", "DELETE FROM jobq.leaders WHERE name = :name AND holder = :holder"
+)
 
 # Readiness: the schema's migration revision, and the compatibility floor the migration recorded with
 # it (a comment, so that a build that does not know a newer revision can still read it; app/migrations.py).

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from app.cron import Cron
 from app.models import (
     KIND_PATTERN,
     MAX_JOB_ID,
@@ -18,6 +19,7 @@ from app.models import (
     MAX_QUEUE_NAME,
     MAX_VISIBILITY_TIMEOUT,
     QUEUE_NAME_PATTERN,
+    CatchUp,
     JobStatus,
 )
 
@@ -121,6 +123,10 @@ class Job(BaseModel):
     completed_at: datetime | None
     result: Any = Field(description="What the ack kept (any JSON value); null when none.")
     progress: Any = Field(description="What the latest extend sent as `progress`; null when none.")
+    schedule: str | None = Field(default=None, description="The schedule that enqueued it; null: none.")
+    schedule_slot: datetime | None = Field(
+        default=None, description="The cron slot it was enqueued for; null for a trigger or no schedule."
+    )
 
 
 class EnqueuedJob(Job):
@@ -330,3 +336,70 @@ class Readiness(BaseModel):
     compatible: bool | None = None
     # The oldest code revision the schema runs, as its migration recorded it (null if unknown).
     compatible_from: str | None = None
+
+
+# --- schedules -------------------------------------------------------------------------------------
+
+
+class ScheduleRequest(Body):
+    cron: str = Field(
+        min_length=1,
+        max_length=256,
+        description="Five fields (minute hour day month weekday), or six with a leading seconds field.",
+        examples=["0 3 * * *"],
+    )
+    timezone: str = Field(
+        default="UTC", min_length=1, max_length=64, description="IANA time zone the cron is read in."
+    )
+    queue: QueueName
+    payload: Any = Field(description="The payload of each job it enqueues; any JSON value, null included.")
+    kind: Kind | None = None
+    priority: Priority = 0
+    max_attempts: MaxAttempts | None = Field(default=None, description="Default: the queue's setting.")
+    key: Annotated[str, Field(min_length=1, max_length=256)] | None = Field(
+        default=None, description="Kept with the schedule, for keyed flow control."
+    )
+    catch_up: CatchUp = Field(
+        default=CatchUp.ONCE,
+        strict=False,  # the enum from its JSON string
+        description="Slots missed by more than JOBQ_SCHEDULE_GRACE: skip (none), once (one job), "
+        "all (one per slot, the latest 1,000).",
+    )
+    paused: bool = False
+
+    @model_validator(mode="after")
+    def _cron_and_timezone(self) -> ScheduleRequest:
+        Cron(self.cron, self.timezone)  # a CronError (a ValueError) says what is wrong
+        return self
+
+
+class Schedule(BaseModel):
+    name: str
+    cron: str
+    timezone: str
+    queue: str
+    payload: Any
+    kind: str | None
+    priority: int
+    max_attempts: int | None
+    key: str | None
+    catch_up: CatchUp
+    paused: bool
+    next_run_at: datetime | None = Field(description="The next slot; null while paused.")
+    last_run_at: datetime | None = Field(description="The last slot fired, or the last trigger.")
+    last_job_id: int | None = Field(description="The job the last slot or trigger enqueued.")
+    created_at: datetime
+    updated_at: datetime
+
+
+class TriggeredSchedule(Schedule):
+    job_id: int = Field(description="The job the trigger enqueued.")
+
+
+class ScheduleList(BaseModel):
+    schedules: list[Schedule]
+
+
+class DeletedSchedule(BaseModel):
+    name: str
+    deleted: bool

@@ -138,6 +138,17 @@ class Settings(BaseSettings):
     # `503 unavailable` with Retry-After at once; short leases (`wait` 0) are not counted and still work.
     max_waiters: int = Field(default=10_000, ge=1)
 
+    # Schedules (app/jobs/schedules.py). One replica at a time fires them, under a lease of
+    # `scheduler_lease` seconds (default 5) that it renews while alive and gives up when it stops; when
+    # its holder dies, another replica takes it once it has expired. A slot the scheduler reaches more than
+    # `schedule_grace` seconds late (default 30) was missed, and the schedule's catch_up decides.
+    scheduler_lease: float = Field(default=5.0, gt=0)
+    schedule_grace: float = Field(default=30.0, ge=0)
+    # A TOML file of schedules declared at start, [schedules.<name>] tables with the fields of
+    # PUT /schedules/{name}; each replica applies it as PUT would (schedules it does not name are left
+    # alone). Default: none.
+    schedules_file: Path | None = None
+
     # How often each process expires leases past their deadline, returning their jobs to `pending` (seconds,
     # default 1). Safe to run in every replica at once: lease expiry claims rows with SKIP LOCKED and
     # re-checks their status. JOBQ_SWEEP_INTERVAL, its name before 0.2, is read too.

@@ -14,6 +14,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -138,6 +139,7 @@ ENQUEUES: dict[str, tuple[str, list[Any]]] = {
         ("ENQUEUE", q.ENQUEUE, ENQUEUE_ARGS | {"dedup_keys": ["d"]}),
         ("ENQUEUE_NEW_ONCE", q.ENQUEUE_NEW_ONCE, ENQUEUE_ARGS | ONCE),
         ("ENQUEUE_NEW_EACH_ONCE", q.ENQUEUE_NEW_EACH_ONCE, ENQUEUE_ARGS | EACH_ONCE),
+        ("FIRE_SCHEDULE", q.FIRE_SCHEDULE, {"name": "s", "slots": [datetime.now(UTC)]}),
     ]
 } | {"jobq.enqueue()": (f"SELECT jobq.enqueue('{QUEUE}', '{{}}')", [])}
 
@@ -179,6 +181,9 @@ async def test_each_statement_moves_each_status_as_the_table_says(db, name: str,
 async def test_each_enqueue_makes_a_pending_job(db, name: str):
     sql, args = ENQUEUES[name]
     await db.execute("INSERT INTO jobq.queues (name) VALUES ($1)", QUEUE)
+    await db.execute(  # FIRE_SCHEDULE's
+        "INSERT INTO jobq.schedules (name, cron, queue, payload) VALUES ('s', '* * * * *', $1, '{}')", QUEUE
+    )
     await db.fetch(sql, *args)
     assert await db.fetch("SELECT status FROM jobq.jobs") == [(PENDING,)]
 

@@ -7,7 +7,9 @@ import os
 import re
 import shutil
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -247,3 +249,95 @@ async def test_job_page_shows_result_and_progress_escaped_and_cut(client, db):
     assert '<pre class="outcome">{\n  &quot;html&quot;' in shown
     assert f"more characters (GET /jobs/{job['id']} has all of it)" in shown
     assert shown.count("x" * 100) < 60
+
+
+def _shown(moment: str | None) -> str:
+    """An RFC 3339 time of the API as the dashboard shows it."""
+    if moment is None:
+        return "—"
+    return datetime.fromisoformat(moment).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+async def test_schedule_triggered_and_paused_from_the_page(page, client, db):
+    from playwright.async_api import expect
+
+    # Its slots (3:00 on January 1st) fall in no test run: the jobs counted are the page's alone.
+    body = {"cron": "0 3 1 1 *", "timezone": "Europe/Berlin", "queue": "reports", "payload": {"m": 1}}
+    created = await client.put("/schedules/yearly-report", json=body)
+    assert created.status_code == 200, created.text
+    next_run = created.json()["next_run_at"]
+
+    await page.goto("/ui")
+    await page.get_by_role("link", name="Schedules").click()
+    row = page.locator('tr[data-schedule="yearly-report"]')
+    await expect(row.locator("th")).to_have_text("yearly-report")
+    cells = ["0 3 1 1 * Europe/Berlin", "reports", _shown(next_run), "—", "active", "PauseTrigger now"]
+    await expect(row.locator("td")).to_have_text(cells)
+    await shot(page, "schedules")
+
+    await row.get_by_role("button", name="Trigger now").click()
+    await expect(page.locator(".flash")).to_contain_text("Triggered schedule yearly-report")
+    scheduled = "SELECT count(*) FROM jobq.jobs WHERE schedule = 'yearly-report'"
+    assert await db.fetchval(scheduled) == 1
+    job_id = await db.fetchval("SELECT id FROM jobq.jobs WHERE schedule = 'yearly-report'")
+    await expect(page.locator(".flash")).to_contain_text(f"job {job_id} enqueued in reports")
+    await expect(row.locator("td.last a")).to_have_text(f"job {job_id}")
+    await shot(page, "schedule-triggered")
+
+    await row.get_by_role("button", name="Pause").click()
+    await expect(page.locator(".flash")).to_contain_text("Paused schedule yearly-report")
+    await expect(row.locator("td.state")).to_have_text("paused")
+    await expect(row.locator("td.next")).to_have_text("—")  # a paused schedule has no next run
+    stored = await db.fetchrow("SELECT paused, next_run_at FROM jobq.schedules WHERE name = 'yearly-report'")
+    assert (stored["paused"], stored["next_run_at"]) == (True, None)
+
+    await row.get_by_role("button", name="Resume").click()
+    await expect(page.locator(".flash")).to_contain_text("Resumed schedule yearly-report")
+    await expect(row.locator("td.state")).to_have_text("active")
+    assert await db.fetchval("SELECT paused FROM jobq.schedules WHERE name = 'yearly-report'") is False
+    assert await db.fetchval(scheduled) == 1  # pausing and resuming enqueued nothing
+
+    # The last run links to its job's page, which links back; the queue links to its dead jobs.
+    await row.locator("td.last a").click()
+    await expect(page.locator("h1")).to_have_text(f"Job {job_id}")
+    await expect(page.locator("table.fields tr", has_text="Schedule").locator("td")).to_have_text(
+        "yearly-report, triggered"
+    )
+    await page.get_by_role("link", name="yearly-report").click()
+    await expect(page.locator("h1")).to_have_text("Schedules")
+    await row.get_by_role("link", name="reports").click()
+    await expect(page.locator("h1")).to_have_text("Dead jobs in reports")
+
+
+async def test_schedules_read_only_for_a_viewer(start_service, db):
+    """A viewer sees the schedules with no button (a token limited to some queues, their schedules only),
+    and its posts are refused, changing nothing, as are posts another site makes an admin's browser send;
+    an admin's post for a schedule that is not there comes back to the page saying so."""
+    tokens = {"v-secret": "viewer", "a-secret": "admin", "o-secret": {"role": "viewer", "queues": ["other"]}}
+    service = start_service(tokens=tokens)
+    viewer, admin = {"Authorization": "Bearer v-secret"}, {"Authorization": "Bearer a-secret"}
+    async with httpx.AsyncClient(base_url=service.url, headers=admin) as client:
+        body = {"cron": "0 0 1 1 *", "queue": "q", "payload": None}
+        assert (await client.put("/schedules/new-year", json=body)).status_code == 200
+        shown = await client.get("/ui/schedules")
+        assert shown.status_code == 200 and 'data-schedule="new-year"' in shown.text
+        assert '<form method="post" action="/ui/schedules/new-year/trigger' in shown.text
+        r = await client.get("/ui/schedules", headers=viewer)
+        assert r.status_code == 200 and 'data-schedule="new-year"' in r.text
+        assert 'method="post"' not in r.text and ">Trigger now<" not in r.text
+        other = await client.get("/ui/schedules", headers={"Authorization": "Bearer o-secret"})
+        assert other.status_code == 200 and "new-year" not in other.text  # of a queue it may not see
+        for action in ("pause", "resume", "trigger"):
+            r = await client.post(f"/ui/schedules/new-year/{action}", headers=viewer)
+            assert r.status_code == 403, action
+        cross_site = await client.post(
+            "/ui/schedules/new-year/trigger", headers={"Sec-Fetch-Site": "cross-site"}
+        )
+        assert cross_site.status_code == 403  # an admin's browser, made to post by another site
+        assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+        assert await db.fetchval("SELECT paused FROM jobq.schedules WHERE name = 'new-year'") is False
+
+        r = await client.post("/ui/schedules/nothing-here/trigger")
+        assert r.status_code == 303 and r.headers["location"].startswith("/ui/schedules?flash=")
+        flash = parse_qs(urlsplit(r.headers["location"]).query)["flash"][0]
+        assert "nothing-here" in flash

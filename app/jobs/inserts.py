@@ -172,5 +172,7 @@ def new_job(
         "completed_at": None,
         "result": None,
         "progress": None,
+        "schedule": None,
+        "schedule_slot": None,
         "duplicate": False,
     }

@@ -1,13 +1,14 @@
-"""The dashboard under /ui: queues (depth, lag, throughput, pause and resume), dead jobs (retry, purge)
-and a job's page, rendered on the server from the same service layer (``app.jobs``) the JSON API uses.
+"""The dashboard under /ui: queues (depth, lag, throughput, pause and resume), dead jobs (retry, purge),
+schedules (pause, resume, trigger now) and a job's page, rendered on the server from the same service
+layer (``app.jobs``) the JSON API uses.
 
 Every page, button and static file of the dashboard is a route of this one router, so the one
 dependency attached to it covers the whole dashboard: with tokens configured, it is for viewers and
 admins (``Authorization: Bearer <token>``, e.g. added by the proxy in front of it). The buttons are
 admins' only: a viewer's pages show none, and its posts are refused (403). A token limited to some
-queues (app/access.py) sees those queues and their jobs only. Posts that a page of
-another site makes the browser send are refused before they get here, as for every route
-(app/origin.py).
+queues (app/access.py) sees those queues, their jobs and the schedules that enqueue into them only.
+Posts that a page of another site makes the browser send are refused before they get here, as for
+every route (app/origin.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from app.access import Role
 from app.auth import Admin, Caller, Viewer
 from app.deps import DB
 from app.errors import JobqError, NotFound
+from app.jobs import schedules
 from app.models import MAX_JOB_ID, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.ui import pages
 
@@ -32,6 +34,8 @@ router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Viewer])
 
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+# Schedule names have the queue names' rules (docs of PUT /schedules/{name}).
+SchedulePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
 Flash = Annotated[str | None, Query(max_length=500)]
 Next = Annotated[str, Query(max_length=2000)]
 DEAD_PAGE_SIZE = 50
@@ -120,6 +124,12 @@ async def job_page(id: JobIdPath, db: DB, caller: Caller, flash: Flash = None) -
     return html(pages.job_page(job, flash=flash, actions=caller.has(Role.ADMIN)))
 
 
+@router.get("/schedules", response_model=None)
+async def schedules_page(db: DB, caller: Caller, flash: Flash = None) -> Response:
+    listed = await schedules.list_schedules(db, caller.like)
+    return html(pages.schedules_page(listed, flash=flash, actions=caller.has(Role.ADMIN)))
+
+
 @router.get("/static/{name}", response_model=None)
 async def static(name: str) -> Response:
     if name not in STATIC_TYPES:
@@ -178,6 +188,41 @@ async def purge_job(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/dea
     except JobqError as exc:
         return back(next, exc.detail)
     return back(next, f"Purged job {id}.")
+
+
+@buttons.post("/schedules/{name}/pause", response_model=None)
+async def pause_schedule(
+    name: SchedulePath, db: DB, caller: Caller, next: Next = "/ui/schedules"
+) -> Response:
+    try:
+        await schedules.set_paused(db, name, True, caller.like)
+    except JobqError as exc:
+        return back(next, exc.detail)
+    return back(next, f"Paused schedule {name}: it enqueues nothing until resumed.")
+
+
+@buttons.post("/schedules/{name}/resume", response_model=None)
+async def resume_schedule(
+    name: SchedulePath, db: DB, caller: Caller, next: Next = "/ui/schedules"
+) -> Response:
+    try:
+        await schedules.set_paused(db, name, False, caller.like)
+    except JobqError as exc:
+        return back(next, exc.detail)
+    return back(next, f"Resumed schedule {name}.")
+
+
+@buttons.post("/schedules/{name}/trigger", response_model=None)
+async def trigger_schedule(
+    name: SchedulePath, db: DB, caller: Caller, next: Next = "/ui/schedules"
+) -> Response:
+    try:
+        triggered = await schedules.trigger(db, name, caller.like)
+    except JobqError as exc:
+        return back(next, exc.detail)
+    return back(
+        next, f"Triggered schedule {name}: job {triggered['job_id']} enqueued in {triggered['queue']}."
+    )
 
 
 router.include_router(buttons)

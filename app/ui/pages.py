@@ -54,7 +54,7 @@ def layout(title: str, body: str, *, flash: str | None = None, refresh: bool = F
 <body>
 <header>
   <a class="brand" href="/ui">jobq</a>
-  <nav><a href="/ui">Queues</a> <a href="/ui/dead">Dead jobs</a></nav>
+  <nav><a href="/ui">Queues</a> <a href="/ui/dead">Dead jobs</a> <a href="/ui/schedules">Schedules</a></nav>
   <form class="lookup" action="/ui/jobs" method="get">
     <input name="id" inputmode="numeric" placeholder="job id" aria-label="job id"> <button>Open</button>
   </form>
@@ -239,6 +239,16 @@ def dead_page(
     return layout(title, f"<h1>{esc(title)}</h1>{picker}{retry_all}{table}{more}", flash=flash)
 
 
+def schedule_of(job: Mapping[str, Any]) -> str:
+    """The schedule that enqueued a job, linked, with the slot it was for (none: triggered by hand)."""
+    name = job.get("schedule")
+    if name is None:
+        return "—"
+    link = f'<a href="/ui/schedules#schedule-{esc(name)}">{esc(name)}</a>'
+    slot = job.get("schedule_slot")
+    return f"{link}, slot {when(slot)}" if slot is not None else f"{link}, triggered"
+
+
 def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool = True) -> str:
     job_id = job["id"]
     here = f"/ui/jobs/{job_id}"
@@ -251,6 +261,7 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
         ("Run at", when(job["run_at"])),
         ("Lease expires", when(job["lease_expires_at"])),
         ("Dedup key", esc(job["dedup_key"]) if job["dedup_key"] is not None else "—"),
+        ("Schedule", schedule_of(job)),
         ("Created", when(job["created_at"])),
         ("Updated", when(job["updated_at"])),
         ("Completed", when(job["completed_at"])),
@@ -281,6 +292,43 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
         f'<h2>Payload</h2><pre class="payload">{esc(pretty)}</pre>'
     )
     return layout(f"Job {job_id}", body, flash=flash)
+
+
+def schedules_page(
+    schedules: list[Mapping[str, Any]], *, flash: str | None = None, actions: bool = True
+) -> str:
+    here = "/ui/schedules"
+    rows = []
+    for schedule in schedules:
+        name, queue, paused = schedule["name"], schedule["queue"], schedule["paused"]
+        toggle = (
+            button(f"{here}/{name}/resume", "Resume", back=here)
+            if paused
+            else button(f"{here}/{name}/pause", "Pause", back=here)
+        )
+        trigger = button(f"{here}/{name}/trigger", "Trigger now", back=here)
+        last_job = schedule["last_job_id"]
+        last_run = when(schedule["last_run_at"])
+        if last_job is not None:
+            last_run += f' <a href="/ui/jobs/{last_job}">job {last_job}</a>'
+        rows.append(
+            f'<tr id="schedule-{esc(name)}" data-schedule="{esc(name)}" class="{"paused" if paused else ""}">'
+            f'<th scope="row">{esc(name)}</th>'
+            f"<td><code>{esc(schedule['cron'])}</code> {esc(schedule['timezone'])}</td>"
+            f'<td><a href="{esc(url("/ui/dead", queue=queue))}">{esc(queue)}</a></td>'
+            f'<td class="next">{when(schedule["next_run_at"])}</td><td class="last">{last_run}</td>'
+            f'<td class="state">{"paused" if paused else "active"}</td>'
+            + (f'<td class="actions">{toggle}{trigger}</td>' if actions else "")
+            + "</tr>"
+        )
+    table = (
+        "<table><thead><tr><th>Schedule</th><th>Cron</th><th>Queue</th><th>Next run</th><th>Last run</th>"
+        f"<th>State</th>{'<th></th>' if actions else ''}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else '<p class="empty">No schedules yet: PUT /schedules/{name} creates one.</p>'
+    )
+    summary = '<p class="meta">A paused schedule has no next run; "Trigger now" enqueues its job at once.</p>'
+    return layout("Schedules", f"<h1>Schedules</h1>{table}{summary}", flash=flash, refresh=True)
 
 
 def not_found_page(detail: str) -> str:

@@ -1,5 +1,5 @@
 """The `jobq` command: the commands that talk to a running service (worker, enqueue, job, stats, dead,
-queues), and those other installed distributions add (the server's serve, migrate and openapi).
+queues, schedules), and those other installed distributions add (the server's serve, migrate and openapi).
 
 Each command here takes `--url` ($JOBQ_URL, default http://127.0.0.1:8000) and `--token` ($JOBQ_TOKEN);
 the ones that print answers take `--json` for scripts (the API's objects, one JSON document) instead of
@@ -25,7 +25,17 @@ import typer
 from jobq.client import AsyncClient, Client, RetryPolicy
 from jobq.serving import StatusLine, load_target, serve
 from jobq.tasks import Tasks
-from jobq.types import FINISHED, Job, JobqError, JobStatus, QueueDetail, QueueRow, Unavailable
+from jobq.types import (
+    FINISHED,
+    CatchUp,
+    Job,
+    JobqError,
+    JobStatus,
+    QueueDetail,
+    QueueRow,
+    Schedule,
+    Unavailable,
+)
 from jobq.worker import Worker
 
 cli = typer.Typer(
@@ -441,6 +451,134 @@ def queues_configure(
         typer.echo(", ".join(f"{k} {v:g}" for k, v in dataclasses.asdict(detail.settings).items()))
 
 
+schedules_cli = typer.Typer(
+    help="Schedules: jobs enqueued at the times a cron expression names.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+ScheduleName = Annotated[str, typer.Argument(help="The schedule.", show_default=False)]
+
+
+def _show_schedule(schedule: Schedule, as_json: bool) -> None:
+    if as_json:
+        print_json(schedule)
+    elif schedule.next_run_at is None:
+        typer.echo(f"schedule {schedule.name}: paused")
+    else:
+        typer.echo(f"schedule {schedule.name}: next run at {_cell(schedule.next_run_at)}")
+
+
+@schedules_cli.command("list")
+def schedules_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False) -> None:
+    """Every schedule, by name, with its next and last run (in local time)."""
+    with service(url, token) as jobq:
+        found = jobq.schedules()
+    if as_json:
+        print_json(found)
+    elif found:
+        rows = [[s.name, s.cron, s.timezone, s.queue, s.next_run_at, s.last_run_at, s.paused] for s in found]
+        typer.echo(table(["name", "cron", "timezone", "queue", "next run", "last run", "paused"], rows))
+    else:
+        typer.echo("no schedules")
+
+
+@schedules_cli.command("set")
+def schedules_set(
+    name: ScheduleName,
+    cron: Annotated[
+        str,
+        typer.Argument(
+            help="When: 5 fields (minute hour day month weekday), or 6 with a leading seconds field.",
+            show_default=False,
+        ),
+    ],
+    queue: QueueName,
+    payload_json: Annotated[
+        str,
+        typer.Argument(metavar="PAYLOAD_JSON", help="Each job's payload, as JSON; - reads it from stdin."),
+    ],
+    timezone: Annotated[
+        str | None, _setting("The IANA time zone the times are in (Europe/Berlin) [default: UTC].")
+    ] = None,
+    kind: Annotated[str | None, _setting("What the jobs are (send_email), for workers to route by.")] = None,
+    priority: Annotated[int | None, _setting("Lower runs first [default: 0].")] = None,
+    max_attempts: Annotated[
+        int | None, _setting("Tries before a job goes dead [default: the queue's].")
+    ] = None,
+    key: Annotated[str | None, _setting("Kept with the schedule, for keyed flow control.")] = None,
+    catch_up: Annotated[
+        CatchUp | None, _setting("For the times it missed: no job, one, or one each [default: once].")
+    ] = None,
+    paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Create or replace a schedule: at each time CRON names, enqueue PAYLOAD_JSON on QUEUE. On a
+    replace, options left out take their defaults, not the old values. Prints its next run."""
+    payload = _payload(payload_json)
+    with service(url, token) as jobq:
+        schedule = jobq.set_schedule(
+            name,
+            cron,
+            queue,
+            payload,
+            timezone=timezone,
+            kind=kind,
+            priority=priority,
+            max_attempts=max_attempts,
+            key=key,
+            catch_up=catch_up,
+            paused=paused or None,
+        )
+    _show_schedule(schedule, as_json)
+
+
+@schedules_cli.command("pause")
+def schedules_pause(
+    name: ScheduleName, url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """Stop enqueuing on a schedule until it is resumed."""
+    with service(url, token) as jobq:
+        _show_schedule(jobq.pause_schedule(name), as_json)
+
+
+@schedules_cli.command("resume")
+def schedules_resume(
+    name: ScheduleName, url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """Enqueue on a paused schedule again, from its next time after now (the paused times are not
+    caught up). Prints its next run."""
+    with service(url, token) as jobq:
+        _show_schedule(jobq.resume_schedule(name), as_json)
+
+
+@schedules_cli.command("trigger")
+def schedules_trigger(
+    name: ScheduleName, url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """Enqueue a schedule's job now, whatever its times. Prints the job's id."""
+    with service(url, token) as jobq:
+        schedule = jobq.trigger_schedule(name)
+    if as_json:
+        print_json(schedule)
+    else:
+        typer.echo(f"enqueued job {schedule.job_id} on {schedule.queue}")
+
+
+@schedules_cli.command("delete")
+def schedules_delete(
+    name: ScheduleName, url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """Delete a schedule; the jobs it enqueued stay."""
+    with service(url, token) as jobq:
+        deleted = jobq.delete_schedule(name)
+    if as_json:
+        print_json(deleted)
+    else:
+        typer.echo(f"deleted schedule {name}")
+
+
 # --- the worker ------------------------------------------------------------------------------------
 
 
@@ -525,6 +663,7 @@ cli.command("job")(job_command)
 cli.command("stats")(stats)
 cli.add_typer(dead_cli, name="dead")
 cli.add_typer(queues_cli, name="queues")
+cli.add_typer(schedules_cli, name="schedules")
 
 
 # --- commands of other distributions ---------------------------------------------------------------

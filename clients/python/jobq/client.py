@@ -32,7 +32,9 @@ import httpx
 from jobq.types import (
     FINISHED,
     AckResult,
+    CatchUp,
     DeadPage,
+    DeleteScheduleResult,
     ExtendResult,
     ItemResult,
     Job,
@@ -44,6 +46,7 @@ from jobq.types import (
     QueueRow,
     QueueSettings,
     RetryDeadResult,
+    Schedule,
     Unreachable,
     error_from,
     load,
@@ -91,6 +94,10 @@ def _queue_rows(rows: list[Mapping[str, Any]]) -> list[QueueRow]:
 
 def _queue_detail(data: Mapping[str, Any]) -> QueueDetail:
     return load(QueueDetail, {**data, "settings": load(QueueSettings, data["settings"])})
+
+
+def _schedules(data: Mapping[str, Any]) -> list[Schedule]:
+    return [load(Schedule, s) for s in data["schedules"]]
 
 
 def _reader(cls: type[T]) -> Callable[[Mapping[str, Any]], T]:
@@ -428,6 +435,76 @@ class Calls:
         """Lease from a paused queue again (`POST /queues/{name}/resume`)."""
         return Call("POST", f"/queues/{_segment(name)}/resume", _reader(QueueRow))
 
+    @staticmethod
+    def schedules() -> Call[list[Schedule]]:
+        """Every schedule, by name (`GET /schedules`)."""
+        return Call("GET", "/schedules", _schedules)
+
+    @staticmethod
+    def schedule(name: str) -> Call[Schedule]:
+        """A schedule, with its next and last run (`GET /schedules/{name}`); `NotFound` if none."""
+        return Call("GET", f"/schedules/{_segment(name)}", _reader(Schedule))
+
+    @staticmethod
+    def set_schedule(
+        name: str,
+        cron: str,
+        queue: str,
+        payload: Any,
+        *,
+        timezone: str | None = None,
+        kind: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        catch_up: CatchUp | str | None = None,
+        paused: bool | None = None,
+    ) -> Call[Schedule]:
+        """Create or replace the schedule `name` (`PUT /schedules/{name}`; 1-128 of A-Z a-z 0-9 _ . : -):
+        at each time `cron` names (5 fields, or 6 with a leading seconds field) in `timezone` (an IANA
+        name; default UTC), it enqueues `payload` on `queue`, with `kind`, `priority` and `max_attempts`
+        as `enqueue` does. `key` is kept with the schedule, for keyed flow control. `catch_up` (skip,
+        once, all; default once) says what it enqueues for the times it missed. On a replace, options
+        left out take their defaults, not the old values; the next run stays if cron and timezone do.
+        `ValidationError` for a bad cron or timezone."""
+        options = _compact(
+            dict(
+                timezone=timezone,
+                kind=kind,
+                priority=priority,
+                max_attempts=max_attempts,
+                key=key,
+                catch_up=catch_up,
+                paused=paused,
+            )
+        )
+        body = {"cron": cron, "queue": queue, "payload": payload} | options
+        return Call("PUT", f"/schedules/{_segment(name)}", _reader(Schedule), json=body)
+
+    @staticmethod
+    def pause_schedule(name: str) -> Call[Schedule]:
+        """Stop enqueuing on a schedule until it is resumed (`POST /schedules/{name}/pause`)."""
+        return Call("POST", f"/schedules/{_segment(name)}/pause", _reader(Schedule))
+
+    @staticmethod
+    def resume_schedule(name: str) -> Call[Schedule]:
+        """Enqueue on a paused schedule again, from its next time after now: the times it was paused are
+        not caught up (`POST /schedules/{name}/resume`)."""
+        return Call("POST", f"/schedules/{_segment(name)}/resume", _reader(Schedule))
+
+    @staticmethod
+    def trigger_schedule(name: str) -> Call[Schedule]:
+        """Enqueue a schedule's job now, whatever its times (`POST /schedules/{name}/trigger`); the
+        answer's `job_id` is that job."""
+        # A repeat would enqueue another job: not sent twice.
+        return Call("POST", f"/schedules/{_segment(name)}/trigger", _reader(Schedule), idempotent=False)
+
+    @staticmethod
+    def delete_schedule(name: str) -> Call[DeleteScheduleResult]:
+        """Delete a schedule (`DELETE /schedules/{name}`); jobs it enqueued stay. `NotFound` if none."""
+        # A repeat after a lost answer would answer not_found: not sent twice.
+        return Call("DELETE", f"/schedules/{_segment(name)}", _reader(DeleteScheduleResult), idempotent=False)
+
 
 # --- retries ---------------------------------------------------------------------------------------
 
@@ -439,11 +516,13 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 class RetryPolicy:
     """How calls are retried, never after an answer other than 503 (or a proxy's 502 or 504):
 
-    - Idempotent calls (reads, lease, ack, extend, release, queue settings, and enqueues, which carry an
-      Idempotency-Key) go again after connection errors, 503, 502 and 504: a repeat is harmless.
-    - The others (nack, cancel, dead retry, purge) go again only when they surely were not carried
-      out: the connection was never made, or the 503 says `nothing_done` (the service had not sent
-      anything to its database). A lost answer or another 503 may follow their commit: they raise.
+    - Idempotent calls (reads, lease, ack, extend, release, queue and schedule settings, and enqueues,
+      which carry an Idempotency-Key) go again after connection errors, 503, 502 and 504: a repeat is
+      harmless.
+    - The others (nack, cancel, dead retry, purge, schedule trigger and delete) go again only when they
+      surely were not carried out: the connection was never made, or the 503 says `nothing_done` (the
+      service had not sent anything to its database). A lost answer or another 503 may follow their
+      commit: they raise.
 
     The n-th retry sleeps `backoff * 2**n` seconds, capped at `cap`, less up to half of it at random, or
     the answer's `Retry-After` when that is longer."""
@@ -640,6 +719,13 @@ class Client(_Transport):
     configure_queue = _sync(Calls.configure_queue)
     pause = _sync(Calls.pause)
     resume = _sync(Calls.resume)
+    schedules = _sync(Calls.schedules)
+    schedule = _sync(Calls.schedule)
+    set_schedule = _sync(Calls.set_schedule)
+    pause_schedule = _sync(Calls.pause_schedule)
+    resume_schedule = _sync(Calls.resume_schedule)
+    trigger_schedule = _sync(Calls.trigger_schedule)
+    delete_schedule = _sync(Calls.delete_schedule)
 
 
 class AsyncClient(_Transport):
@@ -704,3 +790,10 @@ class AsyncClient(_Transport):
     configure_queue = _async(Calls.configure_queue)
     pause = _async(Calls.pause)
     resume = _async(Calls.resume)
+    schedules = _async(Calls.schedules)
+    schedule = _async(Calls.schedule)
+    set_schedule = _async(Calls.set_schedule)
+    pause_schedule = _async(Calls.pause_schedule)
+    resume_schedule = _async(Calls.resume_schedule)
+    trigger_schedule = _async(Calls.trigger_schedule)
+    delete_schedule = _async(Calls.delete_schedule)

@@ -131,31 +131,54 @@ class JobStatus(StrEnum):
 # The statuses a wait for a job ends on: nothing more happens to the job unless someone acts on it.
 FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
 
-_TIMES = {"run_at", "created_at", "updated_at", "completed_at", "lease_expires_at"}
-_STATUSES = {status.value: status for status in JobStatus}
+
+class CatchUp(StrEnum):
+    """What a schedule enqueues for the times it missed (the service was down): times reached more than
+    the service's grace late (JOBQ_SCHEDULE_GRACE, 30 s by default). A str, like JobStatus."""
+
+    SKIP = "skip"  # nothing: the next time on time enqueues the next job
+    ONCE = "once"  # one job, for the latest time missed (the service's default)
+    ALL = "all"  # a job for each time missed (the latest 1,000 at most)
 
 
-# Per result dataclass, per field: its name, whether it is a time, whether it is a status.
-_PLANS: dict[type, tuple[tuple[str, bool, bool], ...]] = {}
+_TIMES = {
+    "run_at",
+    "created_at",
+    "updated_at",
+    "completed_at",
+    "lease_expires_at",
+    "schedule_slot",
+    "next_run_at",
+    "last_run_at",
+}
+# The fields read as an enum, and their values; a value this client does not know yet stays a str.
+_ENUMS: dict[str, dict[Any, StrEnum]] = {
+    "status": {status.value: status for status in JobStatus},
+    "catch_up": {catch_up.value: catch_up for catch_up in CatchUp},
+}
 
 
-def _plan(cls: type) -> tuple[tuple[str, bool, bool], ...]:
+# Per result dataclass, per field: its name, whether it is a time, its enum's values (None: no enum).
+_PLANS: dict[type, tuple[tuple[str, bool, dict[Any, StrEnum] | None], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, bool, dict[Any, StrEnum] | None], ...]:
     plan = _PLANS.get(cls)
     if plan is None:
-        plan = _PLANS[cls] = tuple((f.name, f.name in _TIMES, f.name == "status") for f in fields(cls))
+        plan = _PLANS[cls] = tuple((f.name, f.name in _TIMES, _ENUMS.get(f.name)) for f in fields(cls))
     return plan
 
 
 def load(cls: type[T], data: Mapping[str, Any]) -> T:
     """A result dataclass from an answer's JSON object: known fields only, RFC 3339 times parsed."""
     values = {}
-    for name, is_time, is_status in _plan(cls):
+    for name, is_time, choices in _plan(cls):
         if name in data:
             value = data[name]
             if is_time and isinstance(value, str):
                 value = datetime.fromisoformat(value)
-            elif is_status:  # a status this client does not know yet stays a str
-                value = _STATUSES.get(value, value)
+            elif choices is not None:
+                value = choices.get(value, value)
             values[name] = value
     return cls(**values)
 
@@ -184,6 +207,10 @@ class Job:
     result: Any = None
     # What the worker last sent with an extend (any JSON value); None when none yet.
     progress: Any = None
+    # The schedule that enqueued it, and the time it was enqueued for (None for a trigger, and for a
+    # job no schedule enqueued).
+    schedule: str | None = None
+    schedule_slot: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,3 +310,34 @@ class QueueRow:
 @dataclass(frozen=True, slots=True)
 class QueueDetail(QueueRow):
     settings: QueueSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A job enqueued at each time `cron` names, in `timezone`: `payload` on `queue`, with `kind`,
+    `priority` and `max_attempts` (None: the queue's)."""
+
+    name: str
+    cron: str  # 5 fields (minute precision), or 6 with a leading seconds field
+    timezone: str  # an IANA name (Europe/Berlin); the service's default is UTC
+    queue: str
+    payload: Any
+    kind: str | None
+    priority: int
+    max_attempts: int | None
+    key: str | None  # kept with the schedule, for keyed flow control
+    catch_up: CatchUp
+    paused: bool
+    next_run_at: datetime | None  # None while paused
+    last_run_at: datetime | None  # the last time it enqueued (its slot, or when triggered)
+    last_job_id: int | None  # the job it enqueued then
+    created_at: datetime
+    updated_at: datetime
+    # Only in trigger answers: the job the trigger enqueued.
+    job_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteScheduleResult:
+    name: str
+    deleted: bool

@@ -274,6 +274,13 @@ COMMANDS = [
     ["queues", "pause"],
     ["queues", "resume"],
     ["queues", "configure"],
+    ["schedules"],
+    ["schedules", "list"],
+    ["schedules", "set"],
+    ["schedules", "pause"],
+    ["schedules", "resume"],
+    ["schedules", "trigger"],
+    ["schedules", "delete"],
 ]
 
 
@@ -281,7 +288,7 @@ COMMANDS = [
 def test_help(command):
     done = CliRunner().invoke(cli, [*command, "--help"], prog_name="jobq")
     assert done.exit_code == 0 and "Usage: jobq " + " ".join(command) in done.stdout
-    if command in (["dead"], ["queues"]):
+    if command in (["dead"], ["queues"], ["schedules"]):
         assert "Commands" in done.stdout
     else:
         assert "--url" in done.stdout and "JOBQ_URL" in done.stdout

@@ -1,0 +1,90 @@
+"""Cron expressions in a time zone: which instants a schedule's slots fall on.
+
+Parsing and stepping are croniter's; jobq adds the time zone rule. Slots are found on the wall clock of
+the schedule's zone (croniter steps through naive local times) and each is then placed on the time line:
+
+- a wall time that does not exist (the hour skipped when clocks go forward) has no slot: it is skipped;
+- a wall time that happens twice (the hour repeated when clocks go back) is one slot, the first time.
+
+So `0 2 * * *` in Europe/Berlin fires at 02:00 on every day that has one, once; `*/15 * * * *` fires four
+times in the repeated hour, not eight. Five fields have minute precision; six take a leading seconds field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterError, croniter
+
+
+class CronError(ValueError):
+    """A cron expression or time zone that cannot be used; the message says why, for people."""
+
+
+@dataclass(frozen=True)
+class Cron:
+    expression: str
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        fields = self.expression.split()
+        if len(fields) not in (5, 6):
+            raise CronError(
+                f"a cron expression has 5 fields (minute hour day month weekday) or 6 (a leading seconds "
+                f"field); {self.expression!r} has {len(fields)}"
+            )
+        try:
+            zone = ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise CronError(
+                f"unknown time zone {self.timezone!r}: use an IANA name such as Europe/Berlin"
+            ) from None
+        try:
+            croniter(self.expression, datetime(2000, 1, 1), second_at_beginning=len(fields) == 6)
+        except (CroniterError, ValueError, KeyError) as exc:
+            raise CronError(f"not a valid cron expression {self.expression!r}: {exc}") from None
+        object.__setattr__(self, "_zone", zone)
+        object.__setattr__(self, "_seconds", len(fields) == 6)
+
+    def _walk(self, near: datetime, forward: bool) -> Iterator[datetime]:
+        """Slots as aware UTC datetimes, in order (forward or backward) from a few hours before (or after)
+        `near` on the wall clock: in a repeated hour the local reading of `near` may be the second, and
+        slots of the first must not be missed; callers filter by instant."""
+        zone: ZoneInfo = self._zone  # type: ignore[attr-defined]
+        margin = timedelta(hours=3 if forward else -3)
+        start = (near.astimezone(zone) - margin).replace(tzinfo=None)
+        steps = croniter(self.expression, start, second_at_beginning=self._seconds)  # type: ignore[attr-defined]
+        step = steps.get_next if forward else steps.get_prev
+        while True:
+            wall: datetime = step(datetime)
+            placed = wall.replace(tzinfo=zone)  # fold 0: the first of two readings
+            if placed.astimezone(UTC).astimezone(zone).replace(tzinfo=None) != wall:
+                continue  # a wall time the clocks skipped
+            yield placed.astimezone(UTC)
+
+    def slots(self, after: datetime, until: datetime, limit: int | None = None) -> list[datetime]:
+        """The slots `after` < slot <= `until`, oldest first, the first `limit` of them at most."""
+        found: list[datetime] = []
+        for slot in self._walk(after, forward=True):
+            if slot > until or len(found) == limit:
+                return found
+            if slot > after:
+                found.append(slot)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def latest(self, until: datetime, after: datetime, limit: int) -> list[datetime]:
+        """The latest `limit` slots `after` < slot <= `until`, oldest first."""
+        found: list[datetime] = []
+        for slot in self._walk(until, forward=False):
+            if slot <= after or len(found) == limit:
+                return found[::-1]
+            if slot <= until:
+                found.append(slot)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def next_after(self, after: datetime) -> datetime:
+        """The first slot after `after`."""
+        return next(slot for slot in self._walk(after, forward=True) if slot > after)

@@ -1,0 +1,79 @@
+"""Schedules: cron schedules that enqueue a job per slot (app/jobs/schedules.py).
+
+Reading them is for any role that reads jobs; changing, pausing and triggering them is for admins. A
+token limited to some queues sees and changes only the schedules of those queues, and may not point one
+at another queue."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from app.auth import Admin, Caller, Reader
+from app.deps import DB, answers
+from app.jobs import schedules
+from app.models import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
+from app.schemas import DeletedSchedule, Schedule, ScheduleList, ScheduleRequest, TriggeredSchedule
+from app.web import JobqRoute, JSONBody
+
+router = APIRouter(tags=["schedules"], route_class=JobqRoute, default_response_class=JSONBody)
+ScheduleName = Annotated[
+    str,
+    Path(pattern=QUEUE_NAME_PATTERN, min_length=1, max_length=MAX_QUEUE_NAME, examples=["nightly-report"]),
+]
+
+
+@router.get("/schedules", dependencies=[Reader], response_model=None, responses=answers(ScheduleList))
+async def list_schedules(db: DB, caller: Caller) -> JSONBody:
+    """Every schedule, by name."""
+    return JSONBody({"schedules": await schedules.list_schedules(db, caller.like)})
+
+
+@router.get("/schedules/{name}", dependencies=[Reader], response_model=None, responses=answers(Schedule, 404))
+async def get_schedule(name: ScheduleName, db: DB, caller: Caller) -> JSONBody:
+    return JSONBody(await schedules.get_schedule(db, name, caller.like))
+
+
+@router.put("/schedules/{name}", dependencies=[Admin], response_model=None, responses=answers(Schedule))
+async def put_schedule(name: ScheduleName, body: ScheduleRequest, db: DB, caller: Caller) -> JSONBody:
+    """Create or replace a schedule. Its next slot is kept when cron and time zone are unchanged."""
+    caller.admit(body.queue)
+    return JSONBody(
+        await schedules.put_schedule(db, name, schedules.ScheduleSpec(**body.model_dump()), caller.like)
+    )
+
+
+@router.delete(
+    "/schedules/{name}", dependencies=[Admin], response_model=None, responses=answers(DeletedSchedule, 404)
+)
+async def delete_schedule(name: ScheduleName, db: DB, caller: Caller) -> JSONBody:
+    """Remove a schedule; the jobs it enqueued stay."""
+    return JSONBody(await schedules.delete_schedule(db, name, caller.like))
+
+
+@router.post(
+    "/schedules/{name}/pause", dependencies=[Admin], response_model=None, responses=answers(Schedule, 404)
+)
+async def pause_schedule(name: ScheduleName, db: DB, caller: Caller) -> JSONBody:
+    """Stop firing; nothing of the pause is caught up on resume."""
+    return JSONBody(await schedules.set_paused(db, name, True, caller.like))
+
+
+@router.post(
+    "/schedules/{name}/resume", dependencies=[Admin], response_model=None, responses=answers(Schedule, 404)
+)
+async def resume_schedule(name: ScheduleName, db: DB, caller: Caller) -> JSONBody:
+    """Fire again, from the first slot after now."""
+    return JSONBody(await schedules.set_paused(db, name, False, caller.like))
+
+
+@router.post(
+    "/schedules/{name}/trigger",
+    dependencies=[Admin],
+    response_model=None,
+    responses=answers(TriggeredSchedule, 404),
+)
+async def trigger_schedule(name: ScheduleName, db: DB, caller: Caller) -> JSONBody:
+    """Enqueue the schedule's job now (its `schedule_slot` is null); the schedule, with `job_id`."""
+    return JSONBody(await schedules.trigger(db, name, caller.like))

@@ -1,0 +1,108 @@
+"""The scheduler: the loop that fires due schedules, on one replica at a time.
+
+Every replica runs it; only the holder of the `scheduler` lead (a row of jobq.leaders, held for
+JOBQ_SCHEDULER_LEASE seconds on the database's clock) fires. The holder renews the lead well before it
+expires and gives it up when it stops; a holder that dies keeps it until it expires, and then the first
+replica to look takes it, within a lease and a second. Firing is safe even if two replicas ever believed
+they led at once: a due schedule is locked while it fires, and a slot's job is unique.
+
+The leader sleeps until the next slot is due, a second at most (so a schedule changed meanwhile is seen
+within a second); the others look for the lead every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from app.db import Database
+from app.errors import DATABASE_UNAVAILABLE
+from app.jobs import schedules
+from app.models import QUEUE_NAME_PATTERN
+from app.schemas import ScheduleRequest
+
+log = logging.getLogger("jobq.scheduler")
+
+LEAD = "scheduler"
+LOOK_EVERY = 1.0  # seconds between looks, at most
+
+
+class Scheduler:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.leading = False
+        self._renew_at = 0.0  # monotonic time the lead wants renewing
+
+    async def run(self) -> None:
+        settings = self.db.settings
+        while True:
+            try:
+                await self._step(settings.scheduler_lease, settings.schedule_grace)
+            except asyncio.CancelledError:
+                raise
+            except DATABASE_UNAVAILABLE as exc:
+                log.warning("scheduler: database unavailable (%r)", exc)
+                self.leading = False
+            except Exception:
+                log.exception("scheduler failed")
+            await asyncio.sleep(await self._pause())
+
+    async def _step(self, lease: float, grace: float) -> None:
+        if time.monotonic() >= self._renew_at:
+            was = self.leading
+            self.leading = await schedules.take_lead(self.db, LEAD, self.holder, lease)
+            self._renew_at = time.monotonic() + (lease / 3 if self.leading else 0)
+            if self.leading != was:
+                log.info("this replica %s the scheduler", "now leads" if self.leading else "no longer leads")
+        if self.leading:
+            await schedules.fire_due(self.db, grace)
+
+    async def _pause(self) -> float:
+        """Seconds until the next look: the next due slot, or LOOK_EVERY at most."""
+        if not self.leading:
+            return LOOK_EVERY
+        try:
+            soonest = await schedules.next_due_in(self.db)
+        except DATABASE_UNAVAILABLE:
+            return LOOK_EVERY
+        return LOOK_EVERY if soonest is None else min(LOOK_EVERY, max(0.0, soonest))
+
+    async def stop(self) -> None:
+        """Give the lead up, so another replica fires from now on rather than once it expires."""
+        if self.leading:
+            try:
+                await schedules.give_up_lead(self.db, LEAD, self.holder)
+            except DATABASE_UNAVAILABLE:
+                pass
+            self.leading = False
+
+
+def declared(path: Path) -> dict[str, schedules.ScheduleSpec]:
+    """The schedules JOBQ_SCHEDULES_FILE declares, checked as PUT /schedules/{name} checks them; a
+    ValueError naming the file, the schedule and what is wrong otherwise."""
+    try:
+        tables = schedules.load_file(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"JOBQ_SCHEDULES_FILE: {exc}") from None
+    specs = {}
+    for name, fields in tables.items():
+        if not re.fullmatch(QUEUE_NAME_PATTERN, name) or len(name) > 128:
+            raise ValueError(f"{path}: schedule name {name!r}: use 1-128 of A-Z a-z 0-9 _ . : -")
+        try:
+            body = ScheduleRequest.model_validate(fields)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'schedule'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValueError(f"{path}: schedule {name!r}: {problems}") from None
+        specs[name] = schedules.ScheduleSpec(**body.model_dump())
+    return specs

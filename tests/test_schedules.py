@@ -1,0 +1,290 @@
+"""Schedules: the API, the cron rules (time zones, daylight saving), firing each slot exactly once across
+replicas, the lead moving when its holder dies, catch-up after downtime, and the schedules file."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from helpers import assert_problem
+from waiting import until
+
+from app.cron import Cron, CronError
+
+pytestmark = pytest.mark.anyio
+
+DAILY = {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "queue": "reports", "payload": {"kind": "daily"}}
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+# --- cron in a time zone ---------------------------------------------------------------------------
+
+
+def test_a_slot_the_clocks_skip_is_skipped_and_a_repeated_one_fires_once():
+    berlin = Cron("30 2 * * *", "Europe/Berlin")
+    # 2026-03-29: clocks go from 02:00 to 03:00, so 02:30 does not exist that day.
+    spring = berlin.slots(datetime(2026, 3, 27, tzinfo=UTC), datetime(2026, 3, 31, tzinfo=UTC))
+    assert [s.isoformat() for s in spring] == [
+        "2026-03-27T01:30:00+00:00", "2026-03-28T01:30:00+00:00", "2026-03-30T00:30:00+00:00",
+    ]  # fmt: skip
+    # 2026-10-25: clocks go from 03:00 back to 02:00, so 02:30 happens twice: one slot, the first.
+    autumn = berlin.slots(datetime(2026, 10, 24, tzinfo=UTC), datetime(2026, 10, 27, tzinfo=UTC))
+    assert [s.isoformat() for s in autumn] == [
+        "2026-10-24T00:30:00+00:00", "2026-10-25T00:30:00+00:00", "2026-10-26T01:30:00+00:00",
+    ]  # fmt: skip
+    quarter = Cron("*/15 * * * *", "Europe/Berlin")
+    repeated_hour = quarter.slots(
+        datetime(2026, 10, 24, 23, 59, tzinfo=UTC), datetime(2026, 10, 25, 2, tzinfo=UTC)
+    )
+    # 02:00-02:45 once (the first reading, CEST), nothing in the second reading (01:00-02:00 UTC).
+    assert [s.strftime("%H:%M") for s in repeated_hour] == ["00:00", "00:15", "00:30", "00:45", "02:00"]
+    assert quarter.latest(repeated_hour[-1], repeated_hour[0], 3) == repeated_hour[-3:]
+
+
+def test_six_fields_have_seconds_and_bad_expressions_say_why():
+    every = Cron("*/10 * * * * *")
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    assert [s.second for s in every.slots(start, start + timedelta(seconds=30))] == [10, 20, 30]
+    for cron, timezone, words in [
+        ("* * * *", "UTC", "5 fields"),
+        ("61 * * * *", "UTC", "not a valid cron"),
+        ("* * * * *", "Mars/Olympus", "unknown time zone"),
+        ("* * * * * * *", "UTC", "has 7"),
+    ]:
+        with pytest.raises(CronError, match=words):
+            Cron(cron, timezone)
+
+
+# --- the API ---------------------------------------------------------------------------------------
+
+
+async def test_put_get_list_pause_resume_trigger_delete(client, db):
+    r = await client.put("/schedules/nightly", json=DAILY)
+    assert r.status_code == 200, r.text
+    made = r.json()
+    assert (made["name"], made["catch_up"], made["paused"], made["last_run_at"]) == (
+        "nightly",
+        "once",
+        False,
+        None,
+    )
+    next_run = at(made["next_run_at"])
+    assert (
+        next_run > datetime.now(UTC)
+        and next_run.astimezone(Cron("* * * * *", "Europe/Berlin")._zone).hour == 3
+    )
+
+    again = (await client.put("/schedules/nightly", json=DAILY | {"payload": 2})).json()
+    assert again["next_run_at"] == made["next_run_at"] and again["payload"] == 2  # same cron: same next slot
+    hourly = (await client.put("/schedules/nightly", json=DAILY | {"cron": "0 * * * *"})).json()
+    assert at(hourly["next_run_at"]) - datetime.now(UTC) <= timedelta(hours=1)
+
+    assert (await client.get("/schedules/nightly")).json() == hourly
+    await client.put("/schedules/another", json=DAILY | {"catch_up": "all", "kind": "build"})
+    assert [s["name"] for s in (await client.get("/schedules")).json()["schedules"]] == ["another", "nightly"]
+
+    paused = (await client.post("/schedules/nightly/pause")).json()
+    assert paused["paused"] is True and paused["next_run_at"] is None
+    resumed = (await client.post("/schedules/nightly/resume")).json()
+    assert resumed["paused"] is False and at(resumed["next_run_at"]) > datetime.now(UTC)
+
+    triggered = (await client.post("/schedules/another/trigger")).json()
+    job = (await client.get(f"/jobs/{triggered['job_id']}")).json()
+    assert (job["queue"], job["kind"], job["payload"], job["schedule"], job["schedule_slot"]) == (
+        "reports", "build", {"kind": "daily"}, "another", None,
+    )  # fmt: skip
+    assert triggered["last_job_id"] == job["id"] and triggered["last_run_at"] is not None
+
+    assert (await client.delete("/schedules/another")).json() == {"name": "another", "deleted": True}
+    assert_problem(await client.get("/schedules/another"), 404, "not_found")
+    assert_problem(await client.delete("/schedules/another"), 404, "not_found")
+    assert_problem(await client.post("/schedules/another/trigger"), 404, "not_found")
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE schedule = 'another'") == 1  # jobs stay
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (DAILY | {"cron": "every day"}, "5 fields"),
+        (DAILY | {"cron": "0 25 * * *"}, "not a valid cron"),
+        (DAILY | {"timezone": "Berlin"}, "unknown time zone"),
+        (DAILY | {"catch_up": "sometimes"}, "catch_up"),
+        (DAILY | {"queue": "no spaces"}, "queue"),
+        (DAILY | {"surprise": 1}, "surprise"),
+        ({"cron": "* * * * *", "queue": "q"}, "payload"),
+    ],
+)
+async def test_bad_schedules_are_refused_saying_why(client, db, body, words):
+    problem = assert_problem(await client.put("/schedules/s", json=body), 422, "validation_error")
+    assert words in problem["detail"], problem
+    assert await db.fetchval("SELECT count(*) FROM jobq.schedules") == 0
+
+
+async def test_roles(start_service):
+    service = start_service(
+        tokens={"a": "admin", "p": "producer", "s": {"role": "admin", "queues": ["mine"]}}
+    )
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        admin, producer, scoped = ({"authorization": f"Bearer {t}"} for t in "aps")
+        assert (await http.put("/schedules/x", json=DAILY, headers=admin)).status_code == 200
+        assert (await http.get("/schedules/x", headers=producer)).status_code == 200
+        assert (await http.put("/schedules/x", json=DAILY, headers=producer)).status_code == 403
+        assert (await http.post("/schedules/x/trigger", headers=producer)).status_code == 403
+        assert (await http.get("/schedules")).status_code == 401
+        # A token limited to queue `mine` sees, changes and makes only schedules of that queue.
+        assert (await http.get("/schedules", headers=scoped)).json() == {"schedules": []}
+        assert (await http.get("/schedules/x", headers=scoped)).status_code == 404
+        assert (
+            await http.put("/schedules/x", json=DAILY | {"queue": "mine"}, headers=scoped)
+        ).status_code == 403
+        assert (await http.put("/schedules/y", json=DAILY, headers=scoped)).status_code == 403
+        assert (
+            await http.put("/schedules/y", json=DAILY | {"queue": "mine"}, headers=scoped)
+        ).status_code == 200
+        assert (await http.post("/schedules/x/trigger", headers=scoped)).status_code == 404
+
+
+# --- firing ----------------------------------------------------------------------------------------
+
+
+async def slots_of(db, name: str) -> list[tuple[datetime, datetime]]:
+    rows = await db.fetch(
+        "SELECT schedule_slot, created_at FROM jobq.jobs WHERE schedule = $1 ORDER BY schedule_slot", name
+    )
+    return [(r["schedule_slot"], r["created_at"]) for r in rows]
+
+
+async def test_a_one_second_schedule_on_two_replicas_fires_every_slot_once_and_on_time(start_service, db):
+    replicas = [start_service(), start_service()]
+    async with httpx.AsyncClient(base_url=replicas[0].url) as http:
+        made = (
+            await http.put("/schedules/tick", json={"cron": "* * * * * *", "queue": "t", "payload": None})
+        ).json()
+        first = at(made["next_run_at"])
+        await asyncio.sleep(30)
+        await http.post("/schedules/tick/pause")
+    fired = await slots_of(db, "tick")
+    slots = [slot for slot, _ in fired]
+    assert len(slots) >= 28, len(slots)
+    # Every second from the first slot on, each exactly once: no gap, no repeat.
+    assert slots == [first + timedelta(seconds=i) for i in range(len(slots))]
+    delays = sorted((created - slot).total_seconds() for slot, created in fired)
+    assert delays[0] >= 0 and delays[int(len(delays) * 0.99) - 1] <= 1.0, delays[-5:]
+    leaders = [replica.app.state.scheduler.leading for replica in replicas]
+    assert sorted(leaders) == [False, True]
+
+
+async def test_the_lead_moves_when_its_holder_is_gone(start_service, db):
+    """A holder that died keeps the lead until it expires; then another replica takes it and fires the
+    slots since, late but within the grace, each once."""
+    await db.execute(
+        "INSERT INTO jobq.leaders (name, holder, expires_at)"
+        " VALUES ('scheduler', 'dead-replica', now() + interval '3 s')"
+    )
+    service = start_service(scheduler_lease=2.0)
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        await http.put("/schedules/tick", json={"cron": "* * * * * *", "queue": "t", "payload": None})
+        await asyncio.sleep(1.5)
+        assert await slots_of(db, "tick") == []  # the dead holder's lease still runs
+        await until(lambda: slots_of(db, "tick"), timeout=6)
+        assert service.app.state.scheduler.leading
+        await asyncio.sleep(1)
+        await http.post("/schedules/tick/pause")
+    slots = [slot for slot, _ in await slots_of(db, "tick")]
+    assert slots == [slots[0] + timedelta(seconds=i) for i in range(len(slots))]
+    assert await db.fetchval("SELECT holder FROM jobq.leaders") != "dead-replica"
+
+
+async def quiet_second(low: int, high: int) -> None:
+    """Wait until the wall clock's second is within [low, high): away from a minute's slot."""
+    while not low <= datetime.now(UTC).second < high:
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize(("catch_up", "expected"), [("skip", 0), ("once", 1), ("all", 10)])
+async def test_catch_up_after_ten_minutes_down(start_service, db, catch_up, expected):
+    """The scheduler was away for ten minutes (its next slot set ten minutes back, as a stopped scheduler
+    leaves it): `skip` fires none of the missed minutes, `once` one job, `all` one per missed minute."""
+    service = start_service(schedule_grace=5.0)
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        body = {"cron": "0 * * * * *", "queue": "m", "payload": 1, "catch_up": catch_up, "paused": True}
+        await http.put("/schedules/minutely", json=body)
+        await quiet_second(15, 45)
+        down_since = await db.fetchval(
+            "UPDATE jobq.schedules"
+            " SET paused = false, next_run_at = date_trunc('minute', now()) - interval '9 min'"
+            " RETURNING next_run_at"
+        )
+        await until(lambda: db.fetchval("SELECT next_run_at > now() FROM jobq.schedules"), timeout=5)
+        metrics = (await http.get("/metrics")).text
+    fired = [slot for slot, _ in await slots_of(db, "minutely")]
+    missed = [down_since + timedelta(minutes=i) for i in range(10)]  # all before now - grace
+    assert len(fired) == expected
+    if catch_up == "once":
+        assert fired == missed[-1:]
+    if catch_up == "all":
+        assert fired == missed
+    assert f'jobq_schedule_misses_total{{schedule="minutely"}} {10.0 - expected}' in metrics or expected == 10
+    if expected:
+        assert f'jobq_schedule_fires_total{{schedule="minutely"}} {float(expected)}' in metrics
+
+
+async def test_a_pause_is_not_caught_up(start_service, db):
+    service = start_service()
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        await http.put(
+            "/schedules/s", json={"cron": "* * * * * *", "queue": "p", "payload": 1, "catch_up": "all"}
+        )
+        await asyncio.sleep(1.5)
+        paused_at = at((await http.post("/schedules/s/pause")).json()["updated_at"])
+        await asyncio.sleep(2.5)
+        resumed_from = at((await http.post("/schedules/s/resume")).json()["next_run_at"])
+        await asyncio.sleep(1.5)
+        await http.post("/schedules/s/pause")
+    slots = [slot for slot, _ in await slots_of(db, "s")]
+    assert [slot for slot in slots if paused_at < slot < resumed_from] == []
+    assert [slot for slot in slots if slot <= paused_at] and [slot for slot in slots if slot >= resumed_from]
+
+
+# --- the schedules file ----------------------------------------------------------------------------
+
+
+async def test_schedules_declared_in_a_file_at_start(start_service, db, tmp_path):
+    path = tmp_path / "schedules.toml"
+    path.write_text(
+        '[schedules.nightly-report]\ncron = "0 3 * * *"\ntimezone = "Europe/Berlin"\nqueue = "reports"\n'
+        'payload = { kind = "daily" }\ncatch_up = "skip"\n'
+    )
+    first = start_service(schedules_file=path)
+    async with httpx.AsyncClient(base_url=first.url) as http:
+        made = (await http.get("/schedules/nightly-report")).json()
+        assert (made["payload"], made["catch_up"], made["timezone"]) == (
+            {"kind": "daily"},
+            "skip",
+            "Europe/Berlin",
+        )
+    second = start_service(schedules_file=path)  # every replica applies it: nothing changes
+    async with httpx.AsyncClient(base_url=second.url) as http:
+        assert (await http.get("/schedules/nightly-report")).json()["next_run_at"] == made["next_run_at"]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[schedules.x]\ncron = "0 3 * *"\nqueue = "q"\npayload = 1\n', "5 fields"),
+        ('[schedules.x]\ncron = "0 3 * * *"\npayload = 1\n', "queue"),
+        ("[other]\nx = 1\n", "[schedules.<name>]"),
+        ('[schedules."bad name"]\ncron = "0 3 * * *"\nqueue = "q"\npayload = 1\n', "schedule name"),
+        ("not toml at all [", "JOBQ_SCHEDULES_FILE"),
+    ],
+)
+def test_a_bad_schedules_file_stops_the_start_saying_why(tmp_path, text, words):
+    from app.scheduler import declared
+
+    path = tmp_path / "schedules.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=words.replace("[", r"\[").replace(".", r"\.")):
+        declared(path)
