@@ -33,6 +33,7 @@ log = logging.getLogger("jobq.scheduler")
 
 LEAD = "scheduler"
 LOOK_EVERY = 1.0  # seconds between looks, at most
+MIN_PAUSE = 0.005  # and at least
 
 
 class Scheduler:
@@ -45,8 +46,10 @@ class Scheduler:
     async def run(self) -> None:
         settings = self.db.settings
         while True:
+            pause = LOOK_EVERY  # after a failure, look again a second later, not at once
             try:
                 await self._step(settings.scheduler_lease, settings.schedule_grace)
+                pause = await self._pause()
             except asyncio.CancelledError:
                 raise
             except DATABASE_UNAVAILABLE as exc:
@@ -54,7 +57,7 @@ class Scheduler:
                 self.leading = False
             except Exception:
                 log.exception("scheduler failed")
-            await asyncio.sleep(await self._pause())
+            await asyncio.sleep(pause)
 
     async def _step(self, lease: float, grace: float) -> None:
         if time.monotonic() >= self._renew_at:
@@ -70,11 +73,10 @@ class Scheduler:
         """Seconds until the next look: the next due slot, or LOOK_EVERY at most."""
         if not self.leading:
             return LOOK_EVERY
-        try:
-            soonest = await schedules.next_due_in(self.db)
-        except DATABASE_UNAVAILABLE:
-            return LOOK_EVERY
-        return LOOK_EVERY if soonest is None else min(LOOK_EVERY, max(0.0, soonest))
+        soonest = await schedules.next_due_in(self.db)
+        # Not less than a few milliseconds: a due schedule another transaction holds is passed over
+        # (SKIP LOCKED) and still due, and the loop must not spin on it.
+        return LOOK_EVERY if soonest is None else min(LOOK_EVERY, max(MIN_PAUSE, soonest))
 
     async def stop(self) -> None:
         """Give the lead up, so another replica fires from now on rather than once it expires."""
