@@ -157,18 +157,18 @@ async def slots_of(db, name: str) -> list[tuple[datetime, datetime]]:
     return [(r["schedule_slot"], r["created_at"]) for r in rows]
 
 
-async def test_a_one_second_schedule_on_two_replicas_fires_every_slot_once_and_on_time(start_service, db):
+async def test_a_one_second_schedule_on_two_replicas_for_a_minute_fires_every_slot_once(start_service, db):
     replicas = [start_service(), start_service()]
     async with httpx.AsyncClient(base_url=replicas[0].url) as http:
         made = (
             await http.put("/schedules/tick", json={"cron": "* * * * * *", "queue": "t", "payload": None})
         ).json()
         first = at(made["next_run_at"])
-        await asyncio.sleep(30)
+        await asyncio.sleep(60)
         await http.post("/schedules/tick/pause")
     fired = await slots_of(db, "tick")
     slots = [slot for slot, _ in fired]
-    assert len(slots) >= 28, len(slots)
+    assert len(slots) >= 58, len(slots)
     # Every second from the first slot on, each exactly once: no gap, no repeat.
     assert slots == [first + timedelta(seconds=i) for i in range(len(slots))]
     delays = sorted((created - slot).total_seconds() for slot, created in fired)
