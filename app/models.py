@@ -88,6 +88,9 @@ metadata = MetaData(
 QUEUE_NAME_CHARS = "A-Za-z0-9_.:-"
 MAX_QUEUE_NAME = 128
 QUEUE_NAME_PATTERN = rf"^[{QUEUE_NAME_CHARS}]{{1,{MAX_QUEUE_NAME}}}$"
+# A job's key: any text of 1-256 characters (a tenant id, an email address, an SQS MessageGroupId).
+MAX_KEY = 256
+
 # Job kinds (what a job is: send_email) are spelled as queue names are, wherever checked (the API, the
 # CHECK constraint below).
 KIND_PATTERN = QUEUE_NAME_PATTERN
@@ -133,6 +136,7 @@ class Job(Base):
         CheckConstraint(status_in(*JobStatus), name="status_known"),
         CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="max_attempts_positive"),
         CheckConstraint(f"kind ~ '{KIND_PATTERN}'", name="kind_format"),
+        CheckConstraint(f"char_length(key) BETWEEN 1 AND {MAX_KEY}", name="key_length"),
         # The claim: ready jobs of one queue in lease order. Partial, so however many finished rows the
         # table holds, this index holds only the waiting ones.
         Index(
@@ -207,6 +211,8 @@ class Job(Base):
     # Someone waits for the job to finish (GET /jobs/{id}?wait=N): the statement that finishes it then
     # notifies its id (queries.DONE_CHANNEL). Set by the waiter, never cleared.
     awaited: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # What flow control groups the job by (a tenant, a customer, an SQS MessageGroupId); NULL: none.
+    key: Mapped[str | None] = mapped_column(Text)
     # The schedule that enqueued the job, and the slot (the cron time) it was enqueued for; NULL slot:
     # enqueued by a trigger. A slot's job is unique (uq_jobs_schedule_slot).
     schedule: Mapped[str | None] = mapped_column(Text)

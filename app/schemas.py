@@ -14,6 +14,7 @@ from app.cron import Cron
 from app.models import (
     KIND_PATTERN,
     MAX_JOB_ID,
+    MAX_KEY,
     MAX_KIND,
     MAX_LEASE_TOKEN,
     MAX_QUEUE_NAME,
@@ -64,6 +65,16 @@ Kind = Annotated[
         examples=["send_email"],
     ),
 ]
+JobKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_KEY,
+        description="What flow control groups the job by (a tenant, a customer, an SQS MessageGroupId): "
+        "1-256 characters.",
+        examples=["customer-42"],
+    ),
+]
 LeaseToken = Annotated[
     str, Field(min_length=1, max_length=MAX_LEASE_TOKEN, description="Opaque; from /lease.")
 ]
@@ -93,6 +104,7 @@ class EnqueueRequest(Body):
     max_attempts: MaxAttempts | None = Field(default=None, description="Default: the queue's setting.")
     dedup_key: DedupKey | None = None
     kind: Kind | None = None
+    key: JobKey | None = None
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -109,6 +121,7 @@ class Job(BaseModel):
     id: int
     queue: str
     kind: str | None = Field(description="As enqueued; null when none was given.")
+    key: str | None = Field(default=None, description="As enqueued; null when none was given.")
     status: JobStatus
     payload: Any
     priority: int
@@ -152,6 +165,7 @@ class LeasedJob(BaseModel):
     id: int
     queue: str
     kind: str | None = Field(description="As enqueued; null when none was given.")
+    key: str | None = Field(default=None, description="As enqueued; null when none was given.")
     payload: Any
     priority: int
     attempts: int

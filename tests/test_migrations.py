@@ -624,3 +624,27 @@ async def test_0006_adds_awaited_to_existing_jobs_and_goes_back(database_url, db
     await db.execute(step.ADD_COLUMN)
     await asyncio.to_thread(migrations.upgrade, database_url)
     assert (await awaited_column(db))[1]
+
+
+# --- revision 0008: key -----------------------------------------------------------------------------
+
+
+async def test_0008_adds_key_and_the_sql_functions_argument_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0007")
+    before = await db.fetchval("SELECT jobq.enqueue('q', '1', kind => 'k')")
+    with pytest.raises(asyncpg.UndefinedFunctionError):
+        await db.execute("SELECT jobq.enqueue('q', '1', key => 'x')")
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0008")
+    after = await db.fetchval("SELECT jobq.enqueue('q', '2', kind => 'k', key => 'tenant')")
+    rows = await db.fetch("SELECT id, kind, key FROM jobq.jobs ORDER BY id")
+    assert [tuple(r) for r in rows] == [(before, "k", None), (after, "k", "tenant")]
+    validated = await db.fetchval(
+        "SELECT convalidated FROM pg_constraint WHERE conname = 'ck_jobs_key_length'"
+    )
+    assert validated is True
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0007")
+    assert await db.fetchval("SELECT jobq.enqueue('q', '3', kind => 'k')") is not None
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 3
+    await asyncio.to_thread(migrations.upgrade, database_url)

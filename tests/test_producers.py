@@ -16,6 +16,7 @@ JOB_KEYS = {
     "id",
     "queue",
     "kind",
+    "key",
     "status",
     "payload",
     "priority",
@@ -563,3 +564,38 @@ async def test_cancel_unknown_404_and_bad_id_422(client):
     assert_problem(await client.delete("/jobs/424242"), 404, "not_found")
     assert_problem(await client.delete("/jobs/abc"), 422, "validation_error")
     assert_problem(await client.delete(f"/jobs/{2**63}"), 422, "validation_error")
+
+
+# --- key -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dedup", [False, True], ids=["plain", "with-dedup-keys"])
+async def test_key_is_stored_and_shown_per_item(client, db, dedup):
+    keys = ["customer-42", None, "ü" * 256, "customer-42"]
+    items = [
+        {"queue": "q", "payload": i} | ({"key": k} if k else {}) | ({"dedup_key": f"d{i}"} if dedup else {})
+        for i, k in enumerate(keys)
+    ]
+    r = await client.post("/jobs/batch", json={"jobs": items})
+    assert r.status_code == 201, r.text
+    assert [j["key"] for j in r.json()["jobs"]] == keys
+    for j in r.json()["jobs"]:
+        assert (await row(db, j["id"]))["key"] == j["key"]
+        assert (await client.get(f"/jobs/{j['id']}")).json()["key"] == j["key"]
+    single = await enqueue(client, payload=9, key="tenant a")
+    assert single["key"] == "tenant a" and (await row(db, single["id"]))["key"] == "tenant a"
+    # An Idempotency-Key's request includes the key: the same call with another key is another request.
+    body, headers = {"queue": "q", "payload": 1, "key": "x"}, {"Idempotency-Key": "key-1"}
+    assert (await client.post("/jobs", json=body, headers=headers)).status_code == 201
+    assert (await client.post("/jobs", json=body, headers=headers)).status_code == 201
+    assert_problem(await client.post("/jobs", json=body | {"key": "y"}, headers=headers), 409, "conflict")
+
+
+@pytest.mark.parametrize("key", ["", "x" * 257, 5, ["k"], None])
+async def test_bad_key_is_422(client, db, key):
+    r = await client.post("/jobs", json={"queue": "q", "payload": 1, "key": key})
+    if key is None:  # null is no key
+        assert r.status_code == 201 and r.json()["key"] is None
+        return
+    assert "key" in assert_problem(r, 422, "validation_error")["detail"]
+    assert await count(db) == 0

@@ -107,3 +107,18 @@ async def test_sql_enqueue_rejects_bad_kinds(db, kind):
         await db.execute("SELECT jobq.enqueue('q', '{}', kind => $1)", kind)
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
     assert await db.fetchval("SELECT jobq.enqueue('q', '{}', kind => $1)", "x" * 128) is not None
+
+
+async def test_sql_enqueue_with_key(db, client):
+    named = await db.fetchval("SELECT jobq.enqueue('mail', '{}', key => 'customer-42')")
+    positional = await db.fetchval("SELECT jobq.enqueue('mail', '{}', 0, NULL, NULL, NULL, 'send', 'tenant')")
+    plain = await db.fetchval("SELECT jobq.enqueue('mail', '{}', kind => 'send')")
+    rows = await db.fetch("SELECT id, kind, key FROM jobq.jobs ORDER BY id")
+    assert [tuple(r) for r in rows] == [
+        (named, None, "customer-42"),
+        (positional, "send", "tenant"),
+        (plain, "send", None),
+    ]
+    assert (await client.get(f"/jobs/{named}")).json()["key"] == "customer-42"
+    with pytest.raises(asyncpg.CheckViolationError):
+        await db.execute("SELECT jobq.enqueue('q', '{}', key => '')")

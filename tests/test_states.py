@@ -128,7 +128,14 @@ MOVES: dict[str, Move] = {
 # The statements that create jobs: each makes a pending one.
 NO = [None]
 ENQUEUE_ARGS = dict(
-    queues=[QUEUE], payloads=["{}"], priorities=NO, run_ats=NO, delays=NO, max_attempts=NO, kinds=NO
+    queues=[QUEUE],
+    payloads=["{}"],
+    priorities=NO,
+    run_ats=NO,
+    delays=NO,
+    max_attempts=NO,
+    kinds=NO,
+    job_keys=NO,
 )
 ONCE = dict(scope="", key="k", request_hash=b"h", ttl=60.0)
 EACH_ONCE = dict(scopes=[""], keys=["k"], request_hashes=[b"h"], ttl=60.0)

@@ -16,7 +16,7 @@ from helpers import assert_problem, db_now, enqueue, lease, lease_one, row
 pytestmark = pytest.mark.anyio
 
 LEASE_FIELDS = {
-    "id", "queue", "kind", "payload", "priority", "attempts", "max_attempts", "run_at", "created_at",
+    "id", "queue", "kind", "key", "payload", "priority", "attempts", "max_attempts", "run_at", "created_at",
     "last_error", "lease_token", "lease_expires_at",
 }  # fmt: skip
 MISSING_ID = 987_654_321
@@ -85,11 +85,17 @@ async def test_lease_returns_all_fields_and_counts_the_attempt(client, db):
     assert t0 + timedelta(seconds=30) <= r["lease_expires_at"] <= t1 + timedelta(seconds=30)
 
 
-async def test_lease_shows_each_jobs_kind(client, db):
+async def test_lease_shows_each_jobs_kind_and_key(client, db):
     kinds = ["resize", None, "email.send"]
-    ids = [(await enqueue(client, "k", i, **({"kind": k} if k else {})))["id"] for i, k in enumerate(kinds)]
+    keys = [None, "customer-42", "ü" * 256]
+    ids = [
+        (await enqueue(client, "k", i, **({"kind": k} if k else {}), **({"key": key} if key else {})))["id"]
+        for i, (k, key) in enumerate(zip(kinds, keys, strict=True))
+    ]
     leased = await lease(client, "k", max_jobs=3)
-    assert {j["id"]: j["kind"] for j in leased} == dict(zip(ids, kinds, strict=True))
+    assert {j["id"]: (j["kind"], j["key"]) for j in leased} == dict(
+        zip(ids, zip(kinds, keys, strict=True), strict=True)
+    )
     assert all(j.keys() == LEASE_FIELDS for j in leased)
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running'") == 3
 

@@ -33,6 +33,8 @@ class NewJobLike(Protocol):
     def dedup_key(self) -> str | None: ...
     @property
     def kind(self) -> str | None: ...  # what the job is (send_email); stored and shown, nothing more
+    @property
+    def key(self) -> str | None: ...  # what flow control groups it by (a tenant); stored and shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class NewJob:
     max_attempts: int | None = None
     dedup_key: str | None = None
     kind: str | None = None
+    key: str | None = None
 
 
 class JobLeaseLike(Protocol):

@@ -54,7 +54,7 @@ class Keyed:
 
 def keyed(requests: Sequence[NewJobLike], payloads: list[str], once: Once) -> Keyed:
     """The call, with the SHA-256 of its route and of every field of every job (payloads as stored: the
-    request's spacing does not matter, its values do). A field added later (`kind`) is hashed only when
+    request's spacing does not matter, its values do). A field added later (`kind`, `key`) is hashed only when
     given, so a request without it hashes as it did before: its retry may reach an older replica, or
     one of this build may answer a retry of a request an older replica carried out."""
     fields = [
@@ -62,6 +62,7 @@ def keyed(requests: Sequence[NewJobLike], payloads: list[str], once: Once) -> Ke
         [
             [r.queue, p, r.priority, r.run_at, r.delay, r.max_attempts, r.dedup_key]
             + ([] if r.kind is None else [r.kind])
+            + ([] if r.key is None else [["key", r.key]])
             for r, p in zip(requests, payloads, strict=True)
         ],
     ]

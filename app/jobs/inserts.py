@@ -45,6 +45,7 @@ def _columns(requests: Sequence[NewJobLike], payloads: list[str]) -> dict[str, l
         "delays": column([r.delay for r in requests]),
         "max_attempts": column([r.max_attempts for r in requests]),
         "kinds": column([r.kind for r in requests]),
+        "job_keys": column([r.key for r in requests]),
     }
 
 
@@ -158,6 +159,7 @@ def new_job(
         "id": job_id,
         "queue": request.queue,
         "kind": request.kind,
+        "key": request.key,
         "status": "pending",
         "payload": JSONText(payload),
         "priority": request.priority,

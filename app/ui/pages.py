@@ -255,6 +255,7 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
     fields = [
         ("Queue", f'<a href="{esc(url("/ui/dead", queue=job["queue"]))}">{esc(job["queue"])}</a>'),
         ("Kind", esc(job["kind"]) if job["kind"] is not None else "—"),
+        ("Key", esc(job["key"]) if job.get("key") is not None else "—"),
         ("Status", f'<span class="status {esc(job["status"])}">{esc(job["status"])}</span>'),
         ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
         ("Priority", esc(job["priority"])),

@@ -193,6 +193,10 @@ def enqueue(
         str | None,
         typer.Option(help="What the job is (send_email), for workers to route it by.", show_default=False),
     ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(help="What flow control groups it by (a tenant, a customer).", show_default=False),
+    ] = None,
     wait: Wait = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
@@ -210,6 +214,7 @@ def enqueue(
             dedup_key=dedup_key,
             max_attempts=max_attempts,
             kind=kind,
+            key=key,
             wait=wait,
         )
     if wait is not None:

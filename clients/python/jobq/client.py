@@ -237,19 +237,23 @@ class Calls:
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         kind: str | None = None,
+        key: str | None = None,
         idempotency_key: str | None = None,
         wait: float | None = None,
     ) -> Call[Job]:
         """Enqueue a job (`POST /jobs`). With a `dedup_key` an active job of the queue already holds, the
         answer is that job, with `duplicate` True. Lower `priority` runs first; `delay` is in seconds.
         `kind` names what the job is (`send_email`: 1-128 of A-Z a-z 0-9 _ . : -), for workers to
-        route it by. The call is sent with an `Idempotency-Key` (`idempotency_key`, else a fresh
-        random one), so its retries enqueue it at most once.
+        route it by; `key` what flow control groups it by (a tenant, a customer: 1-256 characters).
+        The call is sent with an `Idempotency-Key` (`idempotency_key`, else a fresh random one), so its
+        retries enqueue it at most once.
 
         With `wait` (seconds), the call then waits for the job to finish, as `wait` does, and answers
         the job as it is then: request and reply in one call (`job.status`, `job.result`)."""
         options = dict(priority=priority, delay=delay, run_at=run_at, max_attempts=max_attempts)
-        body = _new_job({"queue": queue, "payload": payload, **options, "dedup_key": dedup_key, "kind": kind})
+        body = _new_job(
+            {"queue": queue, "payload": payload, **options, "dedup_key": dedup_key, "kind": kind, "key": key}
+        )
         then = functools.partial(_wait_more, deadline=time.monotonic() + wait) if wait else None
         return Call("POST", "/jobs", _job, json=body, headers=_once(idempotency_key), then=then)
 

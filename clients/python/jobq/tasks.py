@@ -111,6 +111,7 @@ class Options:
     delay: float | None = None
     run_at: datetime | None = None
     dedup_key: str | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ class Task(Generic[P, R]):
         delay: float | None = None,
         run_at: datetime | None = None,
         dedup_key: str | None = None,
+        key: str | None = None,
     ) -> Task[P, R]:
         """The same task with these options for the jobs it enqueues (the others kept)."""
         given = {k: v for k, v in locals().items() if k != "self" and v is not None}

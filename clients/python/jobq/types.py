@@ -203,6 +203,8 @@ class Job:
     duplicate: bool = False
     # What the job is (send_email), as enqueued; None when none was given (or the service predates kinds).
     kind: str | None = None
+    # What flow control groups it by (a tenant, a customer), as enqueued; None when none was given.
+    key: str | None = None
     # What the worker's ack kept (any JSON value); None when none (or the service predates results).
     result: Any = None
     # What the worker last sent with an extend (any JSON value); None when none yet.
@@ -229,6 +231,7 @@ class LeasedJob:
     lease_token: str
     lease_expires_at: datetime
     kind: str | None = None  # as enqueued; None when none was given
+    key: str | None = None  # as enqueued; None when none was given
 
 
 @dataclass(frozen=True, slots=True)

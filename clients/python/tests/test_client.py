@@ -4,6 +4,7 @@ typed results, problems as exceptions, retries (connection errors and 503, never
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from datetime import datetime, timedelta
 
@@ -120,6 +121,34 @@ async def test_worker_calls(service, db):
         ("dead", 1, "hopeless"),
         ("completed", 1, None),
     ]
+
+
+async def test_key_on_every_job(service, db):
+    from typer.testing import CliRunner
+
+    from jobq import Tasks
+    from jobq.cli import cli
+
+    with Client(service.url) as jobq:
+        job = jobq.enqueue("mail", 1, key="customer-42")
+        assert job.key == "customer-42" and jobq.get_job(job.id).key == "customer-42"
+        many = jobq.enqueue_many(
+            [{"queue": "mail", "payload": 2}, {"queue": "mail", "payload": 3, "key": "b"}]
+        )
+        assert [j.key for j in many] == [None, "b"]
+        tasks = Tasks(client=jobq)
+
+        @tasks.task(queue="mail")
+        def send(to: str) -> None: ...
+
+        assert send.using(key="tenant-7").enqueue("ada").key == "tenant-7"
+        done = CliRunner().invoke(
+            cli, ["enqueue", "mail", "5", "--key", "cli", "--json", "--url", service.url]
+        )
+        assert json.loads(done.stdout)["key"] == "cli"
+        leased = jobq.lease("mail", max_jobs=10)
+        assert sorted(j.key or "-" for j in leased) == ["-", "b", "cli", "customer-42", "tenant-7"]
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE key IS NOT NULL") == 4
 
 
 async def test_kind_on_every_job(service, db):
