@@ -46,7 +46,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import problems
-from app.access import OPEN, Admits
+from app.access import OPEN, Admits, Grant
 from app.schemas import MAX_JOB_ID
 from app.web import nesting_depth
 
@@ -178,9 +178,7 @@ class HotRoutes:
         request = Request(scope, receive)
         state = scope["app"].state
         try:
-            grant = OPEN
-            for admits in self.job_read_admits:
-                grant = admits.check(state.tokens, _headers(scope)[1].decode("latin-1"))
+            grant = _grant(self.job_read_admits, state, _headers(scope)[1])
             response = await route.endpoint(
                 id=read[0], wait=read[1], db=state.db, wakeups=state.wakeups, caller=grant, request=request
             )
@@ -193,11 +191,17 @@ async def _call(hot: Hot, body: BaseModel, request: Request, state: Any, authori
     """The endpoint's answer, once the caller's role is checked. The endpoint gets the caller's Grant
     as `caller`, as FastAPI would give it (app/auth.py ``Caller``), and checks the queues the body names
     with it: one check for both ways in."""
-    grant = OPEN
-    for admits in hot.admits:
-        grant = admits.check(state.tokens, authorization.decode("latin-1"))
+    grant = _grant(hot.admits, state, authorization)
     arguments = {"body": body, "db": state.db, "wakeups": state.wakeups, "request": request, "caller": grant}
     return await hot.endpoint(**{name: arguments[name] for name in hot.wants})
+
+
+def _grant(checks: tuple[Admits, ...], state: Any, authorization: bytes) -> Grant:
+    """The caller's Grant from the route's role checks (app/access.py), as FastAPI's dependency gives it."""
+    grant = OPEN
+    for admits in checks:
+        grant = admits.check(state.tokens, authorization.decode("latin-1"))
+    return grant
 
 
 def _parse(hot: Hot, body: bytes, depth_limit: int) -> BaseModel | None:

@@ -66,6 +66,10 @@ async def put_schedule(db: Database, name: str, spec: ScheduleSpec, scope: Scope
     stays active); otherwise it is the first slot after now. One of a queue outside `scope` is not
     replaced (Forbidden)."""
     cron = Cron(spec.cron, spec.timezone)
+    payload = encode_json(spec.payload)
+    if len(payload) > db.settings.max_payload_bytes:
+        raise PayloadTooLarge(f"the payload is over {db.settings.max_payload_bytes} bytes encoded")
+    values = dict(spec.__dict__) | {"payload": payload.decode()}
     async with db.acquire() as conn, conn.transaction():
         now = await conn.fetchval("SELECT now()")
         old = await conn.fetchrow(q.LOCK_SCHEDULE.text, *q.LOCK_SCHEDULE.args(name=name, scope=None))
@@ -76,10 +80,6 @@ async def put_schedule(db: Database, name: str, spec: ScheduleSpec, scope: Scope
             next_run_at = old["next_run_at"]
         else:
             next_run_at = cron.next_after(now)
-        payload = encode_json(spec.payload)
-        if len(payload) > db.settings.max_payload_bytes:
-            raise PayloadTooLarge(f"the payload is over {db.settings.max_payload_bytes} bytes encoded")
-        values = dict(spec.__dict__) | {"payload": payload.decode()}
         row = await conn.fetchrow(
             q.PUT_SCHEDULE.text,
             *q.PUT_SCHEDULE.args(name=name, next_run_at=next_run_at, scope=scope, **values),
@@ -87,6 +87,14 @@ async def put_schedule(db: Database, name: str, spec: ScheduleSpec, scope: Scope
     if row is None:
         raise Forbidden(f"schedule {name!r} enqueues into a queue this token may not use")
     return as_schedule(row)
+
+
+async def _locked(conn: asyncpg.Connection, name: str, scope: Scope) -> asyncpg.Record:
+    """The schedule's row, locked to the end of the transaction, with the database's `now`."""
+    row = await conn.fetchrow(q.LOCK_SCHEDULE.text, *q.LOCK_SCHEDULE.args(name=name, scope=scope))
+    if row is None:
+        raise NotFound(f"schedule {name!r} does not exist")
+    return row
 
 
 async def get_schedule(db: Database, name: str, scope: Scope = None) -> Row:
@@ -115,9 +123,7 @@ async def delete_schedule(db: Database, name: str, scope: Scope = None) -> Row:
 async def set_paused(db: Database, name: str, paused: bool, scope: Scope = None) -> Row:
     """Pause (no next slot) or resume (the first slot after now: a pause is not caught up)."""
     async with db.acquire() as conn, conn.transaction():
-        old = await conn.fetchrow(q.LOCK_SCHEDULE.text, *q.LOCK_SCHEDULE.args(name=name, scope=scope))
-        if old is None:
-            raise NotFound(f"schedule {name!r} does not exist")
+        old = await _locked(conn, name, scope)
         if old["paused"] == paused:
             return as_schedule(old)
         next_run_at = None if paused else Cron(old["cron"], old["timezone"]).next_after(old["now"])
@@ -132,9 +138,7 @@ async def trigger(db: Database, name: str, scope: Scope = None) -> Row:
     """Enqueue the schedule's job now, outside its slots (the job's schedule_slot is null); the schedule,
     with `job_id`."""
     async with db.acquire() as conn, conn.transaction():
-        old = await conn.fetchrow(q.LOCK_SCHEDULE.text, *q.LOCK_SCHEDULE.args(name=name, scope=scope))
-        if old is None:
-            raise NotFound(f"schedule {name!r} does not exist")
+        old = await _locked(conn, name, scope)
         fired = await conn.fetchrow(q.FIRE_SCHEDULE.text, *q.FIRE_SCHEDULE.args(name=name, slots=[None]))
         await conn.execute(
             q.ADVANCE_SCHEDULE.text,
