@@ -61,6 +61,9 @@ class Database:
         self.metrics = metrics if metrics is not None else Metrics()
         self._batchers: dict[object, Any] = {}  # fixed keys (ack, nack, enqueue): a handful, kept
         self._shared: dict[object, list[Any]] = {}  # keys naming a queue: [batcher, callers in it]
+        from app.jobs.flow import FlowQueues  # noqa: PLC0415 - app.jobs imports this module
+
+        self.flow = FlowQueues()  # which queues are under flow control (app/jobs/flow.py)
 
     def batcher(self, key: object, make: Callable[[], Any]) -> Any:
         """The process's Batcher for `key` (app/coalesce.py), made on first use and kept: for the few

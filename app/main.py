@@ -20,7 +20,7 @@ from app.hot import HotRoutes
 from app.jobs import schedules
 from app.metrics import Metrics
 from app.origin import OriginCheck, allowed_hosts
-from app.routers import docs, health, metrics, operators, producers, ui, workers
+from app.routers import docs, health, keys, metrics, operators, producers, ui, workers
 from app.routers import schedules as schedule_routes
 from app.scheduler import Scheduler
 from app.settings import Settings
@@ -91,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.wakeups = wakeups = Wakeups(
             dsn, safety_interval=settings.wakeup_safety_interval, max_waiters=settings.max_waiters
         )
+        wakeups.on_settings = db.flow.forget
         await wakeups.start()
         _answer_waiters_on_signals(wakeups)
         tasks = background.start(db)
@@ -140,7 +141,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: it times every request, also those a middleware inside it answers.
     app.add_middleware(access_log.ObserveRequests, metrics=app.state.metrics, access_log=settings.access_log)
     problems.install(app)
-    for module in (producers, workers, operators, schedule_routes, health, metrics, ui, docs):
+    for module in (producers, workers, operators, keys, schedule_routes, health, metrics, ui, docs):
         app.include_router(module.router)
     app.include_router(sqs.router)  # the SQS API at POST / (app/sqs)
     return app

@@ -126,6 +126,23 @@ class Queue(Base):
     # Attributes set through the SQS API (app/sqs) that have no jobq setting: DelaySeconds,
     # MessageRetentionPeriod, RedrivePolicy, ... as SQS spells them. NULL for queues SQS never configured.
     sqs_attributes: Mapped[dict | None] = mapped_column(JSONB)
+    # Flow control (app/jobs/flow.py); NULL or false: no limit. At most this many jobs of one key running
+    # at once (1: a key's jobs also run in order); ready jobs handed out across keys in turn; at most
+    # rate_limit leases of the queue, and key_rate_limit of each key, in any rate_period / key_rate_period
+    # seconds.
+    key_concurrency: Mapped[int | None] = mapped_column(Integer)
+    fair: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    rate_limit: Mapped[int | None] = mapped_column(Integer)
+    rate_period: Mapped[float | None] = mapped_column(Double)
+    key_rate_limit: Mapped[int | None] = mapped_column(Integer)
+    key_rate_period: Mapped[float | None] = mapped_column(Double)
+    # Some flow control applies (a setting above, or a key's override in `keys`): the queue is claimed by
+    # the flow-controlled claim, and the plain LEASE leaves it alone.
+    flow: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The queue's rate window: when its leases of the last rate_period seconds were taken, and how many
+    # at each time (one entry per claim statement).
+    rate_times: Mapped[list[datetime] | None] = mapped_column(ARRAY(DateTime(timezone=True)))
+    rate_counts: Mapped[list[int] | None] = mapped_column(ARRAY(Integer))
 
 
 class Job(Base):
@@ -166,6 +183,27 @@ class Job(Base):
             "schedule_slot",
             unique=True,
             postgresql_where=text("schedule_slot IS NOT NULL"),
+        ),
+        # Flow control (app/jobs/flow.py), over jobs with a key only: each key's ready jobs in lease order
+        # (and the keys that have any, walked one after the other) ...
+        Index(
+            "ix_jobs_key_ready",
+            "queue",
+            "key",
+            "priority",
+            "run_at",
+            "id",
+            postgresql_where=text("status = 'pending' AND key IS NOT NULL"),
+        ),
+        # ... and the jobs that hold a key's slot: running, or waiting for a retry (which holds a key
+        # whose jobs run in order).
+        Index(
+            "ix_jobs_key_held",
+            "queue",
+            "key",
+            postgresql_where=text(
+                "key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))"
+            ),
         ),
         # Retention pruning of finished jobs.
         Index(
@@ -217,6 +255,26 @@ class Job(Base):
     # enqueued by a trigger. A slot's job is unique (uq_jobs_schedule_slot).
     schedule: Mapped[str | None] = mapped_column(Text)
     schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Key(Base):
+    """A key of a queue that has an override of the queue's per-key limits, or a rate window to keep (a
+    row is made on the first lease under a per-key rate). Keys without either have no row: their jobs
+    carry them (app/jobs/flow.py)."""
+
+    __tablename__ = "keys"
+
+    queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    # Overrides of the queue's key_concurrency and key_rate; NULL: the queue's.
+    concurrency: Mapped[int | None] = mapped_column(Integer)
+    rate_limit: Mapped[int | None] = mapped_column(Integer)
+    rate_period: Mapped[float | None] = mapped_column(Double)
+    # The key's rate window, as the queue's (Queue.rate_times).
+    rate_times: Mapped[list[datetime] | None] = mapped_column(ARRAY(DateTime(timezone=True)))
+    rate_counts: Mapped[list[int] | None] = mapped_column(ARRAY(Integer))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class CatchUp(enum.StrEnum):

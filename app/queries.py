@@ -13,10 +13,10 @@ the result against this table, and that no other statement here changes a status
 =========  ==================================================  ============================================
 status     led in by                                           led out by
 =========  ==================================================  ============================================
-pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, CANCEL, ACK (the last holder, late),
-           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        PURGE_QUEUE, DELETE_QUEUE
+pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, CANCEL, ACK (the last
+           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        holder, late), PURGE_QUEUE, DELETE_QUEUE
            RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE
-running    LEASE                                               ACK, NACK, RELEASE, EXPIRE_LEASES,
+running    LEASE, LEASE_FLOW                                   ACK, NACK, RELEASE, EXPIRE_LEASES,
                                                                PURGE_QUEUE, DELETE_QUEUE
 completed  ACK                                                 PRUNE_FINISHED, DELETE_QUEUE
 dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, ACK (the last
@@ -105,6 +105,11 @@ def _notify(source: str, where: str = "true") -> str:
 
 
 NOTIFIED = "(SELECT count(*) FROM notified) >= 0"
+
+# A job with a key that stops running (or stops waiting for its retry) frees a slot of its key: the
+# statements that end such jobs wake the queue's long-polls as if a job had become ready, since a job of
+# that key may now go (flow control). Jobs without a key send nothing more.
+KEY_FREED = "key IS NOT NULL"
 
 # Waiting for a job (GET /jobs/{id}?wait=N): the waiter marks the job `awaited` (WATCH_JOB), and every
 # statement that finishes a job (completed, dead, cancelled) sends one NOTIFY on DONE_CHANNEL per awaited
@@ -361,10 +366,13 @@ GET_JOB = Query.define(
 CANCEL = Query.define(
     "cancel",
     f"""
-    UPDATE jobq.jobs j SET status = 'cancelled', completed_at = now(), updated_at = now()
-    FROM jobq.queues q
-    WHERE j.id = :id AND j.status = 'pending' AND q.name = j.queue AND {_in_scope("j.queue")}
-    RETURNING {JOB}, {_notify_done()}
+    WITH cancelled AS (
+        UPDATE jobq.jobs j SET status = 'cancelled', completed_at = now(), updated_at = now()
+        FROM jobq.queues q
+        WHERE j.id = :id AND j.status = 'pending' AND q.name = j.queue AND {_in_scope("j.queue")}
+        RETURNING {JOB}, {_notify_done()}
+    ), {_notify("cancelled", f"{KEY_FREED} AND attempts > 0")}
+    SELECT * FROM cancelled WHERE {NOTIFIED}
     """,
 )
 
@@ -410,7 +418,8 @@ WATCH_JOBS = Query.define(
 # serves several lease calls on the same queue at once (app/coalesce.py). Each call owns a run of slots:
 # :visibility_timeouts and :worker_ids hold one entry per slot, and the n-th job in lease order fills
 # slot n, so each call gets its share in order and its own lease settings.
-# - `q`: the queue's settings, and no row at all when it is paused (or unknown): then nothing is claimed.
+# - `q`: the queue's settings, and no row at all when it is paused (or unknown), or under flow control
+#   (claimed by LEASE_FLOW instead): then nothing is claimed.
 # - `ready`: walks ix_jobs_claim in lease order; SKIP LOCKED passes over rows another claim holds instead of
 #   waiting for it, so concurrent statements get different jobs and never block each other. Order is
 #   therefore best effort under concurrency.
@@ -420,7 +429,8 @@ LEASE = Query.define(
     "lease",
     f"""
     WITH q AS (
-        SELECT max_attempts, visibility_timeout FROM jobq.queues WHERE name = :queue AND NOT paused
+        SELECT max_attempts, visibility_timeout FROM jobq.queues
+        WHERE name = :queue AND NOT paused AND NOT flow
     ), slots AS (
         SELECT * FROM unnest(:visibility_timeouts::float8[], :worker_ids::text[])
                       WITH ORDINALITY AS s(visibility_timeout, worker_id, slot)
@@ -445,6 +455,209 @@ LEASE = Query.define(
     """,
 )
 
+# --- flow control (app/jobs/flow.py) ----------------------------------------------------------------
+# A queue with flow control (`queues.flow`: key_concurrency, fair, rate, key_rate, or a key's override)
+# is claimed in one short transaction of two statements, FLOW_KEYS then LEASE_FLOW, instead of LEASE:
+# - FLOW_KEYS walks the keys that have pending jobs, one after the other from where this replica's last
+#   claim stopped (round robin), and takes a transaction-scoped advisory lock on each key it will claim
+#   from (try-lock: a key another claim holds is passed over, as SKIP LOCKED passes over rows). A queue
+#   with a rate locks its row too, so claims of it take turns.
+# - LEASE_FLOW runs after the locks are held, so its snapshot (a statement's own, in READ COMMITTED)
+#   sees every claim, ack and expiry that committed under them: the running jobs it counts per key are
+#   the true count, and no other claim can add to it before this one commits. Nothing is kept per key
+#   but what the jobs table says (a slot is a running job), so whatever ends a lease (ack, nack, expiry,
+#   release, a late ack of an expired lease) frees its slot exactly once, by changing the job's status.
+#   Rate windows are the exception: they are kept (keys.rate_times, queues.rate_times) and written by
+#   the claim that holds the lock.
+# Jobs without a key are not limited by key; they are taken from the front of the queue.
+
+# A key's advisory lock: one bigint from the queue and the key.
+_KEY_LOCK = "pg_try_advisory_xact_lock(hashtextextended({key}, hashtext(:queue)))"
+
+
+def _keys_with_pending(after: str) -> str:
+    """The first key of the queue's pending jobs after `after` (NULL: none), through ix_jobs_key_ready."""
+    return f"""(SELECT min(key) FROM jobq.jobs
+                WHERE queue = :queue AND status = 'pending' AND key IS NOT NULL AND key > {after})"""
+
+
+# The sum of a rate window's counts within its last `period` seconds.
+def _used(times: str, counts: str, period: str) -> str:
+    return f"""(SELECT coalesce(sum(c), 0) FROM unnest({times}, {counts}) AS w(t, c)
+               WHERE t > now() - make_interval(secs => {period}))"""
+
+
+# A rate window (`rate_times`, `rate_counts` and `rate_period` of the row `source`) without the claims
+# that have left it, to which a claim then adds its own: `times`, `counts`.
+def _window(source: str) -> str:
+    return f"""(
+            SELECT coalesce(array_agg(t ORDER BY t), '{{}}') AS times,
+                   coalesce(array_agg(c ORDER BY t), '{{}}') AS counts
+            FROM unnest({source}.rate_times, {source}.rate_counts) AS w(t, c)
+            WHERE t > now() - make_interval(secs => {source}.rate_period)
+        )"""
+
+
+# Running jobs of a key (ix_jobs_key_held).
+def _running(key: str) -> str:
+    return f"""(SELECT count(*) FROM jobq.jobs h
+               WHERE h.queue = :queue AND h.key = {key} AND h.status = 'running')"""
+
+
+# Walk :scan keys with pending jobs after :after (then from the first, up to :after), and lock each that
+# seems to have room: a running count read before the lock, only to pass over full keys cheaply
+# (LEASE_FLOW counts again). A row per key looked at: `locked` NULL for a full key, false for one another
+# claim holds. The caller keeps the last key as its next :after. `looked` is read only as far as the
+# LIMIT asks (a CTE's rows are made as they are read); MATERIALIZED keeps the lock in it from being
+# evaluated once more per reference.
+FLOW_KEYS = Query.define(
+    "flow_keys",
+    f"""
+    WITH RECURSIVE q AS (
+        SELECT key_concurrency FROM jobq.queues WHERE name = :queue AND NOT paused AND flow
+    ), rate_turn AS (
+        SELECT name FROM jobq.queues WHERE name = :queue AND rate_limit IS NOT NULL FOR NO KEY UPDATE
+    ), after_cursor(key) AS (
+        SELECT {_keys_with_pending(":after::text")}
+        UNION ALL
+        SELECT {_keys_with_pending("a.key")} FROM after_cursor a WHERE a.key IS NOT NULL
+    ), from_start(key) AS (
+        SELECT {_keys_with_pending("''")}
+        UNION ALL
+        SELECT {_keys_with_pending("b.key")} FROM from_start b WHERE b.key IS NOT NULL AND b.key < :after
+    ), walk AS (
+        SELECT key FROM after_cursor WHERE key IS NOT NULL
+        UNION ALL
+        SELECT key FROM from_start WHERE key IS NOT NULL AND key <= :after
+    ), looked AS MATERIALIZED (
+        SELECT w.key,
+               CASE WHEN {_running("w.key")} < coalesce(
+                             (SELECT concurrency FROM jobq.keys o WHERE o.queue = :queue AND o.key = w.key),
+                             q.key_concurrency, 2147483647)
+                    THEN {_KEY_LOCK.format(key="w.key")} END AS locked
+        FROM q CROSS JOIN walk w
+    )
+    SELECT key, locked FROM looked WHERE (SELECT count(*) FROM rate_turn) >= 0 LIMIT :scan
+    """,
+)
+
+# Claim up to one job per slot (as LEASE) from the keys FLOW_KEYS locked (:keys, in the order walked)
+# and from the jobs without a key, within every limit:
+# - `wanted`: the slots, fewer when the queue's rate window has less room;
+# - `room`: per key, its concurrency (or its override) less its running jobs, within its rate window;
+#   a key whose jobs run in order (concurrency 1) with a job waiting for its retry gets that job when it
+#   is due, and nothing else: the retry holds the key, as an SQS FIFO message group is held;
+# - `candidates`: each key's first ready jobs, as many as its room; jobs without a key from the front of
+#   the queue (the first :lookahead ready jobs);
+# - `chosen`: in lease order (priority, run_at, id), or with `fair` round by round: every key's first job
+#   (in the order walked), then every key's second, ...; each locked (SKIP LOCKED: a job another
+#   statement holds is passed over, which for a key in order means nothing of it this time).
+# Then the chosen jobs are leased as LEASE leases, and the rate windows of the queue and of each key
+# with a rate get this claim's leases. Always one row at least: `wake_in`, the seconds until a rate
+# window next lets a job go when one held some back (NULL otherwise); `id` NULL when nothing was leased.
+LEASE_FLOW = Query.define(
+    "lease_flow",
+    f"""
+    WITH q AS (
+        SELECT max_attempts, visibility_timeout, key_concurrency, fair, rate_limit, rate_period,
+               key_rate_limit, key_rate_period, rate_times, rate_counts
+        FROM jobq.queues WHERE name = :queue AND NOT paused AND flow
+    ), slots AS (
+        SELECT * FROM unnest(:visibility_timeouts::float8[], :worker_ids::text[])
+                      WITH ORDINALITY AS s(visibility_timeout, worker_id, slot)
+    ), wanted AS (
+        SELECT greatest(least(cardinality(:worker_ids::text[]),
+                              q.rate_limit - {_used("q.rate_times", "q.rate_counts", "q.rate_period")}),
+                        0) AS n
+        FROM q
+    ), k AS (
+        SELECT u.key, u.turn, coalesce(o.concurrency, q.key_concurrency) AS concurrency,
+               coalesce(o.rate_limit, q.key_rate_limit) AS rate_limit,
+               coalesce(o.rate_period, q.key_rate_period) AS rate_period, o.rate_times, o.rate_counts
+        FROM q CROSS JOIN unnest(:keys::text[]) WITH ORDINALITY AS u(key, turn)
+        LEFT JOIN jobq.keys o ON o.queue = :queue AND o.key = u.key
+    ), room AS (
+        SELECT k.*,
+               least(wanted.n, k.concurrency - {_running("k.key")},
+                     k.rate_limit - {_used("k.rate_times", "k.rate_counts", "k.rate_period")}) AS room,
+               CASE WHEN k.concurrency = 1 THEN (
+                   SELECT id FROM jobq.jobs h
+                   WHERE h.queue = :queue AND h.key = k.key AND h.status = 'pending' AND h.attempts > 0
+                   ORDER BY priority, run_at, id LIMIT 1) END AS retry
+        FROM k CROSS JOIN wanted
+    ), candidates AS (
+        SELECT j.id, j.priority, j.run_at, r.turn, 1::bigint AS round
+        FROM room r JOIN jobq.jobs j ON j.id = r.retry
+        WHERE r.room > 0 AND j.run_at <= now()
+        UNION ALL
+        SELECT c.id, c.priority, c.run_at, r.turn, c.round
+        FROM room r, LATERAL (
+            SELECT id, priority, run_at, row_number() OVER (ORDER BY priority, run_at, id) AS round
+            FROM (SELECT id, priority, run_at FROM jobq.jobs
+                  WHERE queue = :queue AND key = r.key AND status = 'pending' AND run_at <= now()
+                  ORDER BY priority, run_at, id
+                  LIMIT r.room) first_ready
+        ) c
+        WHERE r.room > 0 AND r.retry IS NULL
+        UNION ALL
+        SELECT id, priority, run_at, 0, row_number() OVER (ORDER BY priority, run_at, id)
+        FROM (SELECT id, key, priority, run_at FROM jobq.jobs
+              WHERE queue = :queue AND status = 'pending' AND run_at <= now() AND EXISTS (SELECT FROM q)
+              ORDER BY priority, run_at, id
+              LIMIT :lookahead) front
+        WHERE key IS NULL
+    ), chosen AS (
+        SELECT c.id, row_number() OVER (
+                   ORDER BY CASE WHEN q.fair THEN c.round END, CASE WHEN q.fair THEN c.turn END,
+                            c.priority, c.run_at, c.id) AS ord
+        FROM candidates c CROSS JOIN q
+        ORDER BY ord
+        LIMIT coalesce((SELECT n FROM wanted), 0)
+    ), locked AS (
+        SELECT id FROM jobq.jobs WHERE id IN (SELECT id FROM chosen) AND status = 'pending'
+        FOR UPDATE SKIP LOCKED
+    ), ready AS (
+        SELECT c.id, row_number() OVER (ORDER BY c.ord) AS slot FROM chosen c JOIN locked USING (id)
+    ), leased AS (
+        UPDATE jobq.jobs j
+        SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
+            lease_expires_at = now()
+                + make_interval(secs => coalesce(slots.visibility_timeout, q.visibility_timeout)),
+            worker_id = slots.worker_id, updated_at = now()
+        FROM ready JOIN slots USING (slot), q
+        WHERE j.id = ready.id
+        RETURNING {LEASED_JOB}, ready.slot
+    ), per_key AS (
+        SELECT key, count(*)::int AS n FROM leased WHERE key IS NOT NULL GROUP BY key
+    ), key_windows AS (
+        INSERT INTO jobq.keys AS o (queue, key, rate_times, rate_counts)
+        SELECT :queue, k.key, w.times || now(), w.counts || p.n
+        FROM per_key p JOIN k USING (key), LATERAL {_window("k")} w
+        WHERE k.rate_limit IS NOT NULL
+        ON CONFLICT (queue, key) DO UPDATE SET rate_times = excluded.rate_times,
+                                               rate_counts = excluded.rate_counts
+    ), queue_window AS (
+        UPDATE jobq.queues qs SET rate_times = w.times || now(), rate_counts = w.counts || l.n
+        FROM (SELECT count(*)::int AS n FROM leased) l, q, LATERAL {_window("q")} w
+        WHERE qs.name = :queue AND q.rate_limit IS NOT NULL AND l.n > 0
+    ), wake AS (
+        SELECT extract(epoch FROM min(expires) - now())::float8 AS wake_in FROM (
+            SELECT min(t) + make_interval(secs => q.rate_period) AS expires
+            FROM q, unnest(q.rate_times, q.rate_counts) AS w(t, c)
+            WHERE t > now() - make_interval(secs => q.rate_period) AND (SELECT n FROM wanted) = 0
+            GROUP BY q.rate_period
+            UNION ALL
+            SELECT min(t) + make_interval(secs => r.rate_period)
+            FROM room r, unnest(r.rate_times, r.rate_counts) AS w(t, c)
+            WHERE t > now() - make_interval(secs => r.rate_period)
+              AND r.rate_limit - {_used("r.rate_times", "r.rate_counts", "r.rate_period")} <= 0
+            GROUP BY r.key, r.rate_period
+        ) held_back
+    )
+    SELECT leased.*, wake.wake_in FROM wake LEFT JOIN leased ON true
+    """,
+)
+
 # Complete jobs whose latest lease token the caller holds. Accepted after the lease expired (lease expiry
 # moved the job to pending or dead but kept the token), because the work was done; refused once anyone
 # leased the job again (new token) or nack or dead retry cleared the token.
@@ -456,12 +669,15 @@ LEASE = Query.define(
 ACK = Query.define(
     "ack",
     f"""
-    UPDATE jobq.jobs j
-    SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL,
-        result = a.result::jsonb
-    FROM unnest(:ids::bigint[], :lease_tokens::uuid[], :results::text[]) AS a(id, lease_token, result)
-    WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.status IN ('running', 'pending', 'dead')
-    RETURNING j.id, a.lease_token, j.queue, {_notify_done()}
+    WITH acked AS (
+        UPDATE jobq.jobs j
+        SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL,
+            result = a.result::jsonb
+        FROM unnest(:ids::bigint[], :lease_tokens::uuid[], :results::text[]) AS a(id, lease_token, result)
+        WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.status IN ('running', 'pending', 'dead')
+        RETURNING j.id, a.lease_token, j.queue, j.key, j.run_at, {_notify_done()}
+    ), {_notify("acked", KEY_FREED)}
+    SELECT id, lease_token, queue, done FROM acked WHERE {NOTIFIED}
     """,
 )
 
@@ -499,8 +715,9 @@ NACK = Query.define(
             last_error = n.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
         FROM n
         WHERE j.id = n.id AND j.lease_token = n.lease_token AND j.status = 'running'
-        RETURNING j.id, n.lease_token, j.queue, j.status, j.run_at, {_notify_done(finished="n.to_dead")}
-    ), {_notify("nacked", "status = 'pending'")}
+        RETURNING j.id, n.lease_token, j.queue, j.key, j.status, j.run_at,
+                  {_notify_done(finished="n.to_dead")}
+    ), {_notify("nacked", f"status = 'pending' OR {KEY_FREED}")}
     SELECT id, lease_token, queue, status, run_at FROM nacked WHERE {NOTIFIED}
     """,
 )
@@ -558,8 +775,8 @@ EXPIRE_LEASES = Query.define(
             lease_expires_at = NULL, updated_at = now()
         FROM expired, jobq.queues q
         WHERE j.id = expired.id AND q.name = j.queue
-        RETURNING j.id, j.queue, j.status, j.run_at, {_notify_done(finished="j.status = 'dead'")}
-    ), {_notify("returned", "status = 'pending'")}
+        RETURNING j.id, j.queue, j.key, j.status, j.run_at, {_notify_done(finished="j.status = 'dead'")}
+    ), {_notify("returned", f"status = 'pending' OR {KEY_FREED}")}
     SELECT id, queue, status FROM returned WHERE {NOTIFIED}
     """,
 )
@@ -706,7 +923,8 @@ QUEUE_STATS = Query.define(
            coalesce(s.completed, 0) AS completed,
            coalesce(extract(epoch FROM now() - s.oldest_ready), 0)::float8 AS oldest_pending_age_seconds,
            q.paused,
-           q.visibility_timeout, q.max_attempts, q.backoff_base, q.backoff_cap, q.retention
+           q.visibility_timeout, q.max_attempts, q.backoff_base, q.backoff_cap, q.retention,
+           q.key_concurrency, q.fair, q.rate_limit, q.rate_period, q.key_rate_limit, q.key_rate_period
     FROM jobq.queues q
     LEFT JOIN (
         SELECT queue,
@@ -771,7 +989,15 @@ LOCK_WAITS = Query.define(
     """,
 )
 
+
 # Create a queue or change its settings; a NULL argument keeps the current value (or the default).
+# Flow-control settings come as :flow, a JSON object holding only those to change (a null clears one):
+# {"key_concurrency": 2, "fair": true, "rate": {"limit": 100, "period": 60}, "key_rate": null}. The
+# queue's row stays locked to the end of the transaction, which then runs SET_FLOW.
+def _flow_setting(name: str, value: str, current: str) -> str:
+    return f"CASE WHEN :flow::jsonb ? '{name}' THEN {value} ELSE {current} END"
+
+
 CONFIGURE_QUEUE = Query.define(
     "configure_queue",
     f"""
@@ -789,6 +1015,141 @@ CONFIGURE_QUEUE = Query.define(
         backoff_cap = coalesce(:backoff_cap::float8, q.backoff_cap),
         retention = coalesce(:retention::float8, q.retention),
         updated_at = now()
+    RETURNING name
+    """,
+)
+_FLOW_COLUMNS = {
+    "key_concurrency": ("key_concurrency", "(:flow::jsonb->>'key_concurrency')::int"),
+    "fair": ("fair", "coalesce((:flow::jsonb->>'fair')::boolean, false)"),
+    "rate_limit": ("rate", "(:flow::jsonb->'rate'->>'limit')::int"),
+    "rate_period": ("rate", "(:flow::jsonb->'rate'->>'period')::float8"),
+    "key_rate_limit": ("key_rate", "(:flow::jsonb->'key_rate'->>'limit')::int"),
+    "key_rate_period": ("key_rate", "(:flow::jsonb->'key_rate'->>'period')::float8"),
+}
+CONFIGURE_FLOW = Query.define(
+    "configure_flow",
+    f"""
+    UPDATE jobq.queues SET
+        {", ".join(f"{col} = {_flow_setting(*setting, col)}" for col, setting in _FLOW_COLUMNS.items())}
+    WHERE name = :queue
+    """,
+)
+
+# After a change of a queue's flow-control settings or of a key's overrides, in the same transaction (the
+# queue's row locked by its first statement, so that this one, which starts later, sees every change
+# committed before): whether the queue is now under flow control, and a notification that makes every
+# replica read it again (app/jobs/flow.py) and wakes the queue's long-polls to look again.
+SET_FLOW = Query.define(
+    "set_flow",
+    f"""
+    WITH changed AS (
+        UPDATE jobq.queues q
+        SET flow = key_concurrency IS NOT NULL OR fair OR rate_limit IS NOT NULL
+                   OR key_rate_limit IS NOT NULL
+                   OR EXISTS (SELECT FROM jobq.keys k
+                              WHERE k.queue = q.name
+                                AND (k.concurrency IS NOT NULL OR k.rate_limit IS NOT NULL)),
+            updated_at = now()
+        WHERE name = :queue
+        RETURNING name, flow
+    )
+    SELECT flow, pg_notify('{CHANNEL}', json_build_object(
+               'queue', name, 'n', {2**31 - 1}, 'run_at', extract(epoch FROM now()), 'settings', true)::text)
+    FROM changed
+    """,
+)
+
+# A queue's flow-control settings, as the lease reads them (NULL: the queue does not exist).
+QUEUE_FLOW = Query.define(
+    "queue_flow",
+    "SELECT flow, key_concurrency, fair FROM jobq.queues WHERE name = :queue",
+)
+
+# The queue's row, created if need be, locked for the rest of the transaction (a key's overrides change
+# under it, then SET_FLOW).
+LOCK_QUEUE_ROW = Query.define(
+    "lock_queue_row",
+    """
+    INSERT INTO jobq.queues AS q (name) VALUES (:queue)
+    ON CONFLICT (name) DO UPDATE SET updated_at = now()
+    """,
+)
+
+# --- keys (flow control's per-key view and overrides) ---------------------------------------------
+
+# A key as the API shows it: its overrides (NULL: the queue's setting) and its jobs waiting and running.
+KEY = """
+    k.queue, k.key, o.concurrency,
+    CASE WHEN o.rate_limit IS NOT NULL THEN json_build_object('limit', o.rate_limit, 'period', o.rate_period)
+    END AS rate,
+    (SELECT count(*) FROM jobq.jobs j WHERE j.queue = k.queue AND j.key = k.key AND j.status = 'pending')
+        AS pending,
+    (SELECT count(*) FROM jobq.jobs j WHERE j.queue = k.queue AND j.key = k.key AND j.status = 'running')
+        AS running
+"""
+GET_KEY = Query.define(
+    "get_key",
+    f"""
+    SELECT {KEY}
+    FROM (SELECT :queue::text AS queue, :key::text AS key) k
+    LEFT JOIN jobq.keys o ON o.queue = k.queue AND o.key = k.key
+    """,
+)
+PUT_KEY = Query.define(
+    "put_key",
+    """
+    INSERT INTO jobq.keys AS o (queue, key, concurrency, rate_limit, rate_period)
+    VALUES (:queue, :key, :concurrency, :rate_limit, :rate_period)
+    ON CONFLICT (queue, key) DO UPDATE SET
+        concurrency = excluded.concurrency, rate_limit = excluded.rate_limit,
+        rate_period = excluded.rate_period, updated_at = now()
+    """,
+)
+# Overrides gone; a row still keeping a rate window stays until the window has passed (PRUNE_KEYS).
+DELETE_KEY = Query.define(
+    "delete_key",
+    """
+    WITH cleared AS (
+        UPDATE jobq.keys SET concurrency = NULL, rate_limit = NULL, rate_period = NULL, updated_at = now()
+        WHERE queue = :queue AND key = :key AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+        RETURNING key
+    )
+    SELECT count(*) AS deleted FROM cleared
+    """,
+)
+# The queue's keys with the most jobs waiting (then running), and keys with overrides, at most :limit.
+LIST_KEYS = Query.define(
+    "list_keys",
+    """
+    WITH counted AS (
+        SELECT key, count(*) FILTER (WHERE status = 'pending') AS pending,
+               count(*) FILTER (WHERE status = 'running') AS running
+        FROM jobq.jobs
+        WHERE queue = :queue AND key IS NOT NULL AND status IN ('pending', 'running')
+        GROUP BY key
+    ), listed AS (
+        SELECT coalesce(c.key, o.key) AS key, coalesce(c.pending, 0) AS pending,
+               coalesce(c.running, 0) AS running, o.concurrency, o.rate_limit, o.rate_period
+        FROM counted c
+        FULL JOIN (SELECT * FROM jobq.keys
+                   WHERE queue = :queue AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL)) o
+             ON o.key = c.key
+    )
+    SELECT :queue::text AS queue, key, concurrency,
+           CASE WHEN rate_limit IS NOT NULL THEN json_build_object('limit', rate_limit, 'period', rate_period)
+           END AS rate, pending, running
+    FROM listed
+    ORDER BY pending DESC, running DESC, key
+    LIMIT :limit
+    """,
+)
+# Keys rows with no override whose rate window has passed: nothing left to keep (maintenance).
+PRUNE_KEYS = Query.define(
+    "prune_keys",
+    """
+    DELETE FROM jobq.keys o
+    WHERE concurrency IS NULL AND rate_limit IS NULL
+      AND (rate_times IS NULL OR rate_times[cardinality(rate_times)] < now() - interval '1 day')
     """,
 )
 

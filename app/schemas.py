@@ -305,12 +305,41 @@ class PurgeResponse(BaseModel):
     purged: bool
 
 
+MAX_KEY_CONCURRENCY = 100_000
+MAX_RATE_PERIOD = 86400.0  # a rate's window, at most a day
+KeyConcurrency = Annotated[
+    int,
+    Field(strict=False, ge=1, le=MAX_KEY_CONCURRENCY, description="Jobs of one key running at once."),
+    Number,
+]
+
+
+class Rate(Body):
+    """At most `limit` leases in any window of `period` seconds."""
+
+    limit: Annotated[int, Field(strict=False, ge=1, le=1_000_000), Number]
+    period: Annotated[float, Field(gt=0, le=MAX_RATE_PERIOD, allow_inf_nan=False), Number] = Field(
+        description="Seconds, at most a day."
+    )
+
+
 class QueueSettings(BaseModel):
     visibility_timeout: float
     max_attempts: int
     backoff_base: float
     backoff_cap: float
     retention: float
+    key_concurrency: int | None = Field(
+        description="At most this many jobs of one key running at once; 1 also runs a key's jobs in order. "
+        "null: no limit."
+    )
+    fair: bool = Field(description="Ready jobs are handed out across keys in turn.")
+    rate: Rate | None = Field(description="At most `limit` leases of the queue per `period`; null: none.")
+    key_rate: Rate | None = Field(description="At most `limit` leases of each key per `period`; null: none.")
+
+
+# The flow-control settings of a PATCH: a null clears one, an absent one stays as it is.
+FLOW_SETTINGS = ("key_concurrency", "fair", "rate", "key_rate")
 
 
 class QueueSettingsPatch(Body):
@@ -319,6 +348,47 @@ class QueueSettingsPatch(Body):
     backoff_base: Seconds | None = None
     backoff_cap: Seconds | None = None
     retention: Seconds | None = None
+    key_concurrency: KeyConcurrency | None = Field(
+        default=None, description="null removes the limit; absent keeps it."
+    )
+    fair: bool | None = Field(default=None, description="null is false; absent keeps it.")
+    rate: Rate | None = Field(default=None, description="null removes the limit; absent keeps it.")
+    key_rate: Rate | None = Field(default=None, description="null removes the limit; absent keeps it.")
+
+    @property
+    def flow(self) -> dict[str, object]:
+        """The flow-control settings this patch changes, as CONFIGURE_FLOW takes them."""
+        return {name: _plain(getattr(self, name)) for name in FLOW_SETTINGS if name in self.model_fields_set}
+
+
+def _plain(value: object) -> object:
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
+class KeyOverrides(Body):
+    """A key's own limits, in place of the queue's key_concurrency and key_rate (null: the queue's)."""
+
+    concurrency: KeyConcurrency | None = None
+    rate: Rate | None = None
+
+
+class KeyView(BaseModel):
+    queue: str
+    key: str
+    concurrency: int | None = Field(description="The key's own concurrency; null: the queue's.")
+    rate: Rate | None = Field(description="The key's own rate; null: the queue's key_rate.")
+    pending: int = Field(description="Jobs of the key waiting (ready or scheduled).")
+    running: int
+
+
+class KeyList(BaseModel):
+    keys: list[KeyView] = Field(description="Keys with most jobs waiting first, then those with overrides.")
+
+
+class DeletedKey(BaseModel):
+    queue: str
+    key: str
+    deleted: bool
 
 
 class QueueRow(BaseModel):

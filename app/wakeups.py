@@ -35,7 +35,7 @@ import heapq
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import asyncpg
@@ -118,6 +118,9 @@ class Wakeups:
         self.listening = asyncio.Event()
         self.reconnects = 0  # times the listening connection was lost and made again
         self.wakes = 0  # waiters woken, all causes
+        # Called with a queue whose flow-control settings changed, or None for every queue (the listener
+        # reconnected, so a change may have gone unheard): app/main.py passes the cache's forget.
+        self.on_settings: Callable[[str | None], None] = lambda queue: None
 
     # --- life cycle ------------------------------------------------------------------------------------
 
@@ -250,6 +253,9 @@ class Wakeups:
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring a malformed notification: %r", payload[:200])
             return
+        if message.get("settings"):
+            # A queue's flow-control settings changed (queries.SET_FLOW): read them again.
+            self.on_settings(queue)
         delay = run_at - (time.time() + self._clock_offset)
         if delay <= 0:
             self._wake(queue, n)
@@ -263,6 +269,11 @@ class Wakeups:
             log.warning("ignoring a malformed notification: %r", payload[:200])
             return
         self._wake_watchers(job_id)
+
+    def wake_in(self, queue: str, delay: float, n: int) -> None:
+        """Wake up to n of the queue's waiters `delay` seconds from now (a claim under flow control that
+        knows when a job may go: app/jobs/workers.py)."""
+        self._schedule(queue, self._loop.time() + delay, n)
 
     def _schedule(self, queue: str, when: float, n: int) -> None:
         due = self._due.setdefault(queue, [])
@@ -318,7 +329,9 @@ class Wakeups:
                 if self.reconnects:
                     log.info("listener reconnected")
                 self.listening.set()
-                # Jobs may have become ready while nobody listened: let every waiter look.
+                # Jobs may have become ready, and settings changed, while nobody listened: let every
+                # waiter look, under settings read again.
+                self.on_settings(None)
                 self._wake_all()
                 while not lost.is_set():
                     try:

@@ -67,11 +67,26 @@ class Move:
     given: str | None = None
 
 
+async def lease_flow(conn: asyncpg.Connection, job_id: int) -> None:
+    async with conn.transaction():
+        looked = await statement(q.FLOW_KEYS, queue=QUEUE, after="", scan=10)(conn, job_id)
+        keys = [r["key"] for r in looked if r["locked"]]
+        await statement(
+            q.LEASE_FLOW, queue=QUEUE, keys=keys, visibility_timeouts=[30.0], worker_ids=["w"], lookahead=10
+        )(conn, job_id)
+
+
+FLOW = "UPDATE jobq.queues SET flow = true, key_concurrency = 1"
+
 MOVES: dict[str, Move] = {
     "LEASE": Move(
         q.LEASE,
         statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"]),
         {PENDING: RUNNING},
+    ),
+    "LEASE_FLOW": Move(q.LEASE_FLOW, lease_flow, {PENDING: RUNNING}, given=FLOW),
+    "LEASE_FLOW with a key": Move(
+        q.LEASE_FLOW, lease_flow, {PENDING: RUNNING}, given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'"
     ),
     "ACK": Move(
         q.ACK, statement(q.ACK, results=None), {RUNNING: COMPLETED, PENDING: COMPLETED, DEAD: COMPLETED}

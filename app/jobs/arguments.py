@@ -9,7 +9,7 @@ caller (pydantic for HTTP, app/sqs/ for SQS): the service takes what it is given
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -113,6 +113,8 @@ class QueueSettingsLike(Protocol):
     def backoff_cap(self) -> float | None: ...
     @property
     def retention(self) -> float | None: ...
+    @property
+    def flow(self) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +124,5 @@ class QueueSettings:
     backoff_base: float | None = None
     backoff_cap: float | None = None
     retention: float | None = None
+    # Flow-control settings to change (queries.CONFIGURE_FLOW): absent keeps one, None clears it.
+    flow: dict[str, object] = field(default_factory=dict)

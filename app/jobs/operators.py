@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
 
 from app import queries as q
@@ -73,12 +75,22 @@ async def purge_dead(db: Database, job_id: int, scope: Scope = None) -> Row:
 # --- queues ----------------------------------------------------------------------------------------
 
 _SETTINGS = ("visibility_timeout", "max_attempts", "backoff_base", "backoff_cap", "retention")
+_FLOW_COLUMNS = ("key_concurrency", "fair", "rate_limit", "rate_period", "key_rate_limit", "key_rate_period")
+
+
+def _rate(limit: int | None, period: float | None) -> Row | None:
+    return None if limit is None else {"limit": limit, "period": period}
 
 
 def _queue_row(row: asyncpg.Record, with_settings: bool) -> Row:
-    out = {k: v for k, v in row.items() if k not in _SETTINGS}
+    out = {k: v for k, v in row.items() if k not in _SETTINGS and k not in _FLOW_COLUMNS}
     if with_settings:
-        out["settings"] = {k: row[k] for k in _SETTINGS}
+        out["settings"] = {k: row[k] for k in _SETTINGS} | {
+            "key_concurrency": row["key_concurrency"],
+            "fair": row["fair"],
+            "rate": _rate(row["rate_limit"], row["rate_period"]),
+            "key_rate": _rate(row["key_rate_limit"], row["key_rate_period"]),
+        }
     return out
 
 
@@ -102,19 +114,28 @@ async def queue(db: Database, name: str) -> Row:
 
 
 async def configure_queue(db: Database, name: str, settings: QueueSettingsLike) -> Row:
-    """Change the settings given (None keeps one), creating the queue if need be; the queue's row."""
+    """Change the settings given (None keeps one; among flow-control settings, absent keeps one and None
+    clears it), creating the queue if need be; the queue's row. A change of flow control reaches every
+    replica's claims at once (queries.SET_FLOW)."""
     async with db.acquire() as conn:
-        await conn.execute(
-            q.CONFIGURE_QUEUE.text,
-            *q.CONFIGURE_QUEUE.args(
-                queue=name,
-                visibility_timeout=settings.visibility_timeout,
-                max_attempts=settings.max_attempts,
-                backoff_base=settings.backoff_base,
-                backoff_cap=settings.backoff_cap,
-                retention=settings.retention,
-            ),
-        )
+        async with conn.transaction():
+            await conn.execute(
+                q.CONFIGURE_QUEUE.text,
+                *q.CONFIGURE_QUEUE.args(
+                    queue=name,
+                    visibility_timeout=settings.visibility_timeout,
+                    max_attempts=settings.max_attempts,
+                    backoff_base=settings.backoff_base,
+                    backoff_cap=settings.backoff_cap,
+                    retention=settings.retention,
+                ),
+            )
+            if settings.flow:
+                flow = json.dumps(settings.flow)
+                await conn.execute(q.CONFIGURE_FLOW.text, *q.CONFIGURE_FLOW.args(queue=name, flow=flow))
+                await conn.execute(q.SET_FLOW.text, *q.SET_FLOW.args(queue=name))
+        if settings.flow:
+            db.flow.forget(name)
         return _queue_row(await _queue_stats(conn, name), with_settings=True)
 
 

@@ -22,6 +22,7 @@ from app.coalesce import Batcher
 from app.db import Database
 from app.errors import Invalid, JobqError, LeaseLost, NotFound, PayloadTooLarge
 from app.jobs.arguments import AckLike, JobLease, JobLeaseLike, NackLike
+from app.jobs.flow import BUSY_RETRY, FlowClaim, lease_flow, queue_flow
 from app.jobs.rows import Row, as_job, job_status
 from app.jobs.shared import shared
 from app.jsontext import encode_json
@@ -80,7 +81,7 @@ async def lease(
     if wakeups.closing:
         return []
     if wait <= 0:
-        return await _lease_now(db, queue, call)
+        return await _lease_now(db, wakeups, queue, call)
     with wakeups.long_poll():
         gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         try:
@@ -102,7 +103,7 @@ async def _long_poll(
     deadline = time.monotonic() + wait
     while True:
         with wakeups.waiting(queue) as waiter:
-            leased = await _lease_now(db, queue, call)
+            leased = await _lease_now(db, wakeups, queue, call)
             remaining = deadline - time.monotonic()
             if leased or remaining <= 0:
                 return leased
@@ -112,16 +113,16 @@ async def _long_poll(
             waiter.used = waiter.woken  # it looks again, next time round
 
 
-async def _lease_now(db: Database, queue: str, call: LeaseCall) -> list[Row]:
+async def _lease_now(db: Database, wakeups: Wakeups, queue: str, call: LeaseCall) -> list[Row]:
     """The jobs one LEASE statement leases for `call`, a statement it may share with other calls."""
     if not db.settings.coalesce:
-        (leased,) = await _lease_shared(db, queue, [call])
+        (leased,) = await _lease_shared(db, wakeups, queue, [call])
         return leased
     # Per queue, and only while calls are in it: queue names come from clients (see Database.sharing).
     with db.sharing(
         ("lease", queue),
         lambda: Batcher(
-            partial(_lease_shared, db, queue),
+            partial(_lease_shared, db, wakeups, queue),
             max_items=MAX_SHARED_LEASE,
             size=lambda c: c.max_jobs,
             orphaned=partial(_release_orphans, db),
@@ -131,23 +132,43 @@ async def _lease_now(db: Database, queue: str, call: LeaseCall) -> list[Row]:
         return await batcher.submit(call)
 
 
-async def _lease_shared(db: Database, queue: str, calls: list[LeaseCall]) -> list[list[Row]]:
-    """One LEASE statement for several calls: each call owns max_jobs consecutive slots."""
+async def _lease_shared(
+    db: Database, wakeups: Wakeups, queue: str, calls: list[LeaseCall]
+) -> list[list[Row]]:
+    """One LEASE statement for several calls (LEASE_FLOW for a queue under flow control): each call owns
+    max_jobs consecutive slots."""
     owner, timeouts, workers = [], [], []
     for k, call in enumerate(calls):
         owner += [k] * call.max_jobs
         timeouts += [call.visibility_timeout] * call.max_jobs
         workers += [call.worker_id] * call.max_jobs
-    async with db.acquire() as conn:
-        started = time.perf_counter()
-        rows = await conn.fetch(
-            q.LEASE.text, *q.LEASE.args(queue=queue, visibility_timeouts=timeouts, worker_ids=workers)
-        )
-        db.metrics.claimed(queue, time.perf_counter() - started, len(rows))
+    flow = await queue_flow(db, queue)
+    started = time.perf_counter()
+    if flow.flow:
+        claim = await lease_flow(db, queue, flow, timeouts, workers)
+        rows = claim.rows
+        if len(rows) < len(workers):
+            _wake_later(wakeups, queue, claim)
+    else:
+        async with db.acquire() as conn:
+            rows = await conn.fetch(
+                q.LEASE.text, *q.LEASE.args(queue=queue, visibility_timeouts=timeouts, worker_ids=workers)
+            )
+    db.metrics.claimed(queue, time.perf_counter() - started, len(rows))
     shares: list[list[tuple[int, Row]]] = [[] for _ in calls]
     for row in rows:
         shares[owner[row["slot"] - 1]].append((row["slot"], as_job(row)))
     return [[job for _, job in sorted(share, key=lambda pair: pair[0])] for share in shares]
+
+
+def _wake_later(wakeups: Wakeups, queue: str, claim: FlowClaim) -> None:
+    """After a claim under flow control that left slots empty: wake the queue's long-polls when a rate
+    window lets a job go, or at once if keys were passed over because another claim held them (it
+    commits in a moment). A slot a running job frees wakes them by notification (queries.KEY_FREED)."""
+    if claim.busy:
+        wakeups.wake_in(queue, BUSY_RETRY, 1)
+    if claim.wake_in is not None:
+        wakeups.wake_in(queue, max(claim.wake_in, 0.0), 1)
 
 
 async def _release_orphans(db: Database, orphans: list[list[Row]]) -> None:

@@ -1,0 +1,192 @@
+"""Keyed flow control: per-key concurrency and order, fair turns across keys, and rate limits, enforced by
+the claim itself (app/queries.py, "flow control"), plus the per-key view and overrides.
+
+The model. A job may carry a `key` (a tenant, a customer, an SQS MessageGroupId). A queue's settings
+(`PATCH /queues/{queue}`), all off by default:
+- `key_concurrency`: at most this many jobs of one key running at once, across every replica. A slot is
+  a running job: whatever ends the lease (ack, nack, expiry, release, dead) frees it by changing the job,
+  exactly once. With 1 the key's jobs also run in order (priority, run_at, id among ready jobs), and a job
+  waiting for its retry holds the key until it has run (SQS FIFO's message groups).
+- `fair`: ready jobs are handed out across keys in turn, each claim going round the keys with pending
+  jobs, one job of each per round, from where the replica's last claim stopped.
+- `rate` / `key_rate` `{limit, period}`: at most `limit` leases of the queue / of each key in any window
+  of `period` seconds (a sliding window, kept as the times and counts of the claims within it).
+- Per-key overrides (`PUT /queues/{queue}/keys/{key}`): a key's own concurrency and rate.
+Jobs without a key are not limited by key: in a queue under flow control they are taken from the front
+of the queue only (the first few hundred ready jobs of each claim), so such a queue should key its jobs.
+Jobs of a queue with none of these settings are claimed by the plain LEASE, as before.
+
+A replica knows which queues are under flow control from a small cache (``FlowQueues``), read from the
+queue's row on first use and dropped whenever the settings change (a notification every replica gets,
+app/wakeups.py) or the listener reconnects. The cache only picks the statement: the plain LEASE skips a
+queue under flow control, and LEASE_FLOW one without, so a stale entry costs a wake-up, never a limit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import asyncpg
+
+from app import queries as q
+from app.db import Database
+from app.errors import NotFound
+from app.jobs.rows import Row
+
+# A claim looks at this many keys beyond what its slots need (keys another claim holds, full keys).
+KEY_SLACK = 16
+# Jobs without a key a claim considers, per slot, from the front of the queue (and this many more).
+UNKEYED_LOOKAHEAD = 4
+# Seconds until a long-poll looks again after a claim found keys another claim held (it commits soon).
+BUSY_RETRY = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFlow:
+    flow: bool  # under flow control: LEASE_FLOW claims it
+    key_concurrency: int | None
+    fair: bool
+
+
+NO_FLOW = QueueFlow(False, None, False)
+
+
+class FlowQueues:
+    """Per replica: each queue's flow settings (cached), and where its next claim starts its walk of
+    keys. Bounded: past MAX_ENTRIES queues, it starts again empty (queue names come from clients)."""
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self) -> None:
+        self._settings: dict[str, QueueFlow] = {}
+        self.cursors: dict[str, str] = {}
+
+    def get(self, queue: str) -> QueueFlow | None:
+        return self._settings.get(queue)
+
+    def put(self, queue: str, flow: QueueFlow) -> None:
+        if len(self._settings) >= self.MAX_ENTRIES:
+            self._settings.clear()
+            self.cursors.clear()
+        self._settings[queue] = flow
+
+    def forget(self, queue: str | None = None) -> None:
+        """Drop what is known of `queue` (None: every queue), to be read again on its next claim."""
+        if queue is None:
+            self._settings.clear()
+        else:
+            self._settings.pop(queue, None)
+
+
+async def queue_flow(db: Database, queue: str) -> QueueFlow:
+    """The queue's flow settings, from the cache or its row."""
+    known = db.flow.get(queue)
+    if known is None:
+        async with db.acquire() as conn:
+            row = await conn.fetchrow(q.QUEUE_FLOW.text, *q.QUEUE_FLOW.args(queue=queue))
+        known = NO_FLOW if row is None else QueueFlow(row["flow"], row["key_concurrency"], row["fair"])
+        db.flow.put(queue, known)
+    return known
+
+
+@dataclass(slots=True)
+class FlowClaim:
+    rows: list[asyncpg.Record]
+    wake_in: float | None  # seconds until a rate window lets a job go, when one held jobs back
+    busy: bool  # a key was passed over because another claim held it
+
+
+async def lease_flow(
+    db: Database, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
+) -> FlowClaim:
+    """Claim up to one job per slot of a queue under flow control: FLOW_KEYS, then LEASE_FLOW, in one
+    transaction (see app/queries.py for why two statements)."""
+    slots = len(workers)
+    per_key = slots if flow.fair or not flow.key_concurrency else min(flow.key_concurrency, slots)
+    scan = math.ceil(slots / per_key) + KEY_SLACK
+    after = db.flow.cursors.get(queue, "")
+    async with db.acquire() as conn, conn.transaction():
+        looked = await conn.fetch(q.FLOW_KEYS.text, *q.FLOW_KEYS.args(queue=queue, after=after, scan=scan))
+        rows = await conn.fetch(
+            q.LEASE_FLOW.text,
+            *q.LEASE_FLOW.args(
+                queue=queue,
+                keys=[r["key"] for r in looked if r["locked"]],
+                visibility_timeouts=timeouts,
+                worker_ids=workers,
+                lookahead=UNKEYED_LOOKAHEAD * slots + KEY_SLACK,
+            ),
+        )
+    if looked:  # the next claim walks on from the last key looked at
+        db.flow.cursors[queue] = looked[-1]["key"]
+    return FlowClaim(
+        [r for r in rows if r["id"] is not None],
+        rows[0]["wake_in"] if rows else None,
+        any(r["locked"] is False for r in looked),
+    )
+
+
+# --- the per-key view and overrides ----------------------------------------------------------------
+
+
+def _key_row(row: asyncpg.Record) -> Row:
+    out = dict(row)
+    if isinstance(out["rate"], str):
+        out["rate"] = json.loads(out["rate"])
+    return out
+
+
+async def get_key(db: Database, queue: str, key: str) -> Row:
+    """A key's overrides and jobs; NotFound when it has neither."""
+    async with db.acquire() as conn:
+        row = await conn.fetchrow(q.GET_KEY.text, *q.GET_KEY.args(queue=queue, key=key))
+    assert row is not None
+    if row["concurrency"] is None and row["rate"] is None and not row["pending"] and not row["running"]:
+        raise NotFound(f"key {key!r} of queue {queue!r} has no jobs waiting or running and no overrides")
+    return _key_row(row)
+
+
+async def put_key(
+    db: Database, queue: str, key: str, concurrency: int | None, rate: tuple[int, float] | None
+) -> Row:
+    """Set a key's overrides (None: the queue's setting), creating its queue if need be."""
+    async with db.acquire() as conn:
+        async with conn.transaction():
+            await conn.execute(q.LOCK_QUEUE_ROW.text, *q.LOCK_QUEUE_ROW.args(queue=queue))
+            await conn.execute(
+                q.PUT_KEY.text,
+                *q.PUT_KEY.args(
+                    queue=queue,
+                    key=key,
+                    concurrency=concurrency,
+                    rate_limit=rate[0] if rate else None,
+                    rate_period=rate[1] if rate else None,
+                ),
+            )
+            await conn.execute(q.SET_FLOW.text, *q.SET_FLOW.args(queue=queue))
+        row = await conn.fetchrow(q.GET_KEY.text, *q.GET_KEY.args(queue=queue, key=key))
+    db.flow.forget(queue)
+    assert row is not None
+    return _key_row(row)
+
+
+async def delete_key(db: Database, queue: str, key: str) -> Row:
+    """Remove a key's overrides: it follows the queue's settings again."""
+    async with db.acquire() as conn:
+        async with conn.transaction():
+            await conn.execute(q.LOCK_QUEUE_ROW.text, *q.LOCK_QUEUE_ROW.args(queue=queue))
+            deleted = await conn.fetchval(q.DELETE_KEY.text, *q.DELETE_KEY.args(queue=queue, key=key))
+            if not deleted:
+                raise NotFound(f"key {key!r} of queue {queue!r} has no overrides")
+            await conn.execute(q.SET_FLOW.text, *q.SET_FLOW.args(queue=queue))
+    db.flow.forget(queue)
+    return {"queue": queue, "key": key, "deleted": True}
+
+
+async def list_keys(db: Database, queue: str, limit: int) -> list[Row]:
+    """The queue's keys with the most jobs waiting, and keys with overrides, `limit` at most."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.LIST_KEYS.text, *q.LIST_KEYS.args(queue=queue, limit=limit))
+    return [_key_row(r) for r in rows]

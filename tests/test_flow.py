@@ -1,0 +1,289 @@
+"""Keyed flow control (app/jobs/flow.py): per-key concurrency and order, fair turns, rates and per-key
+overrides, enforced by the lease across replicas, over HTTP against real services and a real database."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from helpers import assert_problem
+
+from app import queries as q
+
+pytestmark = pytest.mark.anyio
+
+# With the safety poll a minute away, only a notification or a rate timer can wake a long-poll in time.
+QUIET = {"wakeup_safety_interval": 60.0}
+
+
+@pytest.fixture
+def replicas(start_service):
+    return start_service(**QUIET), start_service(**QUIET)
+
+
+@pytest.fixture
+async def a(replicas):
+    async with httpx.AsyncClient(base_url=replicas[0].url, timeout=60) as http:
+        yield http
+
+
+@pytest.fixture
+async def b(replicas):
+    async with httpx.AsyncClient(base_url=replicas[1].url, timeout=60) as http:
+        yield http
+
+
+async def configure(http, queue="f", **settings):
+    r = await http.patch(f"/queues/{queue}", json=settings)
+    assert r.status_code == 200, r.text
+    return r.json()["settings"]
+
+
+async def enqueue(http, jobs: list[dict], queue="f") -> list[int]:
+    r = await http.post("/jobs/batch", json={"jobs": [{"queue": queue, "payload": None} | j for j in jobs]})
+    assert r.status_code == 201, r.text
+    return [j["id"] for j in r.json()["jobs"]]
+
+
+async def lease(http, n=1, queue="f", **body) -> list[dict]:
+    r = await http.post("/lease", json={"queue": queue, "max_jobs": n} | body)
+    assert r.status_code == 200, r.text
+    return r.json()["jobs"]
+
+
+async def ack(http, job, **body):
+    r = await http.post("/ack", json={"id": job["id"], "lease_token": job["lease_token"]} | body)
+    return r
+
+
+async def running_per_key(db, queue="f") -> dict[str, int]:
+    rows = await db.fetch(
+        "SELECT key, count(*) AS n FROM jobq.jobs WHERE queue = $1 AND status = 'running' GROUP BY key", queue
+    )
+    return {r["key"]: r["n"] for r in rows}
+
+
+# --- settings ------------------------------------------------------------------------------------------
+
+
+async def test_settings_are_set_kept_and_cleared(a):
+    settings = await configure(a, key_concurrency=2, fair=True, rate={"limit": 10, "period": 1.5})
+    assert (settings["key_concurrency"], settings["fair"], settings["rate"], settings["key_rate"]) == (
+        2,
+        True,
+        {"limit": 10, "period": 1.5},
+        None,
+    )
+    # Absent keeps; null clears.
+    settings = await configure(a, key_rate={"limit": 5, "period": 60}, visibility_timeout=10)
+    assert (settings["key_concurrency"], settings["fair"], settings["key_rate"]) == (
+        2,
+        True,
+        {"limit": 5, "period": 60},
+    )
+    settings = await configure(a, key_concurrency=None, fair=None, rate=None, key_rate=None)
+    assert (settings["key_concurrency"], settings["fair"], settings["rate"], settings["key_rate"]) == (
+        None,
+        False,
+        None,
+        None,
+    )
+    assert settings["visibility_timeout"] == 10
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"key_concurrency": 0},
+        {"key_concurrency": "two"},
+        {"rate": {"limit": 0, "period": 1}},
+        {"rate": {"limit": 5, "period": 0}},
+        {"rate": {"limit": 5}},
+        {"key_rate": {"limit": 5, "period": 86401}},
+        {"fair": "sometimes"},
+    ],
+)
+async def test_bad_settings_are_refused_and_change_nothing(a, body):
+    await configure(a, key_concurrency=3)
+    r = await a.patch("/queues/f", json=body)
+    assert_problem(r, 422, "validation_error")
+    assert (await a.get("/queues/f")).json()["settings"]["key_concurrency"] == 3
+
+
+async def test_a_queue_without_settings_takes_the_plain_lease(a, db):
+    await enqueue(a, [{"key": "k"}] * 3)
+    assert len(await lease(a, 3)) == 3
+    assert await db.fetchval("SELECT flow FROM jobq.queues WHERE name = 'f'") is False
+
+
+# --- concurrency -----------------------------------------------------------------------------------------
+
+
+async def test_key_concurrency_holds_across_replicas_under_concurrent_leases(a, b, db):
+    await configure(a, key_concurrency=2)
+    await enqueue(a, [{"key": f"k{i % 10}"} for i in range(100)] + [{}] * 5)
+    leases = [lease(http, 3) for http in (a, b) for _ in range(20)]
+    leased = [job for jobs in await asyncio.gather(*leases) for job in jobs]
+    per_key = await running_per_key(db)
+    assert per_key == {f"k{i}": 2 for i in range(10)} | {None: 5}
+    assert len(leased) == len({j["id"] for j in leased}) == 25
+    assert all(j["key"] in (None, *(f"k{i}" for i in range(10))) for j in leased)
+
+
+async def test_an_ack_frees_the_slot_once_and_a_late_ack_frees_nothing(a, db):
+    await configure(a, key_concurrency=1)
+    first, second, third = await enqueue(a, [{"key": "k"}] * 3)
+    (job,) = await lease(a, 5, visibility_timeout=0.2)
+    assert job["id"] == first
+    assert await lease(a, 5) == []
+    # The lease expires: the job is back, first in line (its retry holds the key), leased again.
+    await asyncio.sleep(0.3)
+    await db.fetch(q.EXPIRE_LEASES.text, *q.EXPIRE_LEASES.args(batch=10))
+    (again,) = await lease(a, 5)
+    assert again["id"] == first and again["attempts"] == 2
+    # The late ack of the expired lease changes nothing (the job was leased again): the key stays held.
+    r = await ack(a, job)
+    assert_problem(r, 409, "lease_lost")
+    assert await lease(a, 5) == []
+    assert (await ack(a, again)).status_code == 200
+    (next_job,) = await lease(a, 5)
+    assert next_job["id"] == second
+    assert await running_per_key(db) == {"k": 1}
+    assert third
+
+
+async def test_in_order_a_retry_holds_its_key_until_it_has_run(a):
+    await configure(a, key_concurrency=1)
+    ids = await enqueue(a, [{"key": "k", "payload": i} for i in range(4)])
+    (job,) = await lease(a)
+    r = await a.post("/nack", json={"id": job["id"], "lease_token": job["lease_token"], "retry_after": 0.5})
+    assert r.status_code == 200, r.text
+    assert await lease(a, 4) == []  # the retry waits, and holds the key: nothing overtakes it
+    await asyncio.sleep(0.6)
+    seen = []
+    while len(seen) < 4:
+        (job,) = await lease(a, 4)
+        seen.append(job["id"])
+        assert (await ack(a, job)).status_code == 200
+    assert seen == ids
+
+
+async def test_dead_and_cancelled_jobs_do_not_hold_a_key(a):
+    await configure(a, key_concurrency=1, max_attempts=1)
+    first, second, third = await enqueue(a, [{"key": "k"}] * 3)
+    (job,) = await lease(a)
+    r = await a.post("/nack", json={"id": job["id"], "lease_token": job["lease_token"]})
+    assert r.json()["status"] == "dead"
+    assert (await a.delete(f"/jobs/{second}")).status_code == 200
+    (job,) = await lease(a, 3)
+    assert job["id"] == third
+
+
+async def test_a_long_poll_blocked_by_a_key_wakes_when_a_job_of_it_ends(a, b):
+    await configure(a, key_concurrency=1)
+    await enqueue(a, [{"key": "k"}] * 2)
+    (job,) = await lease(a)
+    waiting = asyncio.create_task(lease(a, 1, wait=20))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert (await ack(b, job)).status_code == 200  # on the other replica
+    started = time.monotonic()
+    (woken,) = await waiting
+    assert woken["key"] == "k" and time.monotonic() - started < 10
+
+
+async def test_jobs_without_a_key_are_not_limited(a, db):
+    await configure(a, key_concurrency=1)
+    await enqueue(a, [{}] * 4 + [{"key": "k"}] * 2)
+    leased = await lease(a, 10)
+    assert sorted((j["key"] or "") for j in leased) == ["", "", "", "", "k"]
+
+
+async def test_settings_reach_the_other_replica_at_once(a, b, db):
+    await enqueue(a, [{"key": "k"}] * 3)
+    assert len(await lease(b, 1)) == 1  # b has read the queue: no flow control
+    await configure(a, key_concurrency=1)
+    assert await lease(b, 3) == []
+    await configure(a, key_concurrency=None)
+    assert len(await lease(b, 3)) == 2
+
+
+# --- overrides and the per-key view ------------------------------------------------------------------------
+
+
+async def test_a_key_override_replaces_the_queue_setting(a, db):
+    await configure(a, key_concurrency=1)
+    r = await a.put("/queues/f/keys/big customer", json={"concurrency": 3})
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "queue": "f",
+        "key": "big customer",
+        "concurrency": 3,
+        "rate": None,
+        "pending": 0,
+        "running": 0,
+    }
+    await enqueue(a, [{"key": "big customer"}] * 5 + [{"key": "small"}] * 5)
+    await lease(a, 10)
+    assert await running_per_key(db) == {"big customer": 3, "small": 1}
+    view = (await a.get("/queues/f/keys/big customer")).json()
+    assert (view["pending"], view["running"]) == (2, 3)
+    listed = (await a.get("/queues/f/keys", params={"limit": 1})).json()["keys"]
+    assert [k["key"] for k in listed] == ["small"]  # 4 waiting, the most
+    deleted = await a.delete("/queues/f/keys/big customer")
+    assert deleted.json() == {"queue": "f", "key": "big customer", "deleted": True}
+    assert_problem(await a.delete("/queues/f/keys/big customer"), 404, "not_found")
+    assert (await a.get("/queues/f/keys/big customer")).json()["concurrency"] is None
+
+
+async def test_an_override_alone_puts_a_queue_under_flow_control(a, db):
+    await enqueue(a, [{"key": "k"}] * 3)
+    await a.put("/queues/f/keys/k", json={"concurrency": 1})
+    assert len(await lease(a, 3)) == 1
+    await a.delete("/queues/f/keys/k")
+    assert len(await lease(a, 3)) == 2
+    assert await db.fetchval("SELECT flow FROM jobq.queues WHERE name = 'f'") is False
+
+
+async def test_unknown_key_is_404_and_bad_bodies_are_422(a):
+    assert_problem(await a.get("/queues/f/keys/nobody"), 404, "not_found")
+    assert_problem(await a.put("/queues/f/keys/k", json={"concurrency": 0}), 422, "validation_error")
+    assert_problem(await a.put("/queues/f/keys/" + "x" * 257, json={}), 422, "validation_error")
+    assert_problem(await a.get("/queues/f/keys", params={"limit": 0}), 422, "validation_error")
+
+
+# --- fairness and rates -------------------------------------------------------------------------------------
+
+
+async def test_fair_hands_out_jobs_across_keys_in_turn(a):
+    await configure(a, fair=True)
+    await enqueue(a, [{"key": "big"}] * 300)
+    small = await enqueue(a, [{"key": "small"}] * 3)
+    leased = await lease(a, 6)
+    assert [j["key"] for j in leased].count("small") == 3
+    # Without `fair`, the backlog goes first.
+    await configure(a, fair=None)
+    await enqueue(a, [{"key": "late"}])
+    assert {j["key"] for j in await lease(a, 6)} == {"big"}
+    assert small
+
+
+async def test_a_key_rate_holds_and_a_blocked_long_poll_wakes_when_the_window_moves(a):
+    await configure(a, key_rate={"limit": 3, "period": 1})
+    await enqueue(a, [{"key": "k"}] * 10 + [{"key": "other"}])
+    first = await lease(a, 10)
+    assert sorted(j["key"] for j in first) == ["k", "k", "k", "other"]
+    assert await lease(a, 10) == []
+    started = time.monotonic()
+    woken = await lease(a, 10, wait=20)
+    assert [j["key"] for j in woken] == ["k"] * 3
+    assert time.monotonic() - started < 10  # the window's timer, not the safety poll a minute away
+
+
+async def test_a_queue_rate_counts_every_lease_of_the_queue(a, b):
+    await configure(a, rate={"limit": 4, "period": 30})
+    await enqueue(a, [{"key": f"k{i}"} for i in range(5)] + [{}] * 5)
+    got = await asyncio.gather(lease(a, 3), lease(b, 3), lease(a, 3), lease(b, 3))
+    assert sum(len(jobs) for jobs in got) == 4
