@@ -13,10 +13,10 @@ the result against this table, and that no other statement here changes a status
 =========  ==================================================  ============================================
 status     led in by                                           led out by
 =========  ==================================================  ============================================
-pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, CANCEL, ACK (the last
-           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        holder, late), PURGE_QUEUE, DELETE_QUEUE
-           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE
-running    LEASE, LEASE_FLOW                                   ACK, NACK, RELEASE, EXPIRE_LEASES,
+pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED, CANCEL,
+           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        ACK (the last holder, late), PURGE_QUEUE,
+           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE   DELETE_QUEUE
+running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED                 ACK, NACK, RELEASE, EXPIRE_LEASES,
                                                                PURGE_QUEUE, DELETE_QUEUE
 completed  ACK                                                 PRUNE_FINISHED, DELETE_QUEUE
 dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, ACK (the last
@@ -504,82 +504,110 @@ def _running(key: str) -> str:
                WHERE h.queue = :queue AND h.key = {key} AND h.status = 'running')"""
 
 
-# Walk :scan keys with pending jobs after :after (then from the first, up to :after), and lock each that
-# seems to have room: a running count read before the lock, only to pass over full keys cheaply
-# (LEASE_FLOW counts again). A row per key looked at: `locked` NULL for a full key, false for one another
-# claim holds. The caller keeps the last key as its next :after. `looked` is read only as far as the
-# LIMIT asks (a CTE's rows are made as they are read); MATERIALIZED keeps the lock in it from being
-# evaluated once more per reference.
-FLOW_KEYS = Query.define(
-    "flow_keys",
-    f"""
-    WITH RECURSIVE q AS (
-        SELECT key_concurrency FROM jobq.queues WHERE name = :queue AND NOT paused AND flow
-    ), rate_turn AS (
+# Walk :scan keys with pending jobs after :after, in key order, and lock each: a row per key looked at,
+# `locked` false for one another claim holds. The caller keeps the last key as its next :after, and
+# starts again from the first key once a walk comes back short. `looked` is read only as far as the LIMIT
+# asks (a CTE's rows are made as they are read); MATERIALIZED keeps the lock in it from being evaluated
+# once more per reference. A queue with a rate also locks its row, so that its claims take turns.
+# (Passing over full keys here, by a running count read before the lock, cost more than LEASE_FLOW
+# finding them full.)
+def _flow_keys(rated: bool) -> str:
+    rate_turn = """, rate_turn AS (
         SELECT name FROM jobq.queues WHERE name = :queue AND rate_limit IS NOT NULL FOR NO KEY UPDATE
-    ), after_cursor(key) AS (
+    )"""
+    return f"""
+    WITH RECURSIVE walk(key) AS (
         SELECT {_keys_with_pending(":after::text")}
         UNION ALL
-        SELECT {_keys_with_pending("a.key")} FROM after_cursor a WHERE a.key IS NOT NULL
-    ), from_start(key) AS (
-        SELECT {_keys_with_pending("''")}
-        UNION ALL
-        SELECT {_keys_with_pending("b.key")} FROM from_start b WHERE b.key IS NOT NULL AND b.key < :after
-    ), walk AS (
-        SELECT key FROM after_cursor WHERE key IS NOT NULL
-        UNION ALL
-        SELECT key FROM from_start WHERE key IS NOT NULL AND key <= :after
+        SELECT {_keys_with_pending("w.key")} FROM walk w WHERE w.key IS NOT NULL
     ), looked AS MATERIALIZED (
-        SELECT w.key,
-               CASE WHEN {_running("w.key")} < coalesce(
-                             (SELECT concurrency FROM jobq.keys o WHERE o.queue = :queue AND o.key = w.key),
-                             q.key_concurrency, 2147483647)
-                    THEN {_KEY_LOCK.format(key="w.key")} END AS locked
-        FROM q CROSS JOIN walk w
-    )
-    SELECT key, locked FROM looked WHERE (SELECT count(*) FROM rate_turn) >= 0 LIMIT :scan
-    """,
-)
+        SELECT key, {_KEY_LOCK.format(key="key")} AS locked FROM walk
+        WHERE key IS NOT NULL
+          AND EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
+    ){rate_turn if rated else ""}
+    SELECT key, locked FROM looked {"WHERE (SELECT count(*) FROM rate_turn) >= 0" if rated else ""}
+    LIMIT :scan
+    """
+
+
+FLOW_KEYS = Query.define("flow_keys", _flow_keys(rated=False))
+FLOW_KEYS_RATED = Query.define("flow_keys_rated", _flow_keys(rated=True))
+
 
 # Claim up to one job per slot (as LEASE) from the keys FLOW_KEYS locked (:keys, in the order walked)
 # and from the jobs without a key, within every limit:
-# - `wanted`: the slots, fewer when the queue's rate window has less room;
-# - `room`: per key, its concurrency (or its override) less its running jobs, within its rate window;
-#   a key whose jobs run in order (concurrency 1) with a job waiting for its retry gets that job when it
-#   is due, and nothing else: the retry holds the key, as an SQS FIFO message group is held;
+# - `room`: per key, its concurrency (or its override) less its running jobs, and within its rate
+#   window; a key whose jobs run in order (concurrency 1) with a job waiting for its retry gets that job
+#   when it is due, and nothing else: the retry holds the key, as an SQS FIFO message group is held;
 # - `candidates`: each key's first ready jobs, as many as its room; jobs without a key from the front of
 #   the queue (the first :lookahead ready jobs);
 # - `chosen`: in lease order (priority, run_at, id), or with `fair` round by round: every key's first job
-#   (in the order walked), then every key's second, ...; each locked (SKIP LOCKED: a job another
-#   statement holds is passed over, which for a key in order means nothing of it this time).
-# Then the chosen jobs are leased as LEASE leases, and the rate windows of the queue and of each key
-# with a rate get this claim's leases. Always one row at least: `wake_in`, the seconds until a rate
-# window next lets a job go when one held some back (NULL otherwise); `id` NULL when nothing was leased.
-LEASE_FLOW = Query.define(
-    "lease_flow",
-    f"""
+#   (in the order walked), then every key's second, ...; as many as the slots, or as the queue's rate
+#   window has room for; each locked (SKIP LOCKED: a job another statement holds is passed over, which
+#   for a key in order means nothing of it this time).
+# Then the chosen jobs are leased as LEASE leases them, each slot's settings read from the arrays by its
+# number (no join whose plan could go quadratic). Always one row at least: `wake_in`, the seconds
+# until a rate window next lets a job go when one held some back (NULL otherwise); `id` NULL when nothing
+# was leased.
+# Two variants, since a claim's planning cost as much as its work: LEASE_FLOW for queues without rates
+# (it claims nothing from a queue with a rate, and nothing of a key with a rate of its own), and
+# LEASE_FLOW_RATED, which keeps the rate windows of the queue and of each key: the claim's leases added
+# to them in the same statement.
+def _lease_flow(rated: bool) -> str:
+    if rated:
+        wanted = f"""greatest(least(cardinality(:worker_ids::text[]),
+                              q.rate_limit - {_used("q.rate_times", "q.rate_counts", "q.rate_period")}), 0)"""
+        key_room = f"k.rate_limit - {_used('k.rate_times', 'k.rate_counts', 'k.rate_period')}"
+        unrated = ""
+    else:
+        wanted, key_room = "cardinality(:worker_ids::text[])", "NULL"
+        unrated = "AND rate_limit IS NULL AND key_rate_limit IS NULL"
+    windows = f"""
+    , per_key AS (
+        SELECT key, count(*)::int AS n FROM leased WHERE key IS NOT NULL GROUP BY key
+    ), key_windows AS (
+        INSERT INTO jobq.keys AS o (queue, key, rate_times, rate_counts)
+        SELECT :queue, k.key, w.times || now(), w.counts || p.n
+        FROM per_key p JOIN k USING (key), LATERAL {_window("k")} w
+        WHERE k.rate_limit IS NOT NULL
+        ON CONFLICT (queue, key) DO UPDATE SET rate_times = excluded.rate_times,
+                                               rate_counts = excluded.rate_counts
+    ), queue_window AS (
+        UPDATE jobq.queues qs SET rate_times = w.times || now(), rate_counts = w.counts || l.n
+        FROM (SELECT count(*)::int AS n FROM leased) l, q, LATERAL {_window("q")} w
+        WHERE qs.name = :queue AND q.rate_limit IS NOT NULL AND l.n > 0
+    ), wake AS (
+        SELECT extract(epoch FROM min(expires) - now())::float8 AS wake_in FROM (
+            SELECT min(t) + make_interval(secs => q.rate_period) AS expires
+            FROM q, unnest(q.rate_times, q.rate_counts) AS w(t, c)
+            WHERE q.rate_limit IS NOT NULL AND t > now() - make_interval(secs => q.rate_period)
+              AND (SELECT n FROM wanted) = 0
+            GROUP BY q.rate_period
+            UNION ALL
+            SELECT min(t) + make_interval(secs => r.rate_period)
+            FROM (SELECT * FROM room WHERE rate_limit IS NOT NULL) r,
+                 unnest(r.rate_times, r.rate_counts) AS w(t, c)
+            WHERE t > now() - make_interval(secs => r.rate_period)
+              AND r.rate_limit - {_used("r.rate_times", "r.rate_counts", "r.rate_period")} <= 0
+            GROUP BY r.key, r.rate_period
+        ) held_back
+    )"""
+    return f"""
     WITH q AS (
         SELECT max_attempts, visibility_timeout, key_concurrency, fair, rate_limit, rate_period,
                key_rate_limit, key_rate_period, rate_times, rate_counts
-        FROM jobq.queues WHERE name = :queue AND NOT paused AND flow
-    ), slots AS (
-        SELECT * FROM unnest(:visibility_timeouts::float8[], :worker_ids::text[])
-                      WITH ORDINALITY AS s(visibility_timeout, worker_id, slot)
+        FROM jobq.queues WHERE name = :queue AND NOT paused AND flow {unrated}
     ), wanted AS (
-        SELECT greatest(least(cardinality(:worker_ids::text[]),
-                              q.rate_limit - {_used("q.rate_times", "q.rate_counts", "q.rate_period")}),
-                        0) AS n
-        FROM q
+        SELECT {wanted} AS n FROM q
     ), k AS (
         SELECT u.key, u.turn, coalesce(o.concurrency, q.key_concurrency) AS concurrency,
                coalesce(o.rate_limit, q.key_rate_limit) AS rate_limit,
                coalesce(o.rate_period, q.key_rate_period) AS rate_period, o.rate_times, o.rate_counts
         FROM q CROSS JOIN unnest(:keys::text[]) WITH ORDINALITY AS u(key, turn)
         LEFT JOIN jobq.keys o ON o.queue = :queue AND o.key = u.key
+        {"" if rated else "WHERE o.rate_limit IS NULL"}
     ), room AS (
-        SELECT k.*,
-               least(wanted.n, k.concurrency - {_running("k.key")},
-                     k.rate_limit - {_used("k.rate_times", "k.rate_counts", "k.rate_period")}) AS room,
+        SELECT k.*, least(wanted.n, k.concurrency - {_running("k.key")}, {key_room}) AS room,
                CASE WHEN k.concurrency = 1 THEN (
                    SELECT id FROM jobq.jobs h
                    WHERE h.queue = :queue AND h.key = k.key AND h.status = 'pending' AND h.attempts > 0
@@ -614,49 +642,27 @@ LEASE_FLOW = Query.define(
         ORDER BY ord
         LIMIT coalesce((SELECT n FROM wanted), 0)
     ), locked AS (
-        SELECT id FROM jobq.jobs WHERE id IN (SELECT id FROM chosen) AND status = 'pending'
-        FOR UPDATE SKIP LOCKED
+        SELECT c.id, c.ord FROM chosen c JOIN jobq.jobs j ON j.id = c.id
+        WHERE j.status = 'pending'
+        FOR UPDATE OF j SKIP LOCKED
     ), ready AS (
-        SELECT c.id, row_number() OVER (ORDER BY c.ord) AS slot FROM chosen c JOIN locked USING (id)
+        SELECT id, row_number() OVER (ORDER BY ord) AS slot FROM locked
     ), leased AS (
         UPDATE jobq.jobs j
         SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
-            lease_expires_at = now()
-                + make_interval(secs => coalesce(slots.visibility_timeout, q.visibility_timeout)),
-            worker_id = slots.worker_id, updated_at = now()
-        FROM ready JOIN slots USING (slot), q
+            lease_expires_at = now() + make_interval(
+                secs => coalesce((:visibility_timeouts::float8[])[ready.slot], q.visibility_timeout)),
+            worker_id = (:worker_ids::text[])[ready.slot], updated_at = now()
+        FROM ready, q
         WHERE j.id = ready.id
         RETURNING {LEASED_JOB}, ready.slot
-    ), per_key AS (
-        SELECT key, count(*)::int AS n FROM leased WHERE key IS NOT NULL GROUP BY key
-    ), key_windows AS (
-        INSERT INTO jobq.keys AS o (queue, key, rate_times, rate_counts)
-        SELECT :queue, k.key, w.times || now(), w.counts || p.n
-        FROM per_key p JOIN k USING (key), LATERAL {_window("k")} w
-        WHERE k.rate_limit IS NOT NULL
-        ON CONFLICT (queue, key) DO UPDATE SET rate_times = excluded.rate_times,
-                                               rate_counts = excluded.rate_counts
-    ), queue_window AS (
-        UPDATE jobq.queues qs SET rate_times = w.times || now(), rate_counts = w.counts || l.n
-        FROM (SELECT count(*)::int AS n FROM leased) l, q, LATERAL {_window("q")} w
-        WHERE qs.name = :queue AND q.rate_limit IS NOT NULL AND l.n > 0
-    ), wake AS (
-        SELECT extract(epoch FROM min(expires) - now())::float8 AS wake_in FROM (
-            SELECT min(t) + make_interval(secs => q.rate_period) AS expires
-            FROM q, unnest(q.rate_times, q.rate_counts) AS w(t, c)
-            WHERE t > now() - make_interval(secs => q.rate_period) AND (SELECT n FROM wanted) = 0
-            GROUP BY q.rate_period
-            UNION ALL
-            SELECT min(t) + make_interval(secs => r.rate_period)
-            FROM room r, unnest(r.rate_times, r.rate_counts) AS w(t, c)
-            WHERE t > now() - make_interval(secs => r.rate_period)
-              AND r.rate_limit - {_used("r.rate_times", "r.rate_counts", "r.rate_period")} <= 0
-            GROUP BY r.key, r.rate_period
-        ) held_back
-    )
+    ){windows if rated else ", wake AS (SELECT NULL::float8 AS wake_in)"}
     SELECT leased.*, wake.wake_in FROM wake LEFT JOIN leased ON true
-    """,
-)
+    """
+
+
+LEASE_FLOW = Query.define("lease_flow", _lease_flow(rated=False))
+LEASE_FLOW_RATED = Query.define("lease_flow_rated", _lease_flow(rated=True))
 
 # Complete jobs whose latest lease token the caller holds. Accepted after the lease expired (lease expiry
 # moved the job to pending or dead but kept the token), because the work was done; refused once anyone
@@ -1062,7 +1068,12 @@ SET_FLOW = Query.define(
 # A queue's flow-control settings, as the lease reads them (NULL: the queue does not exist).
 QUEUE_FLOW = Query.define(
     "queue_flow",
-    "SELECT flow, key_concurrency, fair FROM jobq.queues WHERE name = :queue",
+    """
+    SELECT flow, key_concurrency, fair,
+           rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL
+           OR EXISTS (SELECT FROM jobq.keys k WHERE k.queue = q.name AND k.rate_limit IS NOT NULL) AS rated
+    FROM jobq.queues q WHERE name = :queue
+    """,
 )
 
 # The queue's row, created if need be, locked for the rest of the transaction (a key's overrides change

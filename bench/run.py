@@ -193,6 +193,62 @@ class Bench:
                 f"pgqueuer 1.6, batch {batch}",
             )
 
+    async def keyed(self) -> None:
+        """Flow control's cost: the batch drain and one-job claims of a queue with 1,000 active keys and
+        key_concurrency 2, against the same without keys or limits (the plain LEASE), in the same run."""
+
+        async def drain(keyed: bool, total: int) -> float:
+            queue = self.queue("kd")
+            if keyed:
+                await self.backlog(queue, total, key="'k' || (g % 1000)")
+                await self.sql(
+                    "UPDATE jobq.queues SET key_concurrency = 2, flow = true WHERE name = $1", queue
+                )
+            else:
+                await self.backlog(queue, total)
+            # An empty answer is not the end under limits: workers long-poll until every job is done.
+            started = time.perf_counter()
+            await served.drain_count(self.url, queue, 4, 100, total)
+            return total / (time.perf_counter() - started)
+
+        total = self.n(100_000)
+        k, p = await self.alternate(lambda: drain(True, total), lambda: drain(False, total))
+        self.record(
+            "drain batch 100, 1,000 keys, limit 2",
+            k,
+            p,
+            "jobs/s",
+            ">= 0.8 x no keys",
+            "the same without keys",
+        )
+        rounds = 1000
+        latencies = {}
+        for keyed in (False, True):
+            await self.reset()
+            queue = self.queue("kc")
+            if keyed:
+                await self.backlog(queue, rounds, key="'k' || (g % 1000)")
+                await self.sql(
+                    "UPDATE jobq.queues SET key_concurrency = 2, flow = true WHERE name = $1", queue
+                )
+            else:
+                await self.backlog(queue, rounds)
+            latencies[keyed] = summary_ms(await self._claim_latencies(queue, rounds))
+        ratio = latencies[True]["p99_ms"] / latencies[False]["p99_ms"]
+        self.results["one-job claim, 1,000 keys, limit 2"] = {
+            "keyed": latencies[True],
+            "plain": latencies[False],
+            "ratio_p99": round(ratio, 3),
+            "target": "p99 <= 2 x plain",
+        }
+        print(
+            f"  {'one-job claim p50/p99 ms, plain':34} {latencies[False]['p50_ms']} / {latencies[False]['p99_ms']}"
+        )
+        print(
+            f"  {'one-job claim p50/p99 ms, keyed':34} {latencies[True]['p50_ms']} / {latencies[True]['p99_ms']}"
+            f"   ratio p99 {ratio:.2f} (<= 2)"
+        )
+
     async def runner(self) -> None:
         """The Python worker runner (`jobq.Worker`, 16 slots). On no-op handlers, against the plain HTTP
         batch drain it is built on: what the runner's own machinery costs per job. On handlers of 1 and
@@ -437,6 +493,7 @@ SCENARIOS = [
     "enqueue_batch",
     "drain_single",
     "drain_batch",
+    "keyed",
     "runner",
     "full_cycle",
     "sqs",

@@ -67,13 +67,16 @@ class Move:
     given: str | None = None
 
 
-async def lease_flow(conn: asyncpg.Connection, job_id: int) -> None:
-    async with conn.transaction():
-        looked = await statement(q.FLOW_KEYS, queue=QUEUE, after="", scan=10)(conn, job_id)
-        keys = [r["key"] for r in looked if r["locked"]]
-        await statement(
-            q.LEASE_FLOW, queue=QUEUE, keys=keys, visibility_timeouts=[30.0], worker_ids=["w"], lookahead=10
-        )(conn, job_id)
+def lease_flow(walk: q.Query, claim: q.Query) -> Run:
+    async def run(conn: asyncpg.Connection, job_id: int) -> None:
+        async with conn.transaction():
+            looked = await statement(walk, queue=QUEUE, after="", scan=10)(conn, job_id)
+            keys = [r["key"] for r in looked if r["locked"]]
+            await statement(
+                claim, queue=QUEUE, keys=keys, visibility_timeouts=[30.0], worker_ids=["w"], lookahead=10
+            )(conn, job_id)
+
+    return run
 
 
 FLOW = "UPDATE jobq.queues SET flow = true, key_concurrency = 1"
@@ -84,9 +87,19 @@ MOVES: dict[str, Move] = {
         statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"]),
         {PENDING: RUNNING},
     ),
-    "LEASE_FLOW": Move(q.LEASE_FLOW, lease_flow, {PENDING: RUNNING}, given=FLOW),
+    "LEASE_FLOW": Move(q.LEASE_FLOW, lease_flow(q.FLOW_KEYS, q.LEASE_FLOW), {PENDING: RUNNING}, given=FLOW),
     "LEASE_FLOW with a key": Move(
-        q.LEASE_FLOW, lease_flow, {PENDING: RUNNING}, given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'"
+        q.LEASE_FLOW,
+        lease_flow(q.FLOW_KEYS, q.LEASE_FLOW),
+        {PENDING: RUNNING},
+        given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'",
+    ),
+    "LEASE_FLOW_RATED with a key": Move(
+        q.LEASE_FLOW_RATED,
+        lease_flow(q.FLOW_KEYS_RATED, q.LEASE_FLOW_RATED),
+        {PENDING: RUNNING},
+        given=f"{FLOW}, rate_limit = 5, rate_period = 1, key_rate_limit = 1, key_rate_period = 1;"
+        " UPDATE jobq.jobs SET key = 'k'",
     ),
     "ACK": Move(
         q.ACK, statement(q.ACK, results=None), {RUNNING: COMPLETED, PENDING: COMPLETED, DEAD: COMPLETED}

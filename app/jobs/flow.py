@@ -13,7 +13,8 @@ The model. A job may carry a `key` (a tenant, a customer, an SQS MessageGroupId)
   of `period` seconds (a sliding window, kept as the times and counts of the claims within it).
 - Per-key overrides (`PUT /queues/{queue}/keys/{key}`): a key's own concurrency and rate.
 Jobs without a key are not limited by key: in a queue under flow control they are taken from the front
-of the queue only (the first few hundred ready jobs of each claim), so such a queue should key its jobs.
+of the queue only (among the first few ready jobs per slot of a claim; while none are found, looked for
+twice a second), so such a queue should key its jobs.
 Jobs of a queue with none of these settings are claimed by the plain LEASE, as before.
 
 A replica knows which queues are under flow control from a small cache (``FlowQueues``), read from the
@@ -24,8 +25,10 @@ queue under flow control, and LEASE_FLOW one without, so a stale entry costs a w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import time
 from dataclasses import dataclass
 
 import asyncpg
@@ -37,8 +40,10 @@ from app.jobs.rows import Row
 
 # A claim looks at this many keys beyond what its slots need (keys another claim holds, full keys).
 KEY_SLACK = 16
-# Jobs without a key a claim considers, per slot, from the front of the queue (and this many more).
+# Jobs without a key a claim considers, per slot, from the front of the queue (and KEY_SLACK more); and
+# seconds between such looks while none are found.
 UNKEYED_LOOKAHEAD = 4
+UNKEYED_INTERVAL = 0.5
 # Seconds until a long-poll looks again after a claim found keys another claim held (it commits soon).
 BUSY_RETRY = 0.005
 
@@ -48,20 +53,25 @@ class QueueFlow:
     flow: bool  # under flow control: LEASE_FLOW claims it
     key_concurrency: int | None
     fair: bool
+    rated: bool  # a rate of the queue, of its keys, or of some key: LEASE_FLOW_RATED claims it
 
 
-NO_FLOW = QueueFlow(False, None, False)
+NO_FLOW = QueueFlow(False, None, False, False)
 
 
 class FlowQueues:
-    """Per replica: each queue's flow settings (cached), and where its next claim starts its walk of
-    keys. Bounded: past MAX_ENTRIES queues, it starts again empty (queue names come from clients)."""
+    """Per replica: each queue's flow settings (cached), where its next claim starts its walk of keys,
+    when a claim last looked for jobs without a key, and a lock that makes the replica's claims of one
+    queue take turns (two at once would walk the same keys, and the second find them held). Bounded:
+    past MAX_ENTRIES queues, it starts again empty (queue names come from clients)."""
 
     MAX_ENTRIES = 10_000
 
     def __init__(self) -> None:
         self._settings: dict[str, QueueFlow] = {}
         self.cursors: dict[str, str] = {}
+        self.unkeyed_looked: dict[str, float] = {}  # queue -> monotonic time; absent: found some
+        self.turns: dict[str, asyncio.Lock] = {}
 
     def get(self, queue: str) -> QueueFlow | None:
         return self._settings.get(queue)
@@ -70,6 +80,8 @@ class FlowQueues:
         if len(self._settings) >= self.MAX_ENTRIES:
             self._settings.clear()
             self.cursors.clear()
+            self.unkeyed_looked.clear()
+            self.turns = {name: lock for name, lock in self.turns.items() if lock.locked()}
         self._settings[queue] = flow
 
     def forget(self, queue: str | None = None) -> None:
@@ -86,7 +98,7 @@ async def queue_flow(db: Database, queue: str) -> QueueFlow:
     if known is None:
         async with db.acquire() as conn:
             row = await conn.fetchrow(q.QUEUE_FLOW.text, *q.QUEUE_FLOW.args(queue=queue))
-        known = NO_FLOW if row is None else QueueFlow(row["flow"], row["key_concurrency"], row["fair"])
+        known = NO_FLOW if row is None else QueueFlow(**row)
         db.flow.put(queue, known)
     return known
 
@@ -106,26 +118,35 @@ async def lease_flow(
     slots = len(workers)
     per_key = slots if flow.fair or not flow.key_concurrency else min(flow.key_concurrency, slots)
     scan = math.ceil(slots / per_key) + KEY_SLACK
-    after = db.flow.cursors.get(queue, "")
-    async with db.acquire() as conn, conn.transaction():
-        looked = await conn.fetch(q.FLOW_KEYS.text, *q.FLOW_KEYS.args(queue=queue, after=after, scan=scan))
+    known = db.flow
+    # Jobs without a key are looked for at the front of the queue (a scan that reads each job's row):
+    # by every claim while some are found, else once every UNKEYED_INTERVAL seconds.
+    looked_at = known.unkeyed_looked.get(queue)
+    unkeyed = looked_at is None or time.monotonic() - looked_at >= UNKEYED_INTERVAL
+    turn = known.turns.setdefault(queue, asyncio.Lock())
+    async with turn, db.acquire() as conn, conn.transaction():
+        after = known.cursors.get(queue, "")
+        walk, claim = (q.FLOW_KEYS_RATED, q.LEASE_FLOW_RATED) if flow.rated else (q.FLOW_KEYS, q.LEASE_FLOW)
+        looked = await conn.fetch(walk.text, *walk.args(queue=queue, after=after, scan=scan))
         rows = await conn.fetch(
-            q.LEASE_FLOW.text,
-            *q.LEASE_FLOW.args(
+            claim.text,
+            *claim.args(
                 queue=queue,
                 keys=[r["key"] for r in looked if r["locked"]],
                 visibility_timeouts=timeouts,
                 worker_ids=workers,
-                lookahead=UNKEYED_LOOKAHEAD * slots + KEY_SLACK,
+                lookahead=UNKEYED_LOOKAHEAD * slots + KEY_SLACK if unkeyed else 0,
             ),
         )
-    if looked:  # the next claim walks on from the last key looked at
-        db.flow.cursors[queue] = looked[-1]["key"]
-    return FlowClaim(
-        [r for r in rows if r["id"] is not None],
-        rows[0]["wake_in"] if rows else None,
-        any(r["locked"] is False for r in looked),
-    )
+        # The next claim walks on from the last key looked at; from the first, after the last key.
+        known.cursors[queue] = looked[-1]["key"] if len(looked) == scan else ""
+    leased = [r for r in rows if r["id"] is not None]
+    if unkeyed:
+        if any(r["key"] is None for r in leased):
+            known.unkeyed_looked.pop(queue, None)
+        else:
+            known.unkeyed_looked[queue] = time.monotonic()
+    return FlowClaim(leased, rows[0]["wake_in"], any(r["locked"] is False for r in looked))
 
 
 # --- the per-key view and overrides ----------------------------------------------------------------

@@ -24,7 +24,9 @@ KeyPath = Annotated[str, Path(min_length=1, max_length=MAX_KEY, examples=["tenan
 MAX_KEY_LIST = 500
 
 
-@router.get("/queues/{queue}/keys", dependencies=[QueueReader], response_model=None, responses=answers(KeyList))
+@router.get(
+    "/queues/{queue}/keys", dependencies=[QueueReader], response_model=None, responses=answers(KeyList)
+)
 async def list_keys(
     queue: QueuePath,
     db: DB,
