@@ -123,7 +123,8 @@ async def test_a_queue_without_settings_takes_the_plain_lease(a, db):
 
 async def test_key_concurrency_holds_across_replicas_under_concurrent_leases(a, b, db):
     await configure(a, key_concurrency=2)
-    await enqueue(a, [{"key": f"k{i % 10}"} for i in range(100)] + [{}] * 5)
+    # Jobs without a key first: they are taken from the front of the queue only (app/jobs/flow.py).
+    await enqueue(a, [{}] * 5 + [{"key": f"k{i % 10}"} for i in range(100)])
     leases = [lease(http, 3) for http in (a, b) for _ in range(20)]
     leased = [job for jobs in await asyncio.gather(*leases) for job in jobs]
     per_key = await running_per_key(db)

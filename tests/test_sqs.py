@@ -344,3 +344,22 @@ async def test_redrive_to_dead_after_max_receive_count_and_move_back(sqs, db):
     with pytest.raises(ClientError) as exc:
         sqs.start_message_move_task(SourceArn=dlq_arn, DestinationArn=dlq_arn)
     assert error_code(exc) == "AWS.SimpleQueueService.UnsupportedOperation"
+
+
+async def test_a_message_group_is_the_jobs_key(sqs, service, db):
+    url = sqs.create_queue(QueueName="tenants")["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="tenant-1/eu")
+    sqs.send_message_batch(
+        QueueUrl=url, Entries=[{"Id": "b", "MessageBody": "b", "MessageGroupId": "tenant-2"}]
+    )
+    keys = await db.fetch("SELECT key FROM jobq.jobs ORDER BY id")
+    assert [k["key"] for k in keys] == ["tenant-1/eu", "tenant-2"]
+    # Flow control on the queue applies to its message groups.
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        assert (await http.patch("/queues/tenants", json={"key_concurrency": 1})).status_code == 200
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
+    groups = {m["MessageId"]: m["Attributes"]["MessageGroupId"] for m in received["Messages"]}
+    assert groups[sent["MessageId"]] == "tenant-1/eu" and len(groups) == 2
+    with pytest.raises(ClientError) as bad:
+        sqs.send_message(QueueUrl=url, MessageBody="c", MessageGroupId="no spaces")
+    assert error_code(bad) == "InvalidParameterValue"

@@ -38,7 +38,8 @@ from app.db import Database
 from app.errors import NotFound
 from app.jobs.rows import Row
 
-# A claim looks at this many keys beyond what its slots need (keys another claim holds, full keys).
+# A claim looks at up to this many keys beyond what its slots need (keys another claim holds, full keys):
+# fewer for a claim of few jobs, for which each key looked at is a good part of the cost.
 KEY_SLACK = 16
 # Jobs without a key a claim considers, per slot, from the front of the queue (and KEY_SLACK more); and
 # seconds between such looks while none are found.
@@ -117,7 +118,7 @@ async def lease_flow(
     transaction (see app/queries.py for why two statements)."""
     slots = len(workers)
     per_key = slots if flow.fair or not flow.key_concurrency else min(flow.key_concurrency, slots)
-    scan = math.ceil(slots / per_key) + KEY_SLACK
+    scan = math.ceil(slots / per_key) + min(KEY_SLACK, slots + 3)
     known = db.flow
     # Jobs without a key are looked for at the front of the queue (a scan that reads each job's row):
     # by every claim while some are found, else once every UNKEYED_INTERVAL seconds.

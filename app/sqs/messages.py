@@ -12,6 +12,7 @@ received through SQS with that JSON text as its body.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,11 @@ class _Outgoing:
     body: str
     delay: int | None
     attributes: dict[str, dict[str, str]]
+    group: str | None = None  # MessageGroupId: the job's key (flow control: a fair queue's tenant)
+
+
+# SQS's MessageGroupId: 1-128 characters, letters, digits and ASCII punctuation.
+_GROUP_ID = re.compile(r"[A-Za-z0-9!-/:-@\[-`{-~]{1,128}")
 
 
 def _outgoing(entry: Body, max_bytes: int, entry_id: str | None = None) -> _Outgoing:
@@ -71,7 +77,13 @@ def _outgoing(entry: Body, max_bytes: int, entry_id: str | None = None) -> _Outg
             f"One or more parameters are invalid. Reason: Message must be shorter than {max_bytes} bytes."
         )
     delay = integer(entry, "DelaySeconds", 0, 900, None)
-    return _Outgoing(entry_id, text, delay, attributes)
+    group = string(entry, "MessageGroupId", required=False)
+    if group is not None and not _GROUP_ID.fullmatch(group):
+        raise invalid_parameter(
+            "Value for parameter MessageGroupId is invalid. Reason: it must be 1 to 128 letters, digits"
+            " or punctuation marks."
+        )
+    return _Outgoing(entry_id, text, delay, attributes, group)
 
 
 def _max_message_bytes(ctx: Context, row: asyncpg.Record) -> int:
@@ -82,7 +94,10 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
     default_delay = int(kept_attributes(row).get("DelaySeconds", 0))
     new = [
         jobs.NewJob(
-            queue=name, payload=m.body, delay=float(m.delay if m.delay is not None else default_delay)
+            queue=name,
+            payload=m.body,
+            delay=float(m.delay if m.delay is not None else default_delay),
+            key=m.group,
         )
         for m in messages
     ]
@@ -208,6 +223,8 @@ async def receive_message(ctx: Context, body: Body) -> Body:
             ),
             "SenderId": "jobq",
         }
+        if job["key"] is not None:
+            attributes["MessageGroupId"] = job["key"]
         chosen = {k: v for k, v in attributes.items() if everything or k in system}
         if chosen:
             message["Attributes"] = chosen

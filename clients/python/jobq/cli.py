@@ -27,12 +27,17 @@ from jobq.serving import StatusLine, load_target, serve
 from jobq.tasks import Tasks
 from jobq.types import (
     FINISHED,
+    NO_LIMIT,
     CatchUp,
+    DeleteKeyResult,
     Job,
     JobqError,
     JobStatus,
+    KeyView,
+    NoLimit,
     QueueDetail,
     QueueRow,
+    Rate,
     Schedule,
     Unavailable,
 )
@@ -389,7 +394,9 @@ def dead_purge(
 
 
 queues_cli = typer.Typer(
-    help="Queues: pause, resume, configure.", no_args_is_help=True, rich_markup_mode="markdown"
+    help="Queues: pause, resume, configure, and their keys' limits.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 
@@ -436,6 +443,16 @@ def queues_configure(
     backoff_base: Annotated[float | None, _setting("Seconds before the first retry; doubles.")] = None,
     backoff_cap: Annotated[float | None, _setting("Longest wait between retries, seconds.")] = None,
     retention: Annotated[float | None, _setting("Seconds completed jobs are kept.")] = None,
+    key_concurrency: Annotated[
+        int | None, _setting("Jobs of one key running at once (1: also in order); 0 removes the limit.")
+    ] = None,
+    fair: Annotated[bool | None, _setting("Hand out ready jobs across keys in turn.")] = None,
+    rate: Annotated[
+        str | None, _setting("LIMIT/SECONDS: leases of the queue per window; 'none' removes.")
+    ] = None,
+    key_rate: Annotated[
+        str | None, _setting("LIMIT/SECONDS: leases of each key per window; 'none' removes.")
+    ] = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,
@@ -449,11 +466,95 @@ def queues_configure(
             backoff_base=backoff_base,
             backoff_cap=backoff_cap,
             retention=retention,
+            key_concurrency=NO_LIMIT if key_concurrency == 0 else key_concurrency,
+            fair=fair,
+            rate=_parse_rate(rate, "--rate"),
+            key_rate=_parse_rate(key_rate, "--key-rate"),
         )
     if as_json:
         print_json(detail)
     else:
-        typer.echo(", ".join(f"{k} {v:g}" for k, v in dataclasses.asdict(detail.settings).items()))
+        typer.echo(
+            ", ".join(f"{k} {_setting_text(v)}" for k, v in dataclasses.asdict(detail.settings).items())
+        )
+
+
+def _parse_rate(text: str | None, option: str) -> Rate | NoLimit | None:
+    """`100/60` as Rate(100, 60.0); `none` as NO_LIMIT."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return NO_LIMIT
+    try:
+        limit, period = text.split("/")
+        return Rate(int(limit), float(period))
+    except ValueError:
+        raise typer.BadParameter(
+            f"give LIMIT/SECONDS (100/60) or none, not {text!r}", param_hint=option
+        ) from None
+
+
+def _setting_text(value: object) -> str:
+    if isinstance(value, dict):  # a rate
+        return f"{value['limit']}/{value['period']:g}s"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "none" if value is None else str(value).lower()
+
+
+@queues_cli.command("keys")
+def queues_keys(
+    queue: QueueName,
+    limit: Annotated[int, typer.Option(help="Keys to list, at most.")] = 20,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """A queue's keys with the most jobs waiting, and keys with limits of their own."""
+    with service(url, token) as jobq:
+        keys = jobq.keys(queue, limit=limit)
+    if as_json:
+        print_json(keys)
+        return
+    rows = [
+        [k.key, str(k.pending), str(k.running), _setting_text(k.concurrency), _rate_text(k.rate)]
+        for k in keys
+    ]
+    typer.echo(table(["key", "pending", "running", "concurrency", "rate"], rows))
+
+
+def _rate_text(rate: Rate | None) -> str:
+    return "queue's" if rate is None else f"{rate.limit}/{rate.period:g}s"
+
+
+@queues_cli.command("set-key")
+def queues_set_key(
+    queue: QueueName,
+    key: Annotated[str, typer.Argument(help="The key.", show_default=False)],
+    concurrency: Annotated[int | None, _setting("The key's own concurrency (none: the queue's).")] = None,
+    rate: Annotated[str | None, _setting("LIMIT/SECONDS: the key's own rate (none: the queue's).")] = None,
+    delete: Annotated[bool, typer.Option("--delete", help="Remove the key's own limits.")] = False,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Give a key limits of its own in place of the queue's key concurrency and key rate (replacing what
+    it had), or remove them with --delete."""
+    with service(url, token) as jobq:
+        if delete:
+            result: DeleteKeyResult | KeyView = jobq.delete_key(queue, key)
+        else:
+            own_rate = _parse_rate(rate, "--rate")
+            result = jobq.set_key(
+                queue, key, concurrency=concurrency, rate=own_rate if isinstance(own_rate, Rate) else None
+            )
+    if as_json:
+        print_json(result)
+    elif isinstance(result, KeyView):
+        concurrency_text = _setting_text(result.concurrency).replace("none", "queue's")
+        typer.echo(f"{key}: concurrency {concurrency_text}, rate {_rate_text(result.rate)}")
+    else:
+        typer.echo(f"{key}: the queue's limits")
 
 
 schedules_cli = typer.Typer(

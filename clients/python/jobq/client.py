@@ -34,17 +34,21 @@ from jobq.types import (
     AckResult,
     CatchUp,
     DeadPage,
+    DeleteKeyResult,
     DeleteScheduleResult,
     ExtendResult,
     ItemResult,
     Job,
+    KeyView,
     LeasedJob,
     NackItemResult,
     NackResult,
+    NoLimit,
     PurgeResult,
     QueueDetail,
     QueueRow,
     QueueSettings,
+    Rate,
     RetryDeadResult,
     Schedule,
     Unreachable,
@@ -92,8 +96,31 @@ def _queue_rows(rows: list[Mapping[str, Any]]) -> list[QueueRow]:
     return [load(QueueRow, r) for r in rows]
 
 
+def _rate(data: Mapping[str, Any] | None) -> Rate | None:
+    return None if data is None else load(Rate, data)
+
+
 def _queue_detail(data: Mapping[str, Any]) -> QueueDetail:
-    return load(QueueDetail, {**data, "settings": load(QueueSettings, data["settings"])})
+    settings = data["settings"]
+    rates = {name: _rate(settings.get(name)) for name in ("rate", "key_rate")}
+    return load(QueueDetail, {**data, "settings": load(QueueSettings, {**settings, **rates})})
+
+
+def _key_view(data: Mapping[str, Any]) -> KeyView:
+    return load(KeyView, {**data, "rate": _rate(data.get("rate"))})
+
+
+def _key_views(data: Mapping[str, Any]) -> list[KeyView]:
+    return [_key_view(k) for k in data["keys"]]
+
+
+def _limit(value: object) -> object:
+    """A flow-control setting as PATCH takes it: NO_LIMIT is null, a Rate an object."""
+    if isinstance(value, NoLimit):
+        return None
+    if isinstance(value, Rate):
+        return {"limit": value.limit, "period": value.period}
+    return value
 
 
 def _schedules(data: Mapping[str, Any]) -> list[Schedule]:
@@ -416,8 +443,13 @@ class Calls:
         backoff_base: float | None = None,
         backoff_cap: float | None = None,
         retention: float | None = None,
+        key_concurrency: int | NoLimit | None = None,
+        fair: bool | None = None,
+        rate: Rate | NoLimit | None = None,
+        key_rate: Rate | NoLimit | None = None,
     ) -> Call[QueueDetail]:
-        """Change some of a queue's settings (`PATCH /queues/{name}`); seconds for the durations."""
+        """Change some of a queue's settings (`PATCH /queues/{name}`); seconds for the durations. None
+        keeps a setting; `NO_LIMIT` removes a key concurrency or a rate (`fair=False` turns fair off)."""
         body = _compact(
             dict(
                 visibility_timeout=visibility_timeout,
@@ -427,7 +459,35 @@ class Calls:
                 retention=retention,
             )
         )
+        flow = {"key_concurrency": key_concurrency, "fair": fair, "rate": rate, "key_rate": key_rate}
+        body |= {k: _limit(v) for k, v in flow.items() if v is not None}
         return Call("PATCH", f"/queues/{_segment(name)}", _queue_detail, json=body)
+
+    @staticmethod
+    def keys(queue: str, *, limit: int = 50) -> Call[list[KeyView]]:
+        """A queue's keys with the most jobs waiting first, and keys with limits of their own
+        (`GET /queues/{queue}/keys`)."""
+        return Call("GET", f"/queues/{_segment(queue)}/keys", _key_views, params={"limit": limit})
+
+    @staticmethod
+    def key(queue: str, key: str) -> Call[KeyView]:
+        """One key's limits and jobs (`GET /queues/{queue}/keys/{key}`); `NotFound` when it has neither."""
+        return Call("GET", f"/queues/{_segment(queue)}/keys/{_segment(key)}", _key_view)
+
+    @staticmethod
+    def set_key(
+        queue: str, key: str, *, concurrency: int | None = None, rate: Rate | None = None
+    ) -> Call[KeyView]:
+        """Give a key its own concurrency and rate in place of the queue's (None: the queue's); replaces
+        what the key had (`PUT /queues/{queue}/keys/{key}`)."""
+        body = {"concurrency": concurrency, "rate": _limit(rate)}
+        return Call("PUT", f"/queues/{_segment(queue)}/keys/{_segment(key)}", _key_view, json=body)
+
+    @staticmethod
+    def delete_key(queue: str, key: str) -> Call[DeleteKeyResult]:
+        """Remove a key's own limits (`DELETE /queues/{queue}/keys/{key}`); `NotFound` when it had none."""
+        path = f"/queues/{_segment(queue)}/keys/{_segment(key)}"
+        return Call("DELETE", path, _reader(DeleteKeyResult), idempotent=False)
 
     @staticmethod
     def pause(name: str) -> Call[QueueRow]:
@@ -721,6 +781,10 @@ class Client(_Transport):
     queues = _sync(Calls.queues)
     queue = _sync(Calls.queue)
     configure_queue = _sync(Calls.configure_queue)
+    keys = _sync(Calls.keys)
+    key = _sync(Calls.key)
+    set_key = _sync(Calls.set_key)
+    delete_key = _sync(Calls.delete_key)
     pause = _sync(Calls.pause)
     resume = _sync(Calls.resume)
     schedules = _sync(Calls.schedules)
@@ -792,6 +856,10 @@ class AsyncClient(_Transport):
     queues = _async(Calls.queues)
     queue = _async(Calls.queue)
     configure_queue = _async(Calls.configure_queue)
+    keys = _async(Calls.keys)
+    key = _async(Calls.key)
+    set_key = _async(Calls.set_key)
+    delete_key = _async(Calls.delete_key)
     pause = _async(Calls.pause)
     resume = _async(Calls.resume)
     schedules = _async(Calls.schedules)

@@ -290,12 +290,55 @@ class PurgeResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Rate:
+    """At most `limit` leases in any window of `period` seconds."""
+
+    limit: int
+    period: float
+
+
+class NoLimit:
+    """`NO_LIMIT`: what `configure_queue` takes to remove a key concurrency or a rate."""
+
+    def __repr__(self) -> str:
+        return "NO_LIMIT"
+
+
+NO_LIMIT = NoLimit()
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     visibility_timeout: float
     max_attempts: int
     backoff_base: float
     backoff_cap: float
     retention: float
+    # Flow control (None: no limit): jobs of one key running at once (1: also in order); jobs handed
+    # out across keys in turn; leases of the queue, and of each key, per window.
+    key_concurrency: int | None = None
+    fair: bool = False
+    rate: Rate | None = None
+    key_rate: Rate | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteKeyResult:
+    queue: str
+    key: str
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class KeyView:
+    """A key of a queue: its own limits (None: the queue's), and its jobs waiting and running."""
+
+    queue: str
+    key: str
+    concurrency: int | None
+    rate: Rate | None
+    pending: int
+    running: int
 
 
 @dataclass(frozen=True, slots=True)
