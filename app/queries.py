@@ -979,7 +979,8 @@ QUEUE_GAUGES = Query.define(
     SELECT q.name AS queue, q.paused,
            coalesce(s.pending, 0) AS pending, coalesce(s.scheduled, 0) AS scheduled,
            coalesce(s.running, 0) AS running, coalesce(s.dead, 0) AS dead,
-           coalesce(extract(epoch FROM now() - s.oldest_ready), 0)::float8 AS lag_seconds
+           coalesce(extract(epoch FROM now() - s.oldest_ready), 0)::float8 AS lag_seconds,
+           q.flow, q.key_concurrency, q.fair, q.rate_limit, q.rate_period, q.key_rate_limit, q.key_rate_period
     FROM jobq.queues q LEFT JOIN s ON s.queue = q.name
     ORDER BY q.name
     """,
@@ -1270,8 +1271,9 @@ FIRE_SCHEDULE = Query.define(
     WITH {_queue_locks("jobq.schedules WHERE name = :name")}, new_queues AS (
         INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
     ), j AS (
-        INSERT INTO jobq.jobs AS j (queue, payload, priority, max_attempts, kind, schedule, schedule_slot)
-        SELECT s.queue, s.payload, s.priority, s.max_attempts, s.kind, s.name, slot
+        INSERT INTO jobq.jobs AS j
+            (queue, payload, priority, max_attempts, kind, key, schedule, schedule_slot)
+        SELECT s.queue, s.payload, s.priority, s.max_attempts, s.kind, s.key, s.name, slot
         FROM jobq.schedules s, unnest(:slots::timestamptz[]) AS slot
         WHERE s.name = :name AND {LOCKED}
         ORDER BY slot

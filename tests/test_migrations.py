@@ -648,3 +648,25 @@ async def test_0008_adds_key_and_the_sql_functions_argument_and_goes_back(databa
     assert await db.fetchval("SELECT jobq.enqueue('q', '3', kind => 'k')") is not None
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 3
     await asyncio.to_thread(migrations.upgrade, database_url)
+
+
+# --- revision 0009: flow control ---------------------------------------------------------------------
+
+
+async def test_0009_adds_flow_control_and_builds_its_indexes_without_blocking_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0008")
+    await db.execute("SELECT jobq.enqueue('q', '1', key => 'tenant')")
+    await asyncio.to_thread(migrations.upgrade, database_url, "0009")
+    indexes = await db.fetch(
+        "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE c.relname IN ('ix_jobs_key_ready', 'ix_jobs_key_held') ORDER BY 1"
+    )
+    assert [tuple(r) for r in indexes] == [("ix_jobs_key_held", True), ("ix_jobs_key_ready", True)]
+    row = await db.fetchrow("SELECT flow, fair, key_concurrency FROM jobq.queues WHERE name = 'q'")
+    assert tuple(row) == (False, False, None)
+    assert await db.fetchval("SELECT count(*) FROM jobq.keys") == 0
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0008")
+    assert await db.fetchval("SELECT to_regclass('jobq.keys')") is None
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE key = 'tenant'") == 1
+    await asyncio.to_thread(migrations.upgrade, database_url)

@@ -83,7 +83,7 @@ async def test_put_get_list_pause_resume_trigger_delete(client, db):
     assert at(hourly["next_run_at"]) - datetime.now(UTC) <= timedelta(hours=1)
 
     assert (await client.get("/schedules/nightly")).json() == hourly
-    await client.put("/schedules/another", json=DAILY | {"catch_up": "all", "kind": "build"})
+    await client.put("/schedules/another", json=DAILY | {"catch_up": "all", "kind": "build", "key": "t-1"})
     assert [s["name"] for s in (await client.get("/schedules")).json()["schedules"]] == ["another", "nightly"]
 
     paused = (await client.post("/schedules/nightly/pause")).json()
@@ -93,8 +93,8 @@ async def test_put_get_list_pause_resume_trigger_delete(client, db):
 
     triggered = (await client.post("/schedules/another/trigger")).json()
     job = (await client.get(f"/jobs/{triggered['job_id']}")).json()
-    assert (job["queue"], job["kind"], job["payload"], job["schedule"], job["schedule_slot"]) == (
-        "reports", "build", {"kind": "daily"}, "another", None,
+    assert (job["queue"], job["kind"], job["key"], job["payload"], job["schedule"], job["schedule_slot"]) == (
+        "reports", "build", "t-1", {"kind": "daily"}, "another", None,
     )  # fmt: skip
     assert triggered["last_job_id"] == job["id"] and triggered["last_run_at"] is not None
 

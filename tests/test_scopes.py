@@ -69,6 +69,7 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/ui/dead/{id}/retry"): set(),
     ("POST", "/ui/dead/{id}/purge"): set(),
     ("GET", "/ui/schedules"): {"viewer"},
+    ("GET", "/ui/queues/{queue}/keys"): {"viewer"},
     ("POST", "/ui/schedules/{name}/pause"): set(),
     ("POST", "/ui/schedules/{name}/resume"): set(),
     ("POST", "/ui/schedules/{name}/trigger"): set(),

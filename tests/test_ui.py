@@ -251,6 +251,21 @@ async def test_job_page_shows_result_and_progress_escaped_and_cut(client, db):
     assert shown.count("x" * 100) < 60
 
 
+async def test_limits_and_the_keys_with_most_waiting(client):
+    r = await client.patch("/queues/f", json={"key_concurrency": 1, "key_rate": {"limit": 10, "period": 60}})
+    assert r.status_code == 200, r.text
+    await client.put("/queues/f/keys/vip <b>", json={"concurrency": 3})
+    jobs = [{"queue": "f", "payload": 1, "key": k} for k in ["a", "b", "b", "vip <b>"]]
+    r = await client.post("/jobs/batch", json={"jobs": jobs})
+    assert r.status_code == 201, r.text
+    overview = (await client.get("/ui")).text
+    assert '<a href="/ui/queues/f/keys">1 per key, in order · 10 per 60 s per key</a>' in overview
+    page = (await client.get("/ui/queues/f/keys")).text
+    keys = re.findall(r'data-key="([^"]*)"', page)
+    assert keys[0] == "b" and set(keys) == {"a", "b", "vip &lt;b&gt;"}  # most waiting first; escaped
+    assert "3 at once" in page and "Limits of the queue: 1 per key, in order · 10 per 60 s per key" in page
+
+
 def _shown(moment: str | None) -> str:
     """An RFC 3339 time of the API as the dashboard shows it."""
     if moment is None:

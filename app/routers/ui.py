@@ -26,7 +26,7 @@ from app.access import Role
 from app.auth import Admin, Caller, Viewer
 from app.deps import DB
 from app.errors import JobqError, NotFound
-from app.jobs import schedules
+from app.jobs import flow, schedules
 from app.models import MAX_JOB_ID, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.ui import pages
 
@@ -122,6 +122,14 @@ async def job_page(id: JobIdPath, db: DB, caller: Caller, flash: Flash = None) -
     except NotFound as exc:
         return html(pages.not_found_page(exc.detail), status=404)
     return html(pages.job_page(job, flash=flash, actions=caller.has(Role.ADMIN)))
+
+
+@router.get("/queues/{queue}/keys", response_model=None)
+async def keys_page(queue: QueuePath, db: DB, caller: Caller) -> Response:
+    caller.admit(queue)
+    row = next((r for r in await jobs.queue_gauges(db) if r["queue"] == queue), None)
+    keys = await flow.list_keys(db, queue, pages.KEYS_SHOWN)
+    return html(pages.keys_page(queue, pages.limits_text(row) if row else "", keys))
 
 
 @router.get("/schedules", response_model=None)

@@ -151,6 +151,9 @@ def queues_page(
         toggle_cell = f"<td>{toggle}</td>" if actions else ""
         dead = row["dead"]
         dead_cell = f'<a href="{esc(url("/ui/dead", queue=name))}">{dead}</a>' if dead else "0"
+        limits = esc(limits_text(row)) or "—"
+        if row["flow"]:
+            limits = f'<a href="/ui/queues/{esc(name)}/keys">{limits}</a>'
         body_rows.append(
             f'<tr data-queue="{esc(name)}" class="{"paused" if paused else ""}">'
             f'<th scope="row">{esc(name)}</th>'
@@ -159,11 +162,12 @@ def queues_page(
             f'<td class="num lag">{duration(row["lag_seconds"])}</td>'
             f'<td class="num">{rate(rates.get("enqueued"))}</td>'
             f'<td class="num">{rate(rates.get("acked"))}</td>'
-            f'<td class="state">{"paused" if paused else "active"}</td>{toggle_cell}</tr>'
+            f'<td class="state">{"paused" if paused else "active"}</td>'
+            f'<td class="limits">{limits}</td>{toggle_cell}</tr>'
         )
     table = (
         "<table><thead><tr><th>Queue</th><th>Pending</th><th>Scheduled</th><th>Running</th><th>Dead</th>"
-        "<th>Lag</th><th>Enqueued</th><th>Acked</th><th>State</th>"
+        "<th>Lag</th><th>Enqueued</th><th>Acked</th><th>State</th><th>Limits</th>"
         f"{'<th></th>' if actions else ''}</tr></thead>"
         f"<tbody>{''.join(body_rows)}</tbody></table>"
         if rows
@@ -175,6 +179,53 @@ def queues_page(
         f"minute. Sessions waiting for a lock: <b>{gauges.lock_waiting}</b> ({refreshed}).</p>"
     )
     return layout("Queues", f"<h1>Queues</h1>{table}{summary}", flash=flash, refresh=True)
+
+
+def _rate_text(limit: int | None, period: float | None) -> str:
+    return "" if limit is None or period is None else f"{limit} per {period:g} s"
+
+
+def limits_text(row: Mapping[str, Any]) -> str:
+    """A queue's flow-control settings in a few words ('' for none)."""
+    parts = []
+    concurrency = row["key_concurrency"]
+    if concurrency is not None:
+        parts.append(f"{concurrency} per key" + (", in order" if concurrency == 1 else ""))
+    if row["fair"]:
+        parts.append("fair")
+    if queue_rate := _rate_text(row["rate_limit"], row["rate_period"]):
+        parts.append(queue_rate)
+    if key_rate := _rate_text(row["key_rate_limit"], row["key_rate_period"]):
+        parts.append(f"{key_rate} per key")
+    return " · ".join(parts)
+
+
+KEYS_SHOWN = 50
+
+
+def keys_page(queue: str, limits: str, keys: list[Mapping[str, Any]]) -> str:
+    """A queue's keys with the most jobs waiting, and keys with limits of their own (KEYS_SHOWN at most)."""
+    rows = []
+    for key in keys:
+        own = [f"{key['concurrency']} at once"] if key["concurrency"] is not None else []
+        if key["rate"]:
+            own.append(_rate_text(key["rate"]["limit"], key["rate"]["period"]))
+        rows.append(
+            f'<tr data-key="{esc(key["key"])}"><th scope="row">{esc(key["key"])}</th>'
+            f'<td class="num">{key["pending"]}</td><td class="num">{key["running"]}</td>'
+            f"<td>{esc(' · '.join(own) or 'the queue’s')}</td></tr>"
+        )
+    table = (
+        "<table><thead><tr><th>Key</th><th>Waiting</th><th>Running</th><th>Own limits</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else '<p class="empty">No key has jobs waiting or running, or limits of its own.</p>'
+    )
+    summary = (
+        f'<p class="meta">Limits of the queue: {esc(limits or "none")}. The {KEYS_SHOWN} keys with the most'
+        " jobs waiting, then keys with limits of their own (PUT /queues/{queue}/keys/{key}).</p>"
+    )
+    return layout(f"Keys of {queue}", f"<h1>Keys of {esc(queue)}</h1>{table}{summary}", refresh=True)
 
 
 def dead_page(
