@@ -374,6 +374,10 @@ async def test_configure_queue_creates_it_and_changes_only_what_is_given(databas
         "backoff_base": 30,
         "backoff_cap": 3600,
         "retention": 86400,
+        "key_concurrency": None,
+        "fair": False,
+        "rate": None,
+        "key_rate": None,
     }
     changed = await jobs.configure_queue(database, "cfg", jobs.QueueSettings(visibility_timeout=5))
     assert (changed["settings"]["visibility_timeout"], changed["settings"]["max_attempts"]) == (5, 2)

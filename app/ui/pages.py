@@ -151,7 +151,7 @@ def queues_page(
         toggle_cell = f"<td>{toggle}</td>" if actions else ""
         dead = row["dead"]
         dead_cell = f'<a href="{esc(url("/ui/dead", queue=name))}">{dead}</a>' if dead else "0"
-        limits = esc(limits_text(row)) or "—"
+        limits = esc(limits_text(row))
         if row["flow"]:
             limits = f'<a href="/ui/queues/{esc(name)}/keys">{limits}</a>'
         body_rows.append(

@@ -474,9 +474,12 @@ def queues_configure(
     if as_json:
         print_json(detail)
     else:
-        typer.echo(
-            ", ".join(f"{k} {_setting_text(v)}" for k, v in dataclasses.asdict(detail.settings).items())
-        )
+        # Flow-control settings only when set: most queues have none.
+        flow = {"key_concurrency", "fair", "rate", "key_rate"}
+        settings = {
+            k: v for k, v in dataclasses.asdict(detail.settings).items() if k not in flow or v not in (None, False)
+        }
+        typer.echo(", ".join(f"{k} {_setting_text(v)}" for k, v in settings.items()))
 
 
 def _parse_rate(text: str | None, option: str) -> Rate | NoLimit | None:
