@@ -476,9 +476,8 @@ def queues_configure(
     else:
         # Flow-control settings only when set: most queues have none.
         flow = {"key_concurrency", "fair", "rate", "key_rate"}
-        settings = {
-            k: v for k, v in dataclasses.asdict(detail.settings).items() if k not in flow or v not in (None, False)
-        }
+        settings = dataclasses.asdict(detail.settings)
+        settings = {k: v for k, v in settings.items() if k not in flow or v not in (None, False)}
         typer.echo(", ".join(f"{k} {_setting_text(v)}" for k, v in settings.items()))
 
 
