@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from app import jobs, maintenance
 from app.db import Database
 from app.errors import DATABASE_UNAVAILABLE
+from app.jobs import flow
 from app.metrics import QueueGauges
 
 log = logging.getLogger("jobq.background")
@@ -51,8 +52,11 @@ def start(db: Database) -> list[asyncio.Task]:
 
     async def refresh_gauges() -> None:
         queues = await jobs.queue_gauges(db)
+        held = await flow.flow_gauges(db) if any(q["flow"] for q in queues) else []
         locks = await jobs.lock_waits(db)
-        db.metrics.refreshed(QueueGauges(queues, locks["waiting"], locks["longest_seconds"], time.time()))
+        db.metrics.refreshed(
+            QueueGauges(queues, locks["waiting"], locks["longest_seconds"], time.time(), held=held)
+        )
 
     async def vacuum() -> None:
         await maintenance.vacuum_if_needed(db)

@@ -90,6 +90,8 @@ class QueueGauges:
     lock_waiting: int = 0
     lock_wait_longest_seconds: float = 0.0
     at: float = 0.0  # time.time() of the refresh; 0 before the first
+    # Per queue under flow control: ready jobs held back by each kind of limit (app/jobs/flow.py).
+    held: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Gauges:
@@ -116,9 +118,19 @@ class _Gauges:
                 jobs.add_metric([row["queue"], state], row[state])
             lag.add_metric([row["queue"]], row["lag_seconds"])
             paused.add_metric([row["queue"]], 1.0 if row["paused"] else 0.0)
+        held = GaugeMetricFamily(
+            "jobq_queue_held_jobs",
+            "Ready jobs of a queue under flow control held back by a limit: concurrency (their key runs as"
+            " many as it may), key_rate or rate (a full window); counted up to 100,000.",
+            labels=["queue", "limit"],
+        )
+        for row in snap.held:
+            for limit in ("concurrency", "key_rate", "rate"):
+                held.add_metric([row["queue"], limit], row[limit])
         yield jobs
         yield lag
         yield paused
+        yield held
         yield GaugeMetricFamily(
             "jobq_lock_waiting_sessions",
             "Sessions in jobq's database waiting for a lock (pg_stat_activity wait_event_type = Lock).",

@@ -986,6 +986,51 @@ QUEUE_GAUGES = Query.define(
     """,
 )
 
+
+# Flow control's gauges (app/metrics.py), per queue under flow control: ready jobs held back by each kind
+# of limit, counted up to :cap per queue and limit (a backlog of millions is not worth counting exactly
+# every few seconds): jobs of keys at their concurrency, jobs of keys whose rate window is full, and every
+# ready job while the queue's own window is full. A key at two limits counts under both.
+def _held(keys: str) -> str:
+    return f"""(SELECT count(*) FROM (
+                 SELECT FROM {keys} h, LATERAL (
+                     SELECT FROM jobq.jobs j
+                     WHERE j.queue = h.queue AND j.key = h.key AND j.status = 'pending' AND j.run_at <= now()
+                     LIMIT :cap) ready
+                 WHERE h.queue = fq.name LIMIT :cap) held)"""
+
+
+FLOW_GAUGES = Query.define(
+    "flow_gauges",
+    f"""
+    WITH fq AS (
+        SELECT * FROM jobq.queues WHERE flow
+    ), running AS (
+        SELECT j.queue, j.key, count(*) AS n
+        FROM jobq.jobs j JOIN fq ON fq.name = j.queue
+        WHERE j.status = 'running' AND j.key IS NOT NULL
+        GROUP BY j.queue, j.key
+    ), at_concurrency AS (
+        SELECT r.queue, r.key FROM running r
+        JOIN fq ON fq.name = r.queue
+        LEFT JOIN jobq.keys o ON o.queue = r.queue AND o.key = r.key
+        WHERE r.n >= coalesce(o.concurrency, fq.key_concurrency)
+    ), at_rate AS (
+        SELECT o.queue, o.key FROM jobq.keys o JOIN fq ON fq.name = o.queue
+        WHERE coalesce(o.rate_limit, fq.key_rate_limit)
+              <= {_used("o.rate_times", "o.rate_counts", "coalesce(o.rate_period, fq.key_rate_period)")}
+    )
+    SELECT fq.name AS queue, {_held("at_concurrency")} AS concurrency, {_held("at_rate")} AS key_rate,
+           CASE WHEN fq.rate_limit <= {_used("fq.rate_times", "fq.rate_counts", "fq.rate_period")} THEN (
+               SELECT count(*) FROM (
+                   SELECT FROM jobq.jobs j
+                   WHERE j.queue = fq.name AND j.status = 'pending' AND j.run_at <= now() LIMIT :cap) ready
+           ) ELSE 0 END AS rate
+    FROM fq
+    ORDER BY fq.name
+    """,
+)
+
 # Sessions in this database waiting for a heavyweight lock, and how long the oldest such statement has
 # run: the sign of something holding locks the claim, an ack or lease expiry need. (A role that is neither
 # superuser nor in pg_read_all_stats sees wait events of its own sessions only, which are jobq's.)

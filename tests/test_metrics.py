@@ -172,6 +172,32 @@ async def test_gauges_follow_the_database(start_service, db):
         await until(lagging)
 
 
+async def test_jobs_held_back_by_each_limit(start_service):
+    service = start_service(metrics_interval=0.1)
+    async with httpx.AsyncClient(base_url=service.url) as client:
+        settings = {"key_concurrency": 1, "key_rate": {"limit": 2, "period": 600}}
+        r = await client.patch("/queues/held", json=settings)
+        assert r.status_code == 200, r.text
+        jobs = [{"queue": "held", "payload": n, "key": key} for n, key in enumerate("aaabbbcc")]
+        await post(client, "/jobs/batch", {"jobs": jobs}, 201)
+        leased = (await post(client, "/lease", {"queue": "held", "max_jobs": 10}))["jobs"]
+        assert sorted(j["key"] for j in leased) == ["a", "b", "c"]
+        # Each key runs one: a, b and c are at their concurrency, with 2 + 2 + 1 ready jobs behind them.
+        for job in leased:
+            if job["key"] == "c":
+                await post(client, "/ack", {"id": job["id"], "lease_token": job["lease_token"]})
+        (again,) = (await post(client, "/lease", {"queue": "held", "max_jobs": 10}))["jobs"]
+        assert again["key"] == "c"  # c's second lease: its rate window (2 per 10 minutes) is full
+
+        async def held() -> dict | None:
+            samples = await scrape(client)
+            got = {limit: value(samples, "jobq_queue_held_jobs", queue="held", limit=limit) for limit in
+                   ("concurrency", "key_rate", "rate")}  # fmt: skip
+            return got if got == {"concurrency": 4, "key_rate": 0, "rate": 0} else None
+
+        await until(held)
+
+
 async def test_gauges_are_read_in_the_background_not_per_scrape(start_service):
     """With a long interval, scrapes report the snapshot taken at start, however often they come."""
     service = start_service(metrics_interval=3600)

@@ -158,6 +158,18 @@ async def lease_flow(
     return FlowClaim(leased, rows[0]["wake_in"], any(r["locked"] is False for r in looked))
 
 
+# Ready jobs held back by a limit are counted up to this many per queue and kind of limit.
+HELD_COUNT_CAP = 100_000
+
+
+async def flow_gauges(db: Database) -> list[Row]:
+    """Per queue under flow control: ready jobs held back by key concurrency, by key rate and by the
+    queue's rate (each counted up to HELD_COUNT_CAP), for the metrics."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.FLOW_GAUGES.text, *q.FLOW_GAUGES.args(cap=HELD_COUNT_CAP))
+    return [dict(r) for r in rows]
+
+
 # --- the per-key view and overrides ----------------------------------------------------------------
 
 
