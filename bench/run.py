@@ -249,6 +249,61 @@ class Bench:
             f"   ratio p99 {ratio:.2f} (<= 2)"
         )
 
+    async def fairness(self) -> None:
+        """`fair`: 16 workers with 10 ms handlers drain key A's backlog; then key B sends 10 jobs a second.
+        B's wait from enqueue to lease, and A's rate with B against A's rate alone (less B's share)."""
+        await self.reset()
+        queue = self.queue("fa")
+        await self.backlog(queue, self.n(100_000), key="'A'")
+        await self.sql("UPDATE jobq.queues SET fair = true, flow = true WHERE name = $1", queue)
+        done = {"A": 0, "B": 0}
+        waits: list[float] = []
+        stop = asyncio.Event()
+
+        async def work() -> None:
+            async with served.Session() as http:
+                while not stop.is_set():
+                    body = {"queue": queue, "max_jobs": 1, "wait": 1}
+                    for job in (await served.post(http, f"{self.url}/lease", body))["jobs"]:
+                        if job["key"] == "B":
+                            waits.append(time.time() - job["payload"])
+                        await asyncio.sleep(0.01)
+                        ack = {"id": job["id"], "lease_token": job["lease_token"]}
+                        await served.post(http, f"{self.url}/ack", ack)
+                        done[job["key"]] += 1
+
+        async def produce() -> None:
+            async with served.Session() as http:
+                while not stop.is_set():
+                    job = {"queue": queue, "payload": time.time(), "key": "B"}
+                    await served.post(http, f"{self.url}/jobs", job)
+                    await asyncio.sleep(0.1)
+
+        workers = [asyncio.create_task(work()) for _ in range(16)]
+        await asyncio.sleep(3)  # warm up
+        alone_from, a_from = time.perf_counter(), done["A"]
+        await asyncio.sleep(10)
+        alone = (done["A"] - a_from) / (time.perf_counter() - alone_from)
+        producer = asyncio.create_task(produce())
+        await asyncio.sleep(3)
+        with_from, a_from, waits[:] = time.perf_counter(), done["A"], []
+        await asyncio.sleep(20)
+        seconds = time.perf_counter() - with_from
+        with_b = (done["A"] - a_from) / seconds
+        stop.set()
+        await asyncio.gather(*workers, producer)
+        b_waits = summary_ms(waits)
+        share = with_b / max(alone - len(waits) / seconds, 1e-9)
+        self.results["fair: key B's wait behind key A's backlog"] = {
+            "b_wait": b_waits,
+            "a_rate_alone": round(alone, 1),
+            "a_rate_with_b": round(with_b, 1),
+            "a_share_of_what_b_leaves": round(share, 3),
+            "target": "B p99 <= 1000 ms, A >= 0.9",
+        }
+        print(f"  {'fair: B wait p50/p99 ms':34} {b_waits['p50_ms']} / {b_waits['p99_ms']} (<= 1000)")
+        print(f"  {'fair: A jobs/s alone, with B':34} {alone:.0f}, {with_b:.0f}   share {share:.2f} (>= 0.9)")
+
     async def runner(self) -> None:
         """The Python worker runner (`jobq.Worker`, 16 slots). On no-op handlers, against the plain HTTP
         batch drain it is built on: what the runner's own machinery costs per job. On handlers of 1 and
@@ -494,6 +549,7 @@ SCENARIOS = [
     "drain_single",
     "drain_batch",
     "keyed",
+    "fairness",
     "runner",
     "full_cycle",
     "sqs",
