@@ -1137,11 +1137,16 @@ LOCK_QUEUE_ROW = Query.define(
 
 # --- keys (flow control's per-key view and overrides) ---------------------------------------------
 
+
+# A rate as the API shows it, {limit, period}, or NULL.
+def _rate_json(limit: str, period: str) -> str:
+    return f"CASE WHEN {limit} IS NOT NULL THEN json_build_object('limit', {limit}, 'period', {period}) END"
+
+
 # A key as the API shows it: its overrides (NULL: the queue's setting) and its jobs waiting and running.
-KEY = """
+KEY = f"""
     k.queue, k.key, o.concurrency,
-    CASE WHEN o.rate_limit IS NOT NULL THEN json_build_object('limit', o.rate_limit, 'period', o.rate_period)
-    END AS rate,
+    {_rate_json("o.rate_limit", "o.rate_period")} AS rate,
     (SELECT count(*) FROM jobq.jobs j WHERE j.queue = k.queue AND j.key = k.key AND j.status = 'pending')
         AS pending,
     (SELECT count(*) FROM jobq.jobs j WHERE j.queue = k.queue AND j.key = k.key AND j.status = 'running')
@@ -1180,7 +1185,7 @@ DELETE_KEY = Query.define(
 # The queue's keys with the most jobs waiting (then running), and keys with overrides, at most :limit.
 LIST_KEYS = Query.define(
     "list_keys",
-    """
+    f"""
     WITH counted AS (
         SELECT key, count(*) FILTER (WHERE status = 'pending') AS pending,
                count(*) FILTER (WHERE status = 'running') AS running
@@ -1196,8 +1201,7 @@ LIST_KEYS = Query.define(
              ON o.key = c.key
     )
     SELECT :queue::text AS queue, key, concurrency,
-           CASE WHEN rate_limit IS NOT NULL THEN json_build_object('limit', rate_limit, 'period', rate_period)
-           END AS rate, pending, running
+           {_rate_json("rate_limit", "rate_period")} AS rate, pending, running
     FROM listed
     ORDER BY pending DESC, running DESC, key
     LIMIT :limit

@@ -193,19 +193,21 @@ class Bench:
                 f"pgqueuer 1.6, batch {batch}",
             )
 
+    async def limited_backlog(self, queue: str, count: int, keyed: bool) -> None:
+        """`count` jobs; keyed: over 1,000 keys, in a queue with key_concurrency 2 (flow control)."""
+        if not keyed:
+            await self.backlog(queue, count)
+            return
+        await self.backlog(queue, count, key="'k' || (g % 1000)")
+        await self.sql("UPDATE jobq.queues SET key_concurrency = 2, flow = true WHERE name = $1", queue)
+
     async def keyed(self) -> None:
         """Flow control's cost: the batch drain and one-job claims of a queue with 1,000 active keys and
         key_concurrency 2, against the same without keys or limits (the plain LEASE), in the same run."""
 
         async def drain(keyed: bool, total: int) -> float:
             queue = self.queue("kd")
-            if keyed:
-                await self.backlog(queue, total, key="'k' || (g % 1000)")
-                await self.sql(
-                    "UPDATE jobq.queues SET key_concurrency = 2, flow = true WHERE name = $1", queue
-                )
-            else:
-                await self.backlog(queue, total)
+            await self.limited_backlog(queue, total, keyed)
             # An empty answer is not the end under limits: workers long-poll until every job is done.
             started = time.perf_counter()
             await served.drain_count(self.url, queue, 4, 100, total)
@@ -226,13 +228,7 @@ class Bench:
         for keyed in (False, True):
             await self.reset()
             queue = self.queue("kc")
-            if keyed:
-                await self.backlog(queue, rounds, key="'k' || (g % 1000)")
-                await self.sql(
-                    "UPDATE jobq.queues SET key_concurrency = 2, flow = true WHERE name = $1", queue
-                )
-            else:
-                await self.backlog(queue, rounds)
+            await self.limited_backlog(queue, rounds, keyed)
             latencies[keyed] = summary_ms(await self._claim_latencies(queue, rounds))
         ratio = latencies[True]["p99_ms"] / latencies[False]["p99_ms"]
         self.results["one-job claim, 1,000 keys, limit 2"] = {
