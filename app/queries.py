@@ -507,29 +507,41 @@ def _running(key: str) -> str:
                WHERE h.queue = :queue AND h.key = {key} AND h.status = 'running')"""
 
 
-# Walk :scan keys with pending jobs after :after, in key order, and lock each: a row per key looked at,
-# `locked` false for one another claim holds. The caller keeps the last key as its next :after, and
-# starts again from the first key once a walk comes back short. `looked` is read only as far as the LIMIT
-# asks (a CTE's rows are made as they are read); MATERIALIZED keeps the lock in it from being evaluated
-# once more per reference. A queue with a rate also locks its row, so that its claims take turns.
+# Walk the keys with pending jobs after :after, in key order, locking each, until :scan are locked or
+# :reach looked at: a row per key looked at, `locked` false for one another claim holds (passed over,
+# as SKIP LOCKED passes over a row, and the walk goes on past it: two claims starting from one place
+# take consecutive stretches of keys instead of the second finding the first's keys held). The lock is
+# taken in the recursive step itself, once per key, so the walk stops as soon as it has enough. The
+# caller keeps the last key as its next :after, and starts again from the first key once a walk comes
+# back short. A queue with a rate also locks its row first, so that its claims take turns.
 # (Passing over full keys here, by a running count read before the lock, cost more than LEASE_FLOW
 # finding them full.)
 def _flow_keys(rated: bool) -> str:
-    rate_turn = """, rate_turn AS (
+    rate_turn = """rate_turn AS (
         SELECT name FROM jobq.queues WHERE name = :queue AND rate_limit IS NOT NULL FOR NO KEY UPDATE
-    )"""
+    ), """
+    # OFFSET 0 keeps each subquery whole, so the lock runs once for its key and not again per reference.
     return f"""
-    WITH RECURSIVE walk(key) AS (
-        SELECT {_keys_with_pending(":after::text")}
+    WITH RECURSIVE {rate_turn if rated else ""}walk(key, locked, got, n) AS (
+        SELECT key, locked, locked::int, 1 FROM (
+            SELECT key, {_KEY_LOCK.format(key="key")} AS locked
+            FROM (SELECT {_keys_with_pending(":after::text")} AS key OFFSET 0) first
+            WHERE key IS NOT NULL
+              AND EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
+              {"AND (SELECT count(*) FROM rate_turn) >= 0" if rated else ""}
+            OFFSET 0
+        ) k
         UNION ALL
-        SELECT {_keys_with_pending("w.key")} FROM walk w WHERE w.key IS NOT NULL
-    ), looked AS MATERIALIZED (
-        SELECT key, {_KEY_LOCK.format(key="key")} AS locked FROM walk
-        WHERE key IS NOT NULL
-          AND EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
-    ){rate_turn if rated else ""}
-    SELECT key, locked FROM looked {"WHERE (SELECT count(*) FROM rate_turn) >= 0" if rated else ""}
-    LIMIT :scan
+        SELECT k.key, k.locked, w.got + k.locked::int, w.n + 1
+        FROM walk w, LATERAL (
+            SELECT key, {_KEY_LOCK.format(key="key")} AS locked
+            FROM (SELECT {_keys_with_pending("w.key")} AS key OFFSET 0) next
+            WHERE key IS NOT NULL
+            OFFSET 0
+        ) k
+        WHERE w.got < :scan AND w.n < :reach
+    )
+    SELECT key, locked FROM walk
     """
 
 

@@ -70,7 +70,7 @@ class Move:
 def lease_flow(walk: q.Query, claim: q.Query) -> Run:
     async def run(conn: asyncpg.Connection, job_id: int) -> None:
         async with conn.transaction():
-            looked = await statement(walk, queue=QUEUE, after="", scan=10)(conn, job_id)
+            looked = await statement(walk, queue=QUEUE, after="", scan=10, reach=40)(conn, job_id)
             keys = [r["key"] for r in looked if r["locked"]]
             await statement(
                 claim, queue=QUEUE, keys=keys, visibility_timeouts=[30.0], worker_ids=["w"], lookahead=10

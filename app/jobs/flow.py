@@ -26,6 +26,7 @@ queue under flow control, and LEASE_FLOW one without, so a stale entry costs a w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
@@ -45,6 +46,8 @@ KEY_SLACK = 16
 # seconds between such looks while none are found.
 UNKEYED_LOOKAHEAD = 4
 UNKEYED_INTERVAL = 0.5
+# A walk of keys passes over at most this many times the keys it needs (keys other claims hold).
+KEY_REACH = 4
 # Seconds until a long-poll looks again after a claim found keys another claim held (it commits soon).
 BUSY_RETRY = 0.005
 
@@ -62,17 +65,18 @@ NO_FLOW = QueueFlow(False, None, False, False)
 
 class FlowQueues:
     """Per replica: each queue's flow settings (cached), where its next claim starts its walk of keys,
-    when a claim last looked for jobs without a key, and a lock that makes the replica's claims of one
-    queue take turns (two at once would walk the same keys, and the second find them held). Bounded:
-    past MAX_ENTRIES queues, it starts again empty (queue names come from clients)."""
+    when a claim last looked for jobs without a key, and for a queue with a rate a lock that makes the
+    replica's claims of it take turns (of one without, their walks of keys). Bounded: past MAX_ENTRIES
+    queues, it starts again empty (queue names come from clients)."""
 
     MAX_ENTRIES = 10_000
 
     def __init__(self) -> None:
         self._settings: dict[str, QueueFlow] = {}
-        self.cursors: dict[str, str] = {}
+        self.cursors: dict[str, str] = {}  # queue -> the last key walked
         self.unkeyed_looked: dict[str, float] = {}  # queue -> monotonic time; absent: found some
         self.turns: dict[str, asyncio.Lock] = {}
+        self.claiming: dict[str, set[asyncio.Event]] = {}  # queue -> its claims under way, set when done
 
     def get(self, queue: str) -> QueueFlow | None:
         return self._settings.get(queue)
@@ -83,6 +87,7 @@ class FlowQueues:
             self.cursors.clear()
             self.unkeyed_looked.clear()
             self.turns = {name: lock for name, lock in self.turns.items() if lock.locked()}
+            # claiming is not cleared: each claim removes itself.
         self._settings[queue] = flow
 
     def forget(self, queue: str | None = None) -> None:
@@ -107,15 +112,42 @@ async def queue_flow(db: Database, queue: str) -> QueueFlow:
 @dataclass(slots=True)
 class FlowClaim:
     rows: list[asyncpg.Record]
+    slots: list[int]  # each row's slot, 1-based, in the arrays of the claim's caller
     wake_in: float | None  # seconds until a rate window lets a job go, when one held jobs back
     busy: bool  # a key was passed over because another claim held it
+
+
+# Times a claim that came back short, keys passed over because this replica's other claims held them,
+# claims again once those have committed.
+BUSY_ROUNDS = 3
 
 
 async def lease_flow(
     db: Database, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
 ) -> FlowClaim:
-    """Claim up to one job per slot of a queue under flow control: FLOW_KEYS, then LEASE_FLOW, in one
-    transaction (see app/queries.py for why two statements)."""
+    """Claim up to one job per slot of a queue under flow control (see _claim). A claim runs beside
+    the replica's other claims of the queue and passes over the keys they hold; when it comes back
+    short because of them, it waits for them to commit and claims again for the slots left, so that a
+    claim does not answer empty while jobs it could have are only held for a moment (claims from
+    other replicas are not waited for: a long-poll looks again after BUSY_RETRY)."""
+    claim = FlowClaim([], [], None, False)
+    for _ in range(BUSY_ROUNDS):
+        done = len(claim.rows)
+        more, others = await _claim(db, queue, flow, timeouts[done:], workers[done:])
+        claim.rows += more.rows
+        claim.slots += [done + slot for slot in more.slots]
+        claim.wake_in, claim.busy = more.wake_in, more.busy
+        if not (more.busy and others) or len(claim.rows) == len(workers):
+            break
+        await asyncio.wait([asyncio.ensure_future(other.wait()) for other in others])
+    return claim
+
+
+async def _claim(
+    db: Database, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
+) -> tuple[FlowClaim, list[asyncio.Event]]:
+    """One claim: FLOW_KEYS, then LEASE_FLOW, in one transaction (see app/queries.py for why two
+    statements); and the replica's claims of the queue under way when it walked."""
     slots = len(workers)
     per_key = slots if flow.fair or not flow.key_concurrency else min(flow.key_concurrency, slots)
     scan = math.ceil(slots / per_key) + min(KEY_SLACK, slots + 3)
@@ -125,37 +157,68 @@ async def lease_flow(
     looked_at = known.unkeyed_looked.get(queue)
     unkeyed = looked_at is None or time.monotonic() - looked_at >= UNKEYED_INTERVAL
     turn = known.turns.setdefault(queue, asyncio.Lock())
-    async with turn, db.acquire() as conn, conn.transaction():
-        # Planned for each claim's own arguments: a plan made once for any arguments (which PostgreSQL
-        # switches to after a few claims when its estimates favour it) was, on statistics taken while the
-        # table was small, ten times slower on a backlog of 100,000 jobs.
-        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-        walk, claim = (q.FLOW_KEYS_RATED, q.LEASE_FLOW_RATED) if flow.rated else (q.FLOW_KEYS, q.LEASE_FLOW)
-        after = known.cursors.get(queue, "")
-        looked = await conn.fetch(walk.text, *walk.args(queue=queue, after=after, scan=scan))
-        if len(looked) < scan and after:  # past the last key: on from the first, up to where it began
-            first = await conn.fetch(walk.text, *walk.args(queue=queue, after="", scan=scan - len(looked)))
-            seen = {r["key"] for r in looked}
-            looked += [r for r in first if r["key"] not in seen]
-        rows = await conn.fetch(
-            claim.text,
-            *claim.args(
-                queue=queue,
-                keys=[r["key"] for r in looked if r["locked"]],
-                visibility_timeouts=timeouts,
-                worker_ids=workers,
-                lookahead=UNKEYED_LOOKAHEAD * slots + KEY_SLACK if unkeyed else 0,
-            ),
-        )
-        # The next claim walks on from the last key looked at.
-        known.cursors[queue] = looked[-1]["key"] if looked else ""
+    # A queue with a rate: its claims take turns (FLOW_KEYS_RATED locks its row in the database, so
+    # here too, rather than each holding a connection while it waits for the row). Without a rate they
+    # only walk in turn: each walk starts where the last one stopped and ends with the keys it needs
+    # locked, and the claims then lease side by side, each from its own keys.
+    whole, walking = (turn, contextlib.nullcontext()) if flow.rated else (contextlib.nullcontext(), turn)
+    claim = q.LEASE_FLOW_RATED if flow.rated else q.LEASE_FLOW
+    claiming = known.claiming.setdefault(queue, set())
+    mine = asyncio.Event()
+    try:
+        async with whole, db.acquire() as conn, conn.transaction():
+            # Planned once per connection, for any arguments: planning for each claim's own cost a
+            # quarter of the claim, and on statistics taken while the table was small (a backlog
+            # inserted since) planned a lookup of each chosen job through the claim index, ten times
+            # slower.
+            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            async with walking:
+                others = list(claiming)
+                claiming.add(mine)
+                looked = await _walk(conn, known, queue, flow, scan)
+            locked = [r["key"] for r in looked if r["locked"]]
+            lookahead = UNKEYED_LOOKAHEAD * slots + KEY_SLACK if unkeyed else 0
+            rows = await conn.fetch(
+                claim.text,
+                *claim.args(
+                    queue=queue,
+                    keys=locked,
+                    visibility_timeouts=timeouts,
+                    worker_ids=workers,
+                    lookahead=lookahead,
+                ),
+            )
+    finally:
+        mine.set()
+        claiming.discard(mine)
+        if not claiming:
+            known.claiming.pop(queue, None)
     leased = [r for r in rows if r["id"] is not None]
     if unkeyed:
         if any(r["key"] is None for r in leased):
             known.unkeyed_looked.pop(queue, None)
         else:
             known.unkeyed_looked[queue] = time.monotonic()
-    return FlowClaim(leased, rows[0]["wake_in"], any(r["locked"] is False for r in looked))
+    busy = any(r["locked"] is False for r in looked)
+    return FlowClaim(leased, [r["slot"] for r in leased], rows[0]["wake_in"], busy), others
+
+
+async def _walk(
+    conn: asyncpg.Connection, known: FlowQueues, queue: str, flow: QueueFlow, scan: int
+) -> list[asyncpg.Record]:
+    """FLOW_KEYS from where the replica's last walk of the queue stopped: until `scan` keys are locked,
+    on from the first key once past the last; the next walk starts after the last key looked at."""
+    walk = q.FLOW_KEYS_RATED if flow.rated else q.FLOW_KEYS
+    reach = scan * KEY_REACH
+    after = known.cursors.get(queue, "")
+    looked = await conn.fetch(walk.text, *walk.args(queue=queue, after=after, scan=scan, reach=reach))
+    got = sum(r["locked"] for r in looked)
+    if got < scan and after and len(looked) < reach:
+        # Up to where it began (a key locked twice is this claim's own lock taken again).
+        first = await conn.fetch(walk.text, *walk.args(queue=queue, after="", scan=scan - got, reach=reach))
+        looked += [r for r in first if r["key"] <= after]
+    known.cursors[queue] = looked[-1]["key"] if looked else ""
+    return looked
 
 
 # Ready jobs held back by a limit are counted up to this many per queue and kind of limit.

@@ -146,7 +146,7 @@ async def _lease_shared(
     started = time.perf_counter()
     if flow.flow:
         claim = await lease_flow(db, queue, flow, timeouts, workers)
-        rows = claim.rows
+        rows, slots = claim.rows, claim.slots
         if len(rows) < len(workers):
             _wake_later(wakeups, queue, claim)
     else:
@@ -154,10 +154,11 @@ async def _lease_shared(
             rows = await conn.fetch(
                 q.LEASE.text, *q.LEASE.args(queue=queue, visibility_timeouts=timeouts, worker_ids=workers)
             )
+        slots = [row["slot"] for row in rows]
     db.metrics.claimed(queue, time.perf_counter() - started, len(rows))
     shares: list[list[tuple[int, Row]]] = [[] for _ in calls]
-    for row in rows:
-        shares[owner[row["slot"] - 1]].append((row["slot"], as_job(row)))
+    for slot, row in zip(slots, rows, strict=True):
+        shares[owner[slot - 1]].append((slot, as_job(row)))
     return [[job for _, job in sorted(share, key=lambda pair: pair[0])] for share in shares]
 
 
