@@ -354,3 +354,22 @@ class IdempotencyKey(Base):
     # When the jobs were inserted (their created_at); kept until expires_at (JOBQ_IDEMPOTENCY_TTL later).
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class SqsReceiveAttempt(Base):
+    """An SQS FIFO ReceiveMessage sent with a `ReceiveRequestAttemptId`: the messages it leased, under
+    which lease tokens, so that the same receive sent again (an SDK retrying after a lost answer) gets the
+    same messages and receipt handles back instead of new ones (app/sqs/fifo.py). Kept in the database so
+    a retry that reaches another replica finds it; deleted once past `expires_at` (five minutes, SQS's
+    deduplication interval)."""
+
+    __tablename__ = "sqs_receive_attempts"
+    __table_args__ = (Index("ix_sqs_receive_attempts_expires_at", "expires_at"),)
+
+    queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    attempt_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    # The jobs leased and each one's lease token, in the order the receive answered them.
+    ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    lease_tokens: Mapped[list[UUID]] = mapped_column(ARRAY(PG_UUID(as_uuid=True)))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
