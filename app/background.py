@@ -19,6 +19,7 @@ from app.db import Database
 from app.errors import DATABASE_UNAVAILABLE
 from app.jobs import flow
 from app.metrics import QueueGauges
+from app.sqs import fifo
 
 log = logging.getLogger("jobq.background")
 
@@ -49,6 +50,9 @@ def start(db: Database) -> list[asyncio.Task]:
         forgotten = await jobs.prune_idempotency_keys(db)
         if forgotten:
             log.info("forgot %d expired idempotency keys", forgotten)
+        attempts = await fifo.prune_receive_attempts(db)
+        if attempts:
+            log.info("forgot %d expired SQS receive attempts", attempts)
 
     async def refresh_gauges() -> None:
         queues = await jobs.queue_gauges(db)

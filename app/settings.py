@@ -120,6 +120,10 @@ class Settings(BaseSettings):
 
     # Largest JSON payload of one job, in bytes once encoded (default 256 KiB; larger is 413).
     max_payload_bytes: int = 256 * 1024
+    # Largest SQS message, its body and attributes as SQS counts them, beside each queue's own
+    # MaximumMessageSize (whichever is smaller); default 1 MiB, SQS's largest. SQS messages are held to
+    # this, not to max_payload_bytes, so a 1 MiB message works as on Amazon SQS.
+    sqs_max_message_bytes: int = Field(default=1024 * 1024, ge=1024)
     # Largest `result` an ack may keep with its job, and largest `progress` an extend may, each in bytes
     # once encoded as JSON (default 64 KiB). Larger is 413 and changes nothing: the job stays running
     # under its lease, so the worker can ack again without the result.

@@ -42,15 +42,19 @@ async def enqueue_batch(
     *,
     then: Callable[[asyncpg.Connection, list[Row]], Awaitable[None]] | None = None,
     once: Once | None = None,
+    payload_limit: int | None = None,
 ) -> list[Row]:
     """Insert jobs, all or nothing; each result carries `duplicate`.
 
     A dedup_key already held by an active job of the queue answers with that job. Within one batch, a
     repeated (queue, dedup_key) is a duplicate of its first occurrence. `then`, if given, runs in the
-    same transaction with the jobs (the SQS API stores message attributes beside them this way).
-    With `once` (an idempotency key, see `Once`), the request is carried out at most once.
+    same transaction with the jobs (the SQS API stores message attributes beside them this way, and
+    FIFO messages their deduplication ids). With `once` (an idempotency key, see `Once`), the request is
+    carried out at most once. `payload_limit`: the largest payload in bytes, encoded, for a caller that
+    held its payloads to rules of its own (the SQS API: SQS's message size); None: JOBQ_MAX_PAYLOAD_BYTES.
     """
-    payloads = encode_payloads(requests, db.settings.max_payload_bytes)
+    limit = db.settings.max_payload_bytes if payload_limit is None else payload_limit
+    payloads = encode_payloads(requests, limit)
     if once is not None:
         if then is not None:
             raise TypeError("enqueue_batch: `then` and `once` do not go together")

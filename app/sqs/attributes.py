@@ -1,7 +1,8 @@
 """Queue and message attributes as SQS spells them, checked and mapped onto jobq's queue settings.
 
 jobq keeps what it has a column for in its own settings (VisibilityTimeout -> visibility_timeout,
-RedrivePolicy's maxReceiveCount -> max_attempts) and the rest in ``queues.sqs_attributes``.
+RedrivePolicy's maxReceiveCount -> max_attempts) and the rest in ``queues.sqs_attributes``, FIFO queues'
+attributes included (a queue is FIFO when it keeps ``FifoQueue`` "true"; app/sqs/fifo.py).
 """
 
 from __future__ import annotations
@@ -13,25 +14,35 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from app.sqs.protocol import SqsError, invalid_parameter, queue_arn
+from app.sqs.protocol import SqsError, invalid_parameter, name_from_arn, queue_arn
 
 # A queue created through SQS without a RedrivePolicy keeps its messages however often they are
 # received (SQS has no limit there); jobq needs a number, so it takes the API's largest.
 NO_REDRIVE_MAX_ATTEMPTS = 1000
 MAX_RECEIVE_COUNT = 1000
+# SQS's largest message, and the default MaximumMessageSize of a queue: 1 MiB (body and attributes).
+MAX_MESSAGE_BYTES = 1024 * 1024
 
 # Integer attributes: (lowest, highest, default).
 INTEGER = {
     "VisibilityTimeout": (1, 43200, 30),  # SQS allows 0; a jobq lease must last a moment
     "DelaySeconds": (0, 900, 0),
     "MessageRetentionPeriod": (60, 1209600, 345600),
-    "MaximumMessageSize": (1024, 262144, 262144),
+    "MaximumMessageSize": (1024, MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES),
     "ReceiveMessageWaitTimeSeconds": (0, 20, 0),
     "KmsDataKeyReusePeriodSeconds": (60, 86400, 300),
 }
 # Kept and shown as given; jobq has nothing to do with them.
 OPAQUE = {"Policy", "KmsMasterKeyId", "SqsManagedSseEnabled", "RedriveAllowPolicy"}
-FIFO = {"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"}
+# FIFO queues' attributes: the values each takes, the first what a FIFO queue has unless told otherwise.
+# FifoQueue is given on CreateQueue only; the others only a FIFO queue has (a standard queue knows no
+# such attribute, as in SQS).
+FIFO = {
+    "FifoQueue": ("true", "false"),
+    "ContentBasedDeduplication": ("false", "true"),
+    "DeduplicationScope": ("queue", "messageGroup"),
+    "FifoThroughputLimit": ("perQueue", "perMessageGroupId"),
+}
 COMPUTED = {
     "All",
     "QueueArn",
@@ -41,12 +52,27 @@ COMPUTED = {
     "CreatedTimestamp",
     "LastModifiedTimestamp",
 }
-SETTABLE = set(INTEGER) | OPAQUE | FIFO | {"RedrivePolicy"}
+SETTABLE = set(INTEGER) | OPAQUE | set(FIFO) | {"RedrivePolicy"}
 
 
-def check_queue_attributes(attributes: Any) -> tuple[dict[str, str], dict[str, Any]]:
-    """Validate Attributes of CreateQueue or SetQueueAttributes: (what to keep in sqs_attributes as
-    given, what to set in jobq's settings)."""
+def _unknown(name: str) -> SqsError:
+    return SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+
+
+def _invalid_value(name: str, reason: str) -> SqsError:
+    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}. Reason: {reason}")
+
+
+def is_fifo_name(name: str) -> bool:
+    return name.endswith(".fifo")
+
+
+def check_queue_attributes(
+    attributes: Any, *, fifo: bool, creating: bool, current: dict[str, str] | None = None
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """Validate Attributes of CreateQueue (`creating`) or SetQueueAttributes of a queue that is or will
+    be FIFO (`fifo`) and keeps the attributes `current`: (what to keep in sqs_attributes as given, what
+    to set in jobq's settings)."""
     if attributes is None:
         return {}, {}
     if not isinstance(attributes, dict):
@@ -55,25 +81,26 @@ def check_queue_attributes(attributes: Any) -> tuple[dict[str, str], dict[str, A
     settings: dict[str, Any] = {}
     for name, value in attributes.items():
         if name not in SETTABLE:
-            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+            raise _unknown(name)
         if not isinstance(value, str):
             raise invalid_parameter(f"Value for attribute {name} must be a string.")
         if name in FIFO:
-            if name == "FifoQueue" and value.lower() == "false":
+            if name == "FifoQueue":
+                # Given on CreateQueue only, and checked against the name there (queues.create_queue).
+                if not creating:
+                    raise _unknown(name)
+                if fifo:
+                    keep[name] = "true"
                 continue
-            raise SqsError(
-                "UnsupportedOperation",
-                f"jobq serves standard queues only; {name} is a FIFO queue attribute.",
-                query_code="AWS.SimpleQueueService.UnsupportedOperation",
-            )
-        if name in INTEGER:
+            if not fifo:
+                raise _unknown(name)
+            if value not in FIFO[name]:
+                raise _invalid_value(name, f"must be one of {', '.join(FIFO[name])}.")
+            keep[name] = value
+        elif name in INTEGER:
             low, high, _ = INTEGER[name]
             if not re.fullmatch(r"-?\d{1,12}", value) or not low <= int(value) <= high:
-                raise SqsError(
-                    "InvalidAttributeValue",
-                    f"Invalid value for the parameter {name}. "
-                    f"Reason: must be an integer from {low} to {high}.",
-                )
+                raise _invalid_value(name, f"must be an integer from {low} to {high}.")
             if name == "VisibilityTimeout":
                 settings["visibility_timeout"] = float(value)
                 continue
@@ -88,21 +115,33 @@ def check_queue_attributes(attributes: Any) -> tuple[dict[str, str], dict[str, A
                 count = int(policy["maxReceiveCount"])
                 target = policy["deadLetterTargetArn"]
             except (ValueError, KeyError, TypeError) as exc:
-                raise SqsError(
-                    "InvalidAttributeValue",
-                    "Invalid value for the parameter RedrivePolicy. Reason: it must be JSON with "
-                    "deadLetterTargetArn and maxReceiveCount.",
+                raise _invalid_value(
+                    name, "it must be JSON with deadLetterTargetArn and maxReceiveCount."
                 ) from exc
             if not isinstance(target, str) or not 1 <= count <= MAX_RECEIVE_COUNT:
-                raise SqsError(
-                    "InvalidAttributeValue",
-                    "Invalid value for the parameter RedrivePolicy. Reason: maxReceiveCount must be "
-                    f"from 1 to {MAX_RECEIVE_COUNT}.",
+                raise _invalid_value(name, f"maxReceiveCount must be from 1 to {MAX_RECEIVE_COUNT}.")
+            # As SQS: a FIFO queue's dead-letter queue is a FIFO queue, a standard queue's a standard one
+            # (a queue made through SQS is FIFO exactly when its name ends in .fifo).
+            if is_fifo_name(name_from_arn(target, "deadLetterTargetArn")) != fifo:
+                raise _invalid_value(
+                    name,
+                    "the dead-letter queue of a FIFO queue must also be a FIFO queue, and the dead-letter "
+                    "queue of a standard queue must also be a standard queue.",
                 )
             keep[name] = json.dumps({"deadLetterTargetArn": target, "maxReceiveCount": count})
             settings["max_attempts"] = count
         else:
             keep[name] = value
+    if fifo:
+        merged = {**(current or {}), **keep}
+        if (
+            merged.get("FifoThroughputLimit") == "perMessageGroupId"
+            and merged.get("DeduplicationScope") != "messageGroup"
+        ):
+            raise _invalid_value(
+                "FifoThroughputLimit",
+                "perMessageGroupId is allowed only when DeduplicationScope is messageGroup.",
+            )
     return keep, settings
 
 
@@ -128,6 +167,8 @@ def queue_attributes(row: Any, stats: dict[str, Any]) -> dict[str, str]:
     for name, (_, _, default) in INTEGER.items():
         if name not in ("VisibilityTimeout", "KmsDataKeyReusePeriodSeconds"):
             out[name] = str(default)
+    if kept.get("FifoQueue") == "true":
+        out.update({name: values[0] for name, values in FIFO.items()})
     for name, value in kept.items():
         if name == "RedrivePolicy":
             if value:

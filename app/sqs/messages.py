@@ -12,7 +12,6 @@ received through SQS with that JSON text as its body.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +21,18 @@ import orjson
 from app import jobs
 from app.access_log import note
 from app.errors import Invalid, LeaseLost, NotFound
+from app.jobs.rows import Row
 from app.models import MAX_LEASE_TOKEN
+from app.sqs import fifo as fifo_queues
 from app.sqs import queries as sq
-from app.sqs.attributes import check_message_attributes, check_message_text, select_message_attributes
+from app.sqs.attributes import (
+    MAX_MESSAGE_BYTES,
+    check_message_attributes,
+    check_message_text,
+    select_message_attributes,
+)
 from app.sqs.context import Context, kept_attributes, queue_row
+from app.sqs.fifo import Fifo, fifo_of, sequence_number
 from app.sqs.params import Body, entries, failed, integer, string
 from app.sqs.protocol import (
     SqsError,
@@ -53,13 +60,18 @@ class _Outgoing:
     delay: int | None
     attributes: dict[str, dict[str, str]]
     group: str | None = None  # MessageGroupId: the job's key (flow control: a fair queue's tenant)
+    dedup: str | None = None  # a FIFO message's deduplication id (app/sqs/fifo.py)
+    size: int = 0  # bytes as SQS counts them: the body and the attributes
 
 
-# SQS's MessageGroupId: 1-128 characters, letters, digits and ASCII punctuation.
-_GROUP_ID = re.compile(r"[A-Za-z0-9!-/:-@\[-`{-~]{1,128}")
+def _not_for_this_queue(parameter: str, value: Any) -> SqsError:
+    return invalid_parameter(
+        f"Value {value} for parameter {parameter} is invalid. Reason: The request include parameter "
+        "that is not valid for this queue type."
+    )
 
 
-def _outgoing(entry: Body, max_bytes: int, entry_id: str | None = None) -> _Outgoing:
+def _outgoing(entry: Body, max_bytes: int, fifo: Fifo | None, entry_id: str | None = None) -> _Outgoing:
     text = string(entry, "MessageBody")
     assert text is not None
     if not text:
@@ -78,19 +90,47 @@ def _outgoing(entry: Body, max_bytes: int, entry_id: str | None = None) -> _Outg
         )
     delay = integer(entry, "DelaySeconds", 0, 900, None)
     group = string(entry, "MessageGroupId", required=False)
-    if group is not None and not _GROUP_ID.fullmatch(group):
-        raise invalid_parameter(
-            "Value for parameter MessageGroupId is invalid. Reason: it must be 1 to 128 letters, digits"
-            " or punctuation marks."
-        )
-    return _Outgoing(entry_id, text, delay, attributes, group)
+    if group is not None:
+        fifo_queues.check_token(group, "MessageGroupId")
+    dedup = string(entry, "MessageDeduplicationId", required=False)
+    if fifo is None:
+        if dedup is not None:
+            raise _not_for_this_queue("MessageDeduplicationId", dedup)
+    else:
+        # A FIFO message: in a group, deduplicated, and delayed only by the queue's DelaySeconds.
+        if group is None:
+            raise missing_parameter("MessageGroupId")
+        if delay is not None:
+            raise _not_for_this_queue("DelaySeconds", delay)
+        dedup = fifo_queues.deduplication_id(fifo, dedup, text)
+    return _Outgoing(entry_id, text, delay, attributes, group, dedup, size)
 
 
 def _max_message_bytes(ctx: Context, row: asyncpg.Record) -> int:
-    return min(int(kept_attributes(row).get("MaximumMessageSize", 262144)), ctx.db.settings.max_payload_bytes)
+    """The queue's MaximumMessageSize (default 1 MiB, as SQS's), or JOBQ_SQS_MAX_MESSAGE_BYTES, whichever
+    is smaller. jobq's own payload limit (JOBQ_MAX_PAYLOAD_BYTES) is for its API: an SQS message is held
+    to SQS's rules."""
+    return min(
+        int(kept_attributes(row).get("MaximumMessageSize", MAX_MESSAGE_BYTES)),
+        ctx.db.settings.sqs_max_message_bytes,
+    )
 
 
-async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Outgoing]) -> list[Body]:
+def _stored_limit(ctx: Context, row: asyncpg.Record) -> int:
+    """The largest payload a message within the size limit makes: its body as a JSON string, two quotes
+    more, and where a quote, backslash, tab, newline or carriage return takes two bytes (SQS refuses the
+    other control characters)."""
+    return 2 * _max_message_bytes(ctx, row) + 2
+
+
+async def _enqueue(
+    ctx: Context,
+    name: str,
+    row: asyncpg.Record,
+    messages: list[_Outgoing],
+    keep: fifo_queues.Keep | None = None,
+) -> list[Row]:
+    """Insert messages as jobs, with their attributes (and `keep`, if given) in the same transaction."""
     default_delay = int(kept_attributes(row).get("DelaySeconds", 0))
     new = [
         jobs.NewJob(
@@ -103,24 +143,48 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
     ]
     with_attributes = [k for k, m in enumerate(messages) if m.attributes]
 
-    async def store_attributes(conn: asyncpg.Connection, rows: list[dict[str, Any]]) -> None:
-        await conn.execute(
-            sq.SET_MESSAGE_ATTRIBUTES.text,
-            *sq.SET_MESSAGE_ATTRIBUTES.args(
-                ids=[rows[k]["id"] for k in with_attributes],
-                attributes=[json.dumps(messages[k].attributes) for k in with_attributes],
-            ),
-        )
+    async def store(conn: asyncpg.Connection, rows: list[Row]) -> None:
+        if with_attributes:
+            await conn.execute(
+                sq.SET_MESSAGE_ATTRIBUTES.text,
+                *sq.SET_MESSAGE_ATTRIBUTES.args(
+                    ids=[rows[k]["id"] for k in with_attributes],
+                    attributes=[json.dumps(messages[k].attributes) for k in with_attributes],
+                ),
+            )
+        if keep is not None:
+            await keep(conn, rows)
 
-    if len(new) == 1 and not with_attributes:
-        rows = [await jobs.enqueue(ctx.db, new[0])]
+    # A single plain message shares its INSERT with concurrent enqueues, when jobq's payload limit,
+    # which those apply, takes it.
+    small = len(messages) == 1 and 2 * messages[0].size + 2 <= ctx.db.settings.max_payload_bytes
+    if small and not with_attributes and keep is None:
+        return [await jobs.enqueue(ctx.db, new[0])]
+    return await jobs.enqueue_batch(
+        ctx.db,
+        new,
+        then=store if with_attributes or keep is not None else None,
+        payload_limit=_stored_limit(ctx, row),
+    )
+
+
+async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Outgoing]) -> list[Body]:
+    fifo = fifo_of(kept_attributes(row))
+    if fifo is None:
+        ids = [job["id"] for job in await _enqueue(ctx, name, row, messages)]
     else:
-        rows = await jobs.enqueue_batch(ctx.db, new, then=store_attributes if with_attributes else None)
+
+        async def enqueue(chosen: list[_Outgoing], keep: fifo_queues.Keep) -> list[Row]:
+            return await _enqueue(ctx, name, row, chosen, keep)
+
+        ids = await fifo_queues.send_once(ctx.db, name, fifo, messages, enqueue)
     out = []
-    for m, job in zip(messages, rows, strict=True):
-        sent: Body = {"MessageId": str(job["id"]), "MD5OfMessageBody": md5_of_body(m.body)}
+    for m, job_id in zip(messages, ids, strict=True):
+        sent: Body = {"MessageId": str(job_id), "MD5OfMessageBody": md5_of_body(m.body)}
         if m.attributes:
             sent["MD5OfMessageAttributes"] = md5_of_attributes(m.attributes)
+        if fifo is not None:
+            sent["SequenceNumber"] = sequence_number(job_id)
         out.append(sent)
     return out
 
@@ -128,7 +192,7 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
 async def send_message(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     row = await queue_row(ctx, name)
-    message = _outgoing(body, _max_message_bytes(ctx, row))
+    message = _outgoing(body, _max_message_bytes(ctx, row), fifo_of(kept_attributes(row)))
     (sent,) = await _send(ctx, name, row, [message])
     return sent
 
@@ -138,13 +202,21 @@ async def send_message_batch(ctx: Context, body: Body) -> Body:
     given = entries(body, "Entries")
     row = await queue_row(ctx, name)
     limit = _max_message_bytes(ctx, row)
+    fifo = fifo_of(kept_attributes(row))
     good: list[_Outgoing] = []
     refused = []
     for entry in given:
         try:
-            good.append(_outgoing(entry, limit, entry["Id"]))
+            good.append(_outgoing(entry, limit, fifo, entry["Id"]))
         except SqsError as error:
             refused.append(failed(entry["Id"], error))
+    total = sum(m.size for m in good)
+    if total > MAX_MESSAGE_BYTES:  # SQS's limit on a batch's messages together, as on one message
+        raise SqsError(
+            "BatchRequestTooLong",
+            f"Batch requests cannot be longer than {MAX_MESSAGE_BYTES} bytes. You have sent {total} bytes.",
+            query_code="AWS.SimpleQueueService.BatchRequestTooLong",
+        )
     successful = []
     if good:
         for m, sent in zip(good, await _send(ctx, name, row, good), strict=True):
@@ -182,20 +254,39 @@ async def receive_message(ctx: Context, body: Body) -> Body:
     count = integer(body, "MaxNumberOfMessages", 1, 10, 1)
     visibility = integer(body, "VisibilityTimeout", 0, 43200, None)
     wait = integer(body, "WaitTimeSeconds", 0, 20, None)
+    attempt = string(body, "ReceiveRequestAttemptId", required=False)
+    if attempt is not None:
+        fifo_queues.check_token(attempt, "ReceiveRequestAttemptId")
     system = _system_names(body)
     row = await queue_row(ctx, name)
+    fifo = fifo_of(kept_attributes(row))
+    if fifo is None:
+        attempt = None  # SQS honours it on FIFO queues only
     if wait is None:
         wait = int(kept_attributes(row).get("ReceiveMessageWaitTimeSeconds", 0))
-    leased = await jobs.lease(
-        ctx.db,
-        ctx.wakeups,
-        queue=name,
-        max_jobs=count or 1,
-        visibility_timeout=float(visibility) if visibility is not None else None,
-        wait=float(wait),
-        worker_id="sqs",
-        disconnected=ctx.disconnected,
-    )
+    timeout = float(visibility) if visibility is not None else None
+    leased = []
+    if attempt is not None:  # the same attempt again: what it received, if still in flight
+        leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
+    if not leased:
+        leased = await jobs.lease(
+            ctx.db,
+            ctx.wakeups,
+            queue=name,
+            max_jobs=count or 1,
+            visibility_timeout=timeout,
+            wait=float(wait),
+            worker_id="sqs",
+            disconnected=ctx.disconnected,
+        )
+        if attempt is not None:
+            if not leased:
+                # Nothing free: perhaps a receive with this attempt id took it meanwhile.
+                leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
+            elif not await fifo_queues.keep_receive(ctx.db, name, attempt, leased):
+                # Another receive with this attempt id got in first: its messages are the answer.
+                await fifo_queues.hand_back(ctx.db, leased)
+                leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
     note(jobs=len(leased))
     if not leased:
         return {"Messages": []}
@@ -225,6 +316,8 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         }
         if job["key"] is not None:
             attributes["MessageGroupId"] = job["key"]
+        if fifo is not None:
+            attributes["SequenceNumber"] = sequence_number(job["id"])
         chosen = {k: v for k, v in attributes.items() if everything or k in system}
         if chosen:
             message["Attributes"] = chosen

@@ -26,6 +26,8 @@ REGION = "us-east-1"  # what ARNs say; the SigV4 check takes whatever region the
 
 # Queue names SQS accepts: 1-80 of A-Z a-z 0-9 - _ (jobq's own names may also hold . and :).
 SQS_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+# A FIFO queue's: the same, ending in .fifo, 80 characters in all.
+FIFO_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
 BATCH_ENTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 MAX_BATCH = 10
 

@@ -7,7 +7,7 @@ Same conventions as ``app/queries.py``: named parameters, one purpose each.
 
 from __future__ import annotations
 
-from app.queries import Query
+from app.queries import LEASED_JOB, Query
 
 # A queue as SQS shows it: jobq's settings, the attributes SQS set, and when it was made and changed.
 QUEUE = Query.define(
@@ -76,5 +76,103 @@ DEAD_LETTER_SOURCES = Query.define(
     SELECT name FROM jobq.queues
     WHERE (sqs_attributes ->> 'RedrivePolicy')::jsonb ->> 'deadLetterTargetArn' = :arn
     ORDER BY name
+    """,
+)
+
+# --- FIFO queues (app/sqs/fifo.py) -----------------------------------------------------------------
+
+# Keep the deduplication ids of FIFO messages just enqueued, in the enqueue's own transaction, as
+# idempotency keys (scope: the queue, or the queue and message group), each answering with its job for
+# :interval seconds. A key already there fails the statement on pk_idempotency_keys, which rolls the
+# messages back; in key order, so two sends waiting on each other's keys cannot deadlock.
+KEEP_DEDUPLICATION_IDS = Query.define(
+    "sqs_keep_deduplication_ids",
+    """
+    INSERT INTO jobq.idempotency_keys (scope, key, request_hash, ids, max_attempts, created_at, expires_at)
+    SELECT scope, key, body_hash, ARRAY[id], '{}', now(), now() + make_interval(secs => :interval)
+    FROM unnest(:scopes::text[], :keys::text[], :body_hashes::bytea[], :ids::bigint[])
+         AS k(scope, key, body_hash, id)
+    ORDER BY scope, key
+    """,
+)
+
+# The messages a receive attempt leased that are still in flight under the same leases (not deleted, not
+# made visible, not expired), their visibility timeout started again (:visibility_timeout, NULL: the
+# queue's), as SQS does for a retried receive. Running jobs stay running: no status changes.
+REPLAY_RECEIVE = Query.define(
+    "sqs_replay_receive",
+    f"""
+    WITH held AS (
+        SELECT h.id, h.lease_token, h.ord
+        FROM jobq.sqs_receive_attempts a,
+             unnest(a.ids, a.lease_tokens) WITH ORDINALITY AS h(id, lease_token, ord)
+        WHERE a.queue = :queue AND a.attempt_id = :attempt_id AND a.expires_at > now()
+    )
+    UPDATE jobq.jobs j
+    SET lease_expires_at = now()
+            + make_interval(secs => coalesce(:visibility_timeout::float8, q.visibility_timeout)),
+        updated_at = now()
+    FROM held, jobq.queues q
+    WHERE j.id = held.id AND j.lease_token = held.lease_token AND j.status = 'running'
+      AND q.name = j.queue
+    RETURNING {LEASED_JOB}, held.ord
+    """,
+)
+
+# Keep what a receive attempt leased, for :interval seconds; no row back when the attempt id is kept
+# already (waiting for a receive that is keeping it to commit).
+KEEP_RECEIVE_ATTEMPT = Query.define(
+    "sqs_keep_receive_attempt",
+    """
+    INSERT INTO jobq.sqs_receive_attempts (queue, attempt_id, ids, lease_tokens, created_at, expires_at)
+    VALUES (:queue, :attempt_id, :ids::bigint[], :lease_tokens::uuid[], now(),
+            now() + make_interval(secs => :interval))
+    ON CONFLICT (queue, attempt_id) DO NOTHING
+    RETURNING attempt_id
+    """,
+)
+
+# The attempt id's row, locked to the end of the transaction, so that REPLACE_RECEIVE_ATTEMPT, whose
+# snapshot begins once the lock is held, sees the leases of the receive that kept it.
+LOCK_RECEIVE_ATTEMPT = Query.define(
+    "sqs_lock_receive_attempt",
+    """
+    SELECT attempt_id FROM jobq.sqs_receive_attempts
+    WHERE queue = :queue AND attempt_id = :attempt_id
+    FOR UPDATE
+    """,
+)
+
+# Keep what a receive leased under an attempt id kept already, if that attempt is spent: expired, or none
+# of its messages still in flight under its leases. No row back otherwise: another receive with the same
+# attempt id got in first, and its messages are the answer.
+REPLACE_RECEIVE_ATTEMPT = Query.define(
+    "sqs_replace_receive_attempt",
+    """
+    UPDATE jobq.sqs_receive_attempts a
+    SET ids = :ids::bigint[], lease_tokens = :lease_tokens::uuid[], created_at = now(),
+        expires_at = now() + make_interval(secs => :interval)
+    WHERE a.queue = :queue AND a.attempt_id = :attempt_id
+      AND (a.expires_at <= now()
+           OR NOT EXISTS (SELECT FROM unnest(a.ids, a.lease_tokens) AS h(id, lease_token)
+                          JOIN jobq.jobs j ON j.id = h.id AND j.lease_token = h.lease_token
+                                          AND j.status = 'running'))
+    RETURNING attempt_id
+    """,
+)
+
+# Forget receive attempts past their expires_at, a bounded batch per statement (as PRUNE_IDEMPOTENCY_KEYS).
+PRUNE_RECEIVE_ATTEMPTS = Query.define(
+    "sqs_prune_receive_attempts",
+    """
+    WITH doomed AS (
+        SELECT queue, attempt_id FROM jobq.sqs_receive_attempts
+        WHERE expires_at <= now()
+        ORDER BY expires_at
+        LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM jobq.sqs_receive_attempts a USING doomed
+    WHERE a.queue = doomed.queue AND a.attempt_id = doomed.attempt_id
     """,
 )

@@ -12,14 +12,16 @@ from app.access_log import note
 from app.sqs import queries as sq
 from app.sqs.attributes import (
     COMPUTED,
+    FIFO,
     NO_REDRIVE_MAX_ATTEMPTS,
     SETTABLE,
     check_queue_attributes,
     queue_attributes,
 )
-from app.sqs.context import Context, queue_row
+from app.sqs.context import Context, kept_attributes, queue_row
 from app.sqs.params import Body, integer, string
 from app.sqs.protocol import (
+    FIFO_QUEUE_NAME,
     SQS_QUEUE_NAME,
     SqsError,
     invalid_parameter,
@@ -34,27 +36,30 @@ from app.sqs.protocol import (
 async def create_queue(ctx: Context, body: Body) -> Body:
     name = string(body, "QueueName")
     assert name is not None
-    if not SQS_QUEUE_NAME.match(name):
-        if name.endswith(".fifo"):
-            raise SqsError(
-                "UnsupportedOperation",
-                "jobq serves standard queues only; FIFO queues are not supported.",
-                query_code="AWS.SimpleQueueService.UnsupportedOperation",
+    given = body.get("Attributes")
+    fifo = _fifo_asked(given)
+    if fifo:
+        if not FIFO_QUEUE_NAME.match(name):
+            raise invalid_parameter(
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+                "underscores, must end with .fifo suffix and be 1 to 80 in length."
             )
+    elif not SQS_QUEUE_NAME.match(name):
+        # A .fifo name without FifoQueue=true is refused as SQS refuses it.
         raise invalid_parameter(
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
         )
-    keep, settings = check_queue_attributes(body.get("Attributes"))
+    keep, settings = check_queue_attributes(given, fifo=fifo, creating=True)
     async with ctx.db.acquire() as conn:
         existing = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
     if existing is not None:
         # Creating an existing queue is fine when it asks for nothing different.
         shown = queue_attributes(existing, {"pending": 0, "running": 0, "scheduled": 0})
-        for attribute, value in (body.get("Attributes") or {}).items():
-            if attribute in ("FifoQueue",):
-                continue
+        for attribute, value in (given or {}).items():
             mine = shown.get(attribute)
-            if attribute == "RedrivePolicy" and value:
+            if attribute == "FifoQueue":
+                same = (mine or "false") == ("true" if fifo else "false")
+            elif attribute == "RedrivePolicy" and value:
                 same = mine is not None and json.loads(mine) == json.loads(keep[attribute])
             else:
                 same = mine == value
@@ -67,8 +72,26 @@ async def create_queue(ctx: Context, body: Body) -> Body:
                 )
         return {"QueueUrl": queue_url(ctx.base_url, name)}
     settings.setdefault("max_attempts", NO_REDRIVE_MAX_ATTEMPTS)
+    if fifo:
+        # A FIFO queue is jobq's keyed flow control with one job of a key at a time, in order: each
+        # message group's messages one at a time, in order, a message waiting for its retry holding
+        # its group (app/sqs/fifo.py).
+        settings["flow"] = {"key_concurrency": 1}
     await _configure(ctx, name, keep, settings)
     return {"QueueUrl": queue_url(ctx.base_url, name)}
+
+
+def _fifo_asked(attributes: Any) -> bool:
+    """Whether CreateQueue's Attributes ask for a FIFO queue (FifoQueue "true"; "false" or none: standard)."""
+    if not isinstance(attributes, dict) or "FifoQueue" not in attributes:
+        return False
+    value = attributes["FifoQueue"]
+    if not isinstance(value, str) or value.lower() not in ("true", "false"):
+        raise SqsError(
+            "InvalidAttributeValue",
+            "Invalid value for the parameter FifoQueue. Reason: must be true or false.",
+        )
+    return value.lower() == "true"
 
 
 async def _configure(ctx: Context, name: str, keep: dict[str, str], settings: dict[str, Any]) -> None:
@@ -134,7 +157,8 @@ async def get_queue_attributes(ctx: Context, body: Body) -> Body:
     stats = await jobs.queue(ctx.db, name)
     everything = queue_attributes(row, stats)
     for w in wanted:
-        if w not in COMPUTED and w not in SETTABLE:
+        # A standard queue has no FIFO attributes: asking for one by name is an error, as in SQS.
+        if (w not in COMPUTED and w not in SETTABLE) or (w in FIFO and w not in everything):
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {w}.")
     if "All" in wanted:
         return {"Attributes": everything}
@@ -145,8 +169,11 @@ async def set_queue_attributes(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     if body.get("Attributes") is None:
         raise missing_parameter("Attributes")
-    keep, settings = check_queue_attributes(body.get("Attributes"))
-    await queue_row(ctx, name)
+    row = await queue_row(ctx, name)
+    kept = kept_attributes(row)
+    keep, settings = check_queue_attributes(
+        body.get("Attributes"), fifo=kept.get("FifoQueue") == "true", creating=False, current=kept
+    )
     await _configure(ctx, name, keep, settings)
     return {}
 
