@@ -670,3 +670,23 @@ async def test_0009_adds_flow_control_and_builds_its_indexes_without_blocking_an
     assert await db.fetchval("SELECT to_regclass('jobq.keys')") is None
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE key = 'tenant'") == 1
     await asyncio.to_thread(migrations.upgrade, database_url)
+
+
+# --- revision 0010: SQS FIFO receive attempts ------------------------------------------------------
+
+
+async def test_0010_adds_the_receive_attempts_table_beside_existing_jobs_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0009")
+    assert await db.fetchval("SELECT to_regclass('jobq.sqs_receive_attempts')") is None
+    job = await db.fetchval("SELECT jobq.enqueue('q.fifo', '\"body\"', key => 'group')")
+    await asyncio.to_thread(migrations.upgrade, database_url, "0010")
+    await db.execute(
+        "INSERT INTO jobq.sqs_receive_attempts (queue, attempt_id, ids, lease_tokens, expires_at)"
+        " VALUES ('q.fifo', 'a', ARRAY[$1::bigint], ARRAY[gen_random_uuid()], now())",
+        job,
+    )
+    await asyncio.to_thread(migrations.downgrade, database_url, "0009")
+    assert await db.fetchval("SELECT to_regclass('jobq.sqs_receive_attempts')") is None
+    assert await db.fetchval("SELECT key FROM jobq.jobs WHERE id = $1", job) == "group"
+    await asyncio.to_thread(migrations.upgrade, database_url)
+    assert await db.fetchval("SELECT count(*) FROM jobq.sqs_receive_attempts") == 0
