@@ -1,13 +1,15 @@
 """A Celery app on kombu's SQS transport, pointed at a jobq service by tests/test_celery_sqs.py.
 
 The worker runs as ``celery -A celery_app worker`` (from tests/) with JOBQ_CELERY_BROKER (an ``sqs://`` URL
-naming jobq's host and port) and JOBQ_CELERY_DATABASE (where the tasks record what they did).
+naming jobq's host and port), JOBQ_CELERY_DATABASE (where the tasks record what they did) and, for a FIFO
+queue, JOBQ_CELERY_QUEUE (``tasks.fifo``; default ``tasks``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import asyncpg
 from celery import Celery
@@ -23,7 +25,7 @@ app.conf.update(
         "polling_interval": 0.1,
     },
     broker_connection_retry_on_startup=True,
-    task_default_queue="tasks",
+    task_default_queue=os.environ.get("JOBQ_CELERY_QUEUE", "tasks"),
     task_acks_late=True,
     worker_prefetch_multiplier=1,
     worker_hijack_root_logger=False,
@@ -59,3 +61,12 @@ def flaky(self, word: str) -> str:
         raise self.retry(exc=RuntimeError("first try fails"), countdown=1)
     record("flaky", self.request.retries, word.upper())
     return word.upper()
+
+
+@app.task(bind=True)
+def step(self, group: str, n: int) -> None:
+    """One step of a group's sequence, recorded as it starts and ends (on a FIFO queue, a group's steps
+    run one at a time, in order, however many threads the worker has)."""
+    record("step", n, f"{group} start")
+    time.sleep(0.05)
+    record("step", n, f"{group} end")

@@ -97,3 +97,61 @@ async def test_celery_tasks_through_jobq(start_service, database_url, db):
             worker.kill()
             output, _ = worker.communicate()
         print(output)
+
+
+async def test_celery_on_a_fifo_queue_runs_each_group_in_order(start_service, database_url, db):
+    """kombu's SQS transport on a FIFO queue (``tasks.fifo``: it creates it with FifoQueue, sends each task
+    with a MessageGroupId and a MessageDeduplicationId): a worker of four threads runs each group's steps
+    one at a time, in the order they were sent, while the groups go side by side."""
+    service = start_service(tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS)
+    await db.execute("CREATE TABLE celery_results (seq bigserial, task text, attempt int, outcome text)")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool=threads", "-c", "4"]
+        + ["-l", "info"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "JOBQ_CELERY_BROKER": broker(service, "AKIACELERY"),
+            "JOBQ_CELERY_DATABASE": database_url,
+            "JOBQ_CELERY_QUEUE": "tasks.fifo",
+            "PYTHONPATH": str(ROOT / "tests"),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    groups, steps = ("acct-1", "acct-2"), 6
+    try:
+        import celery_app
+
+        with celery_app.app.connection_for_write(broker(service, "AKIASENDER")) as connection:
+            for n in range(steps):
+                for group in groups:
+                    celery_app.step.apply_async(
+                        (group, n), connection=connection, queue="tasks.fifo", MessageGroupId=group
+                    )
+
+        async def ended():
+            return await db.fetchval("SELECT count(*) FROM celery_results WHERE outcome LIKE '% end'")
+
+        await until(equals(ended, len(groups) * steps), timeout=30)
+        for group in groups:
+            rows = await db.fetch(
+                "SELECT attempt, outcome FROM celery_results WHERE outcome LIKE $1 ORDER BY seq", f"{group} %"
+            )
+            # Each step starts after the one before it ended: in order, one at a time.
+            assert [(r["attempt"], r["outcome"].split()[1]) for r in rows] == [
+                (n, moment) for n in range(steps) for moment in ("start", "end")
+            ]
+        assert await db.fetchval("SELECT array_agg(DISTINCT key ORDER BY key) FROM jobq.jobs") == list(groups)
+        await until(equals(states(db, "celery-tasks.fifo"), {"completed": len(groups) * steps}), timeout=10)
+        kept = await db.fetchval("SELECT sqs_attributes FROM jobq.queues WHERE name = 'celery-tasks.fifo'")
+        assert json.loads(kept)["FifoQueue"] == "true"
+    finally:
+        worker.terminate()
+        try:
+            output, _ = worker.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            output, _ = worker.communicate()
+        print(output)
