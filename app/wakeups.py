@@ -111,7 +111,9 @@ class Wakeups:
         self.watchers = 0  # requests waiting for a job to finish now, all jobs
         self._count = 0  # waiters registered, all queues
         self._due: dict[str, list[tuple[float, int]]] = {}  # per queue, a heap of (loop time, n)
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        # Per queue: the armed timer and the loop time it fires at (kept beside it: uvloop's call_at of a
+        # time already past returns a plain Handle, which has no when()).
+        self._timers: dict[str, tuple[asyncio.Handle, float]] = {}
         self._clock_offset = 0.0  # database clock minus this machine's, seconds
         self._closing = False
         self._tasks: list[asyncio.Task] = []
@@ -142,7 +144,7 @@ class Wakeups:
 
     async def close(self) -> None:
         self.shutdown()
-        for timer in self._timers.values():
+        for timer, _ in self._timers.values():
             timer.cancel()
         self._timers.clear()
         for task in self._tasks:
@@ -284,15 +286,16 @@ class Wakeups:
 
     def _arm(self, queue: str) -> None:
         due = self._due.get(queue)
-        timer = self._timers.get(queue)
+        armed = self._timers.get(queue)
         if not due:
             self._due.pop(queue, None)
             return
-        if timer is not None:
-            if timer.when() <= due[0][0]:
+        if armed is not None:
+            timer, when = armed
+            if when <= due[0][0]:
                 return
             timer.cancel()
-        self._timers[queue] = self._loop.call_at(due[0][0], self._fire, queue)
+        self._timers[queue] = (self._loop.call_at(due[0][0], self._fire, queue), due[0][0])
 
     def _fire(self, queue: str) -> None:
         self._timers.pop(queue, None)
