@@ -1,6 +1,7 @@
 """What many tests do alike, written once: check a problem answer, call the HTTP API and insist it
-succeeds, read a job's state from the database, open the service layer's Database, and check that a
-stopped worker left nothing leased. Waiting on a condition is tests/waiting.py.
+succeeds, read a job's state from the database, open the service layer's Database, check that a stopped
+worker left nothing leased, record every change of a job's state. Waiting on a condition is
+tests/waiting.py.
 
 The server's tests import it as ``helpers``, the client's (clients/python/tests) as ``tests.helpers``.
 """
@@ -19,6 +20,25 @@ from app.db import Database, create_pool
 from app.settings import Settings
 from jobq import AsyncClient
 from tests.waiting import quiet, until
+
+# A test-only trigger that records every status change of every job, in the order the statements ran
+# (`seq`), with the time of the transaction that made it (`at`, now(): the clock a claim's rate windows
+# use). Installed in a test's database; read from public.history.
+STATUS_HISTORY = """
+CREATE TABLE public.history (
+    seq bigserial PRIMARY KEY, job bigint, queue text, key text, old text, new text,
+    at timestamptz NOT NULL DEFAULT now()
+);
+CREATE FUNCTION public.record() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status IS DISTINCT FROM OLD.status THEN
+        INSERT INTO public.history (job, queue, key, old, new)
+        VALUES (NEW.id, NEW.queue, NEW.key, OLD.status, NEW.status);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER record AFTER UPDATE ON jobq.jobs FOR EACH ROW EXECUTE FUNCTION public.record();
+"""
 
 PROBLEM_KEYS = {"type", "title", "status", "detail", "code"}
 MAX_BATCH = 1000  # jobs in one POST /jobs/batch, at most

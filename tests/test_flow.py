@@ -4,11 +4,14 @@ overrides, enforced by the lease across replicas, over HTTP against real service
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
+import os
 import time
 
 import httpx
 import pytest
-from helpers import assert_problem
+from helpers import STATUS_HISTORY, assert_problem
 
 from app import queries as q
 
@@ -288,3 +291,52 @@ async def test_a_queue_rate_counts_every_lease_of_the_queue(a, b):
     await enqueue(a, [{"key": f"k{i}"} for i in range(5)] + [{}] * 5)
     got = await asyncio.gather(lease(a, 3), lease(b, 3), lease(a, 3), lease(b, 3))
     assert sum(len(jobs) for jobs in got) == 4
+
+
+# The rates' full size (a key at 100 leases a minute, and a queue, under ten minutes of backlog) is the
+# next test at JOBQ_RATE_FULL=1; by default, 10 leases every 2 s for five windows.
+RATE_LIMIT, RATE_PERIOD, RATE_WINDOWS = (100, 60.0, 10) if os.environ.get("JOBQ_RATE_FULL") else (10, 2.0, 5)
+
+
+@pytest.mark.slow
+async def test_rates_hold_window_after_window_under_a_backlog(a, b, db):
+    """A queue with `key_rate` (two keys) and one with `rate`, each with more jobs than the windows let
+    go, leased by long-polls on both replicas. From the history of leases: no `period` seconds hold more
+    than `limit` leases (of a key; of the queue), and every window of `period` seconds from the first
+    lease holds at least 95 % of `limit`: a long-poll blocked by a rate wakes when its window moves."""
+    await db.execute(STATUS_HISTORY)
+    limit, period = RATE_LIMIT, RATE_PERIOD
+    await configure(a, "kr", key_rate={"limit": limit, "period": period})
+    await configure(a, "qr", rate={"limit": limit, "period": period})
+    backlog = 2 * limit * (RATE_WINDOWS + 2)
+    for start in range(0, backlog, 1000):
+        n = min(1000, backlog - start)
+        await enqueue(a, [{"key": f"k{i % 2}"} for i in range(n)], queue="kr")
+        await enqueue(a, [{"key": f"k{i % 5}"} for i in range(n)], queue="qr")
+    stop = asyncio.Event()
+
+    async def work(http: httpx.AsyncClient, queue: str) -> None:
+        while not stop.is_set():
+            for job in await lease(http, 5, queue, wait=period / 2):
+                assert (await ack(http, job)).status_code == 200
+
+    workers = [asyncio.create_task(work(http, queue)) for http in (a, b) for queue in ("kr", "qr") * 4]
+    await asyncio.sleep(RATE_WINDOWS * period + period / 2)
+    stop.set()
+    await asyncio.gather(*workers)
+
+    history = await db.fetch(
+        "SELECT queue, key, extract(epoch FROM at)::float8 AS at FROM public.history WHERE new = 'running'"
+    )
+    leases: dict[tuple, list[float]] = {}
+    for event in history:
+        group = (event["queue"], event["key"] if event["queue"] == "kr" else None)
+        leases.setdefault(group, []).append(event["at"])
+    assert sorted(leases, key=str) == [("kr", "k0"), ("kr", "k1"), ("qr", None)]
+    for group, times in leases.items():
+        times.sort()
+        most = max(bisect.bisect_left(times, t + period) - i for i, t in enumerate(times))
+        assert most <= limit, f"{group}: {most} leases within {period} s"
+        starts = [bisect.bisect_left(times, times[0] + k * period) for k in range(RATE_WINDOWS + 1)]
+        per_window = [end - start for start, end in itertools.pairwise(starts)]
+        assert min(per_window) >= 0.95 * limit, f"{group}: leases per window {per_window}"

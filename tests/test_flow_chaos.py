@@ -1,14 +1,15 @@
 """Keyed flow control under faults: workers that die holding leases, a replica killed with SIGKILL, on two
-service processes. A trigger (test-only) records every status change of every job in the order the
-statements ran; from that history: running jobs per key never exceed the limit, and with a limit of 1 a
-key's jobs ran in order, each only after the one before it had finished, retries included.
+service processes. A trigger (test-only, helpers.STATUS_HISTORY) records every status change of every job
+in the order the statements ran; from that history: running jobs per key never exceed the limit, and with
+a limit of 1 a key's jobs ran in order, each only after the one before it had finished, retries included.
 
 Why the history's order is enough: a claim counts a key's running jobs in a statement that starts after
 it holds the key's lock, so a lease is recorded after every end (ack, nack, expiry) it counted as ended
 had committed, and so after that end was recorded.
 
-The CI-sized version (thousands of leases); the issue's full size (64 workers, 1,000 keys, 100,000
-leases) is the same test with larger numbers (JOBQ_CHAOS_SCALE)."""
+The CI-sized version (thousands of leases); the full size (64 workers, 1,000 keys of 100 jobs each, over
+100,000 leases) is the same test at JOBQ_CHAOS_SCALE=20:
+    JOBQ_CHAOS_SCALE=20 make test PYTEST_ARGS=tests/test_flow_chaos.py"""
 
 from __future__ import annotations
 
@@ -20,29 +21,20 @@ from collections import defaultdict
 import asyncpg
 import httpx
 import pytest
+from helpers import STATUS_HISTORY
 from service_process import ServiceProcess
 
 pytestmark = pytest.mark.anyio
 
 SCALE = float(os.environ.get("JOBQ_CHAOS_SCALE", "1"))
+FULL = SCALE >= 20
+PER_KEY, WORKERS = (100, 64) if FULL else (20, 16)
 LEASE = 1.0  # seconds: the leases of dead workers come back soon
-
-AUDIT = """
-CREATE TABLE public.history (seq bigserial PRIMARY KEY, job bigint, key text, old text, new text);
-CREATE FUNCTION public.record() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.status IS DISTINCT FROM OLD.status THEN
-        INSERT INTO public.history (job, key, old, new) VALUES (NEW.id, NEW.key, OLD.status, NEW.status);
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE TRIGGER record AFTER UPDATE ON jobq.jobs FOR EACH ROW EXECUTE FUNCTION public.record();
-"""
 
 
 async def run_chaos(database_url, tmp_path, *, limit: int, keys: int, per_key: int, workers: int) -> list:
     conn = await asyncpg.connect(database_url)
-    await conn.execute(AUDIT)
+    await conn.execute(STATUS_HISTORY)
     env = {"JOBQ_DATABASE_URL": database_url, "JOBQ_SWEEP_INTERVAL": "0.2"}
     replicas = [ServiceProcess(tmp_path, **env).wait_ready(), ServiceProcess(tmp_path, **env).wait_ready()]
     total = keys * per_key
@@ -114,16 +106,18 @@ def most_running(history) -> dict[str, int]:
 
 async def test_key_concurrency_holds_through_dead_workers_and_a_killed_replica(database_url, tmp_path):
     keys = int(50 * SCALE)
-    history = await run_chaos(database_url, tmp_path, limit=2, keys=keys, per_key=20, workers=16)
+    history = await run_chaos(database_url, tmp_path, limit=2, keys=keys, per_key=PER_KEY, workers=WORKERS)
     most = most_running(history)
     assert len(most) == keys and max(most.values()) == 2, sorted(most.items(), key=lambda kv: -kv[1])[:5]
-    assert sum(1 for e in history if e["new"] == "running") >= keys * 20
+    assert sum(1 for e in history if e["new"] == "running") >= keys * PER_KEY
     assert any(e["old"] == "running" and e["new"] == "pending" for e in history), "no lease expired"
 
 
 async def test_in_order_keys_run_one_job_after_another_through_faults(database_url, tmp_path):
-    keys = int(20 * SCALE)
-    history = await run_chaos(database_url, tmp_path, limit=1, keys=keys, per_key=15, workers=16)
+    keys = int(50 * SCALE) if FULL else 20
+    history = await run_chaos(
+        database_url, tmp_path, limit=1, keys=keys, per_key=PER_KEY if FULL else 15, workers=WORKERS
+    )
     assert max(most_running(history).values()) == 1
     per_key: dict[str, list] = defaultdict(list)
     for event in history:
