@@ -90,13 +90,7 @@ async def test_celery_tasks_through_jobq(start_service, database_url, db):
         await until(equals(states(db, "celery-tasks"), {"completed": 3}), timeout=10)
         assert await db.fetchval("SELECT array_agg(attempts) FROM jobq.jobs") == [1, 1, 1]
     finally:
-        worker.terminate()
-        try:
-            output, _ = worker.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            output, _ = worker.communicate()
-        print(output)
+        stop(worker)
 
 
 async def test_celery_on_a_fifo_queue_runs_each_group_in_order(start_service, database_url, db):
@@ -148,10 +142,15 @@ async def test_celery_on_a_fifo_queue_runs_each_group_in_order(start_service, da
         kept = await db.fetchval("SELECT sqs_attributes FROM jobq.queues WHERE name = 'celery-tasks.fifo'")
         assert json.loads(kept)["FifoQueue"] == "true"
     finally:
-        worker.terminate()
-        try:
-            output, _ = worker.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            output, _ = worker.communicate()
-        print(output)
+        stop(worker)
+
+
+def stop(worker: subprocess.Popen) -> None:
+    """Stop a Celery worker (killed if it does not stop within 10 s) and print what it logged."""
+    worker.terminate()
+    try:
+        output, _ = worker.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        output, _ = worker.communicate()
+    print(output)

@@ -27,10 +27,16 @@ async def expire_leases(db: Database) -> list[Row]:
 
 async def prune_finished(db: Database) -> int:
     """Delete finished jobs past retention in bounded batches; how many went."""
+    return await prune_in_batches(db, q.PRUNE_FINISHED)
+
+
+async def prune_in_batches(db: Database, prune: q.Query) -> int:
+    """Run a pruning statement (a DELETE of at most :batch rows) until a batch comes back short; how
+    many rows went. The connection is released between batches: pruning never starves requests."""
     batch, total = db.settings.prune_batch, 0
     while True:
-        async with db.acquire() as conn:  # released between batches: pruning never starves requests
-            tag = await conn.execute(q.PRUNE_FINISHED.text, *q.PRUNE_FINISHED.args(batch=batch))
+        async with db.acquire() as conn:
+            tag = await conn.execute(prune.text, *prune.args(batch=batch))
         deleted = int(tag.split()[-1])  # the command tag: "DELETE <rows>"
         total += deleted
         if deleted < batch:

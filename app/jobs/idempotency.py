@@ -19,6 +19,7 @@ from app import queries as q
 from app.db import Database
 from app.errors import Conflict, JobqError, PayloadTooLarge, Unavailable
 from app.jobs.arguments import NewJobLike
+from app.jobs.background import prune_in_batches
 from app.jobs.inserts import encode_payloads, insert_deduplicated, insert_new, new_job
 from app.jobs.rows import Row
 from app.jsontext import WRITE_OPTIONS, JSONText
@@ -248,13 +249,4 @@ def _reused(once: Once, ttl: float) -> Conflict:
 
 async def prune_idempotency_keys(db: Database) -> int:
     """Forget idempotency keys past their expiry, in bounded batches; how many went."""
-    batch, total = db.settings.prune_batch, 0
-    while True:
-        async with db.acquire() as conn:  # released between batches, as in prune_finished
-            tag = await conn.execute(
-                q.PRUNE_IDEMPOTENCY_KEYS.text, *q.PRUNE_IDEMPOTENCY_KEYS.args(batch=batch)
-            )
-        deleted = int(tag.split()[-1])
-        total += deleted
-        if deleted < batch:
-            return total
+    return await prune_in_batches(db, q.PRUNE_IDEMPOTENCY_KEYS)

@@ -53,6 +53,7 @@ from app import jobs
 from app import queries as q
 from app.db import Database
 from app.errors import Unavailable
+from app.jobs.background import prune_in_batches
 from app.jobs.rows import Row, as_job
 from app.sqs import queries as sq
 from app.sqs.protocol import invalid_parameter
@@ -243,13 +244,4 @@ async def hand_back(db: Database, leased: list[Row]) -> None:
 
 async def prune_receive_attempts(db: Database) -> int:
     """Forget receive attempts past their expiry, in bounded batches; how many went."""
-    batch, total = db.settings.prune_batch, 0
-    while True:
-        async with db.acquire() as conn:
-            tag = await conn.execute(
-                sq.PRUNE_RECEIVE_ATTEMPTS.text, *sq.PRUNE_RECEIVE_ATTEMPTS.args(batch=batch)
-            )
-        deleted = int(tag.split()[-1])
-        total += deleted
-        if deleted < batch:
-            return total
+    return await prune_in_batches(db, sq.PRUNE_RECEIVE_ATTEMPTS)
