@@ -205,13 +205,18 @@ async def test_jobs_without_a_key_are_not_limited(a, db):
     assert sorted((j["key"] or "") for j in leased) == ["", "", "", "", "k"]
 
 
-async def test_settings_reach_the_other_replica_at_once(a, b, db):
+async def test_settings_reach_the_other_replica_by_notification(a, b, db):
+    """b caches whether the queue is under flow control and drops it on the settings' notification, which
+    may land a moment after a's PATCH answered. Until then b's claim leaves the queue alone (each claim
+    statement checks the queue's row), so a limit always holds at once; jobs held back that way come with
+    the notification's wake-up, which the long-poll of the last lease waits for."""
     await enqueue(a, [{"key": "k"}] * 3)
     assert len(await lease(b, 1)) == 1  # b has read the queue: no flow control
     await configure(a, key_concurrency=1)
-    assert await lease(b, 3) == []
+    await enqueue(a, [{"key": "m"}])
+    assert [j["key"] for j in await lease(b, 3, wait=10)] == ["m"]  # k holds its one slot
     await configure(a, key_concurrency=None)
-    assert len(await lease(b, 3)) == 2
+    assert [j["key"] for j in await lease(b, 3, wait=10)] == ["k", "k"]
 
 
 # --- overrides and the per-key view ------------------------------------------------------------------------
