@@ -424,16 +424,15 @@ WATCH_JOBS = Query.define(
 #   waiting for it, so concurrent statements get different jobs and never block each other. Order is
 #   therefore best effort under concurrency.
 # - the UPDATE marks them running, counts the attempt and fences each lease with a fresh token and a
-#   deadline on the database clock.
+#   deadline on the database clock. It reads each slot's settings by subscript, never by joining the
+#   arrays as rows: with statistics from a nearly empty table the planner took such a join for one row
+#   and rescanned it per job (quadratic: 18 ms instead of 2 for a claim of 216 jobs).
 LEASE = Query.define(
     "lease",
     f"""
     WITH q AS (
         SELECT max_attempts, visibility_timeout FROM jobq.queues
         WHERE name = :queue AND NOT paused AND NOT flow
-    ), slots AS (
-        SELECT * FROM unnest(:visibility_timeouts::float8[], :worker_ids::text[])
-                      WITH ORDINALITY AS s(visibility_timeout, worker_id, slot)
     ), ready AS (
         SELECT id, row_number() OVER (ORDER BY priority, run_at, id) AS slot
         FROM (
@@ -446,10 +445,10 @@ LEASE = Query.define(
     )
     UPDATE jobq.jobs j
     SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
-        lease_expires_at = now()
-            + make_interval(secs => coalesce(slots.visibility_timeout, q.visibility_timeout)),
-        worker_id = slots.worker_id, updated_at = now()
-    FROM ready JOIN slots USING (slot), q
+        lease_expires_at = now() + make_interval(
+            secs => coalesce((:visibility_timeouts::float8[])[ready.slot], q.visibility_timeout)),
+        worker_id = (:worker_ids::text[])[ready.slot], updated_at = now()
+    FROM ready, q
     WHERE j.id = ready.id
     RETURNING {LEASED_JOB}, ready.slot
     """,
