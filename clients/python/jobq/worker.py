@@ -67,9 +67,11 @@ ERROR_FRAMES = 5  # traceback frames kept in a nack's error (the innermost ones)
 ERROR_CHARS = 4000  # longest error text sent with a nack
 RATE_WINDOW = 10.0  # seconds the status line's jobs/s is averaged over
 BUFFER_AGE = 1 / 3  # the part of its visibility timeout a job may wait in the buffer before it is given back
-# Most jobs buffered beyond the running ones (unless concurrency is higher): a lease of a thousand jobs takes
-# longer to answer and read than fast handlers take to run a few hundred, so a bigger buffer only slows them.
-PREFETCH_CAP = 200
+# Jobs buffered beyond the running ones: at most what the handlers, at their average time so far, finish in
+# this many seconds (and at most a lease's limit). Fast handlers get big leases, whose cost per job is lowest;
+# slow ones leave the queue's jobs to other workers. 0.5 s of no-op handlers is a full lease of 1,000.
+PREFETCH_SECONDS = 0.5
+HANDLER_TIME_WEIGHT = 0.05  # weight of each finished job in the handlers' average time
 
 
 def describe(exc: BaseException) -> str:
@@ -166,6 +168,7 @@ class Held:
     job: LeasedJob
     visibility_timeout: float  # seconds each extension of its lease asks for
     due: float  # time.monotonic() when the lease is extended
+    started: float = field(default_factory=time.monotonic)
     extending: bool = False
     lost: bool = False  # an extension found the lease gone: no more tries
     # The latest progress the handler reported (jobq.progress), and how many reports were made and sent:
@@ -234,8 +237,10 @@ class Worker:
         self._none_running = asyncio.Event()
         self._buffer: deque[Buffered] = deque()  # jobs leased but not started, oldest first
         # Jobs buffered beyond those running: doubled when a handler finds the buffer empty while a queue
-        # is not (handlers outpace leasing), halved when a job waits too long in the buffer.
+        # is not (handlers outpace leasing), up to _prefetch_limit(); halved when a job waits too long in
+        # the buffer.
         self._prefetch = min(concurrency, MAX_BATCH)
+        self._handler_time: float | None = None  # seconds a handler takes, on average (None: none ran yet)
         self._drained = dict.fromkeys(self.queues, True)  # the queue's last lease found fewer jobs than asked
         self._asking = 0  # jobs the leases in flight may bring
         self._starved = False  # a handler found the buffer empty since the last lease
@@ -349,22 +354,24 @@ class Worker:
 
     async def _fetch(self, queue: str, second: bool) -> None:
         """Keep the buffer filled from `queue`: lease when at least half the room it may hold is free (any
-        room at all when it is empty), long-polling when it is empty or the queue was found empty. The
-        buffer holds `concurrency` jobs to begin with, more when handlers find it empty. Room asked for by
-        the leases in flight counts as taken.
+        room at all when it is empty), long-polling when the queue's last lease found fewer jobs than it
+        asked for. The buffer holds `concurrency` jobs to begin with, more when handlers find it empty.
+        Room asked for by the leases in flight counts as taken.
 
-        Each queue has two fetchers, so that while one lease is on its way, the other can ask for the room
-        that handlers free meanwhile (fast handlers otherwise wait for each lease's round trip); the
-        `second` never long-polls: while its queue is found empty, it waits for the first to find jobs."""
+        Each queue has two fetchers, and a lease asks for at most half the room, so that while one lease
+        is on its way the other can ask for the room that handlers free meanwhile (fast handlers otherwise
+        wait for each lease's round trip); the `second` never long-polls: while its queue is found empty,
+        it waits for the first to find jobs."""
         pause = 0.0
         while not self.stopping:
             if self._starved:
                 self._starved = False
-                self._prefetch = min(max(PREFETCH_CAP, self.concurrency), max(1, 2 * self._prefetch))
+                self._prefetch = max(1, 2 * self._prefetch)
+            self._prefetch = min(self._prefetch, self._prefetch_limit())
             capacity = self.concurrency + self._prefetch
             held = len(self._buffer) + len(self._running) + self._asking
-            room = min(MAX_BATCH, capacity - held)
-            long_poll = self._drained[queue] or not self._buffer
+            room = min(MAX_BATCH, capacity - held, (capacity + 1) // 2)
+            long_poll = self._drained[queue]
             if room < 1 or (self._buffer and room < capacity // 2) or (second and long_poll):
                 self._room.clear()
                 await self._until_stopped(self._room.wait())
@@ -401,6 +408,14 @@ class Worker:
             self._buffer.extend(Buffered(job, sent) for job in jobs)
             self._room.set()  # the other fetchers see their room again
             self._hand_out()
+
+    def _prefetch_limit(self) -> int:
+        """The most jobs to buffer beyond the running ones: what the handlers finish in PREFETCH_SECONDS at
+        their average time, at least `concurrency` (no more until one has finished) and at most a lease."""
+        if self._handler_time is None:
+            return min(self.concurrency, MAX_BATCH)
+        in_time = self.concurrency * PREFETCH_SECONDS / max(self._handler_time, 1e-6)
+        return max(min(self.concurrency, MAX_BATCH), min(MAX_BATCH, int(in_time)))
 
     def _route(self, job: LeasedJob) -> Route:
         if self._route_all is not None:
@@ -496,8 +511,12 @@ class Worker:
     def _finished(self, job: LeasedJob, error: BaseException | None, value: Any = None) -> None:
         """A handler returned or raised: ack its job, with what it returned as the result, or nack it;
         unless it was released meanwhile."""
-        if self._running.pop(job.id, None) is None:
+        held = self._running.pop(job.id, None)
+        if held is None:
             return
+        took = time.monotonic() - held.started
+        average = self._handler_time
+        self._handler_time = took if average is None else average + HANDLER_TIME_WEIGHT * (took - average)
         self.stats.in_flight = len(self._running)
         if not self._running:
             self._none_running.set()

@@ -432,6 +432,42 @@ async def test_prefetched_jobs_are_given_back_on_stop_their_attempt_not_counted(
     assert {(r["status"], r["attempts"]): r["n"] for r in rows} == {("completed", 1): 4, ("pending", 0): 6}
 
 
+class AskingClient(AsyncClient):
+    """Records how many jobs each lease asks for."""
+
+    asked: list[int]
+
+    async def lease(self, queue, **options):  # type: ignore[no-untyped-def, override]
+        self.asked.append(options["max_jobs"])
+        return await super().lease(queue, **options)
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.2])
+async def test_the_buffer_grows_for_fast_handlers_and_stays_small_for_slow_ones(service, db, seconds):
+    """Fast handlers get leases of hundreds; slow ones no more than they finish in PREFETCH_SECONDS."""
+    count = 3000 if seconds == 0 else 12
+
+    async def handler(job):
+        await asyncio.sleep(seconds)
+
+    async with AskingClient(service.url) as client:
+        client.asked = []
+        for start in range(0, count, 1000):
+            await client.enqueue_many(
+                [{"queue": "buf", "payload": n} for n in range(start, min(count, start + 1000))]
+            )
+        worker = Worker(handler, "buf", client=client, concurrency=2, wait=0.2)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.done == count, timeout=60)
+        worker.stop()
+        await run
+    if seconds == 0:
+        assert max(client.asked) >= 300, client.asked  # a no-op takes microseconds: full half-leases
+    else:
+        assert max(client.asked) <= 2, client.asked  # 2 running and 2 buffered, asked for half at a time
+    assert await states(db, "buf")() == {"completed": count}
+
+
 async def test_a_job_buffered_too_long_is_given_back_rather_than_started_late(service, db):
     started: dict[object, float] = {}
     finished: dict[object, float] = {}
