@@ -77,7 +77,27 @@ def _jobs(data: Mapping[str, Any]) -> list[Job]:
 
 
 def _leased(data: Mapping[str, Any]) -> list[LeasedJob]:
-    return [load(LeasedJob, j) for j in data["jobs"]]
+    return [_leased_job(j) for j in data["jobs"]]
+
+
+def _leased_job(j: Mapping[str, Any], time: Callable[[str], datetime] = datetime.fromisoformat) -> LeasedJob:
+    """`load(LeasedJob, j)` written out: a worker reads hundreds of these per lease, and this is twice as
+    fast (tests/test_client.py checks that both agree)."""
+    return LeasedJob(
+        j["id"],
+        j["queue"],
+        j["payload"],
+        j["priority"],
+        j["attempts"],
+        j["max_attempts"],
+        time(j["run_at"]),
+        time(j["created_at"]),
+        j.get("last_error"),
+        j["lease_token"],
+        time(j["lease_expires_at"]),
+        j.get("kind"),
+        j.get("key"),
+    )
 
 
 def _item_results(data: Mapping[str, Any]) -> list[ItemResult]:
