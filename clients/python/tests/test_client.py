@@ -31,8 +31,8 @@ from jobq import (
     Unreachable,
     ValidationError,
 )
-from jobq.client import Completion, Failure, _exchange, _leased
-from jobq.types import load
+from jobq.client import Completion, Failure, _exchange, _item_results, _leased
+from jobq.types import ItemResult, load
 from tests.fixtures import test_settings as settings_for
 from tests.service_process import free_port
 from tests.waiting import until
@@ -83,17 +83,25 @@ async def test_producer_calls(service, db):
     assert {r["status"]: r["n"] for r in rows} == {"pending": 5, "cancelled": 1}
 
 
-async def test_leased_jobs_read_as_load_reads_them(service):
-    """The lease's answer has its own reader (client._leased), written out for speed: it must give what
-    the generic `load` gives, field for field, whatever the job carries."""
+async def test_leased_jobs_and_ack_results_read_as_load_reads_them(service):
+    """A lease's and a batch ack's answers have their own readers (client._leased, _item_results), written
+    out for speed: they must give what the generic `load` gives, field for field, whatever they carry."""
     async with AsyncClient(service.url) as jobq:
         await jobq.enqueue("read", {"n": 1})
         await jobq.enqueue("read", [1, "two"], kind="send", key="k", priority=-3)
         await jobq.nack(*await jobq.lease("read", max_jobs=1), error="boom", retry_after=0)
         async with httpx.AsyncClient(base_url=service.url) as http:
             answer = (await http.post("/lease", json={"queue": "read", "max_jobs": 2})).json()
-    assert len(answer["jobs"]) == 2 and any(j["last_error"] == "boom" for j in answer["jobs"])
+            first, second = answer["jobs"]
+            items = [
+                {"id": first["id"], "lease_token": first["lease_token"]},
+                {"id": second["id"], "lease_token": "x"},
+            ]
+            acked = (await http.post("/ack/batch", json={"items": items})).json()
+    assert any(j["last_error"] == "boom" for j in answer["jobs"])
     assert _leased(answer) == [load(LeasedJob, j) for j in answer["jobs"]]
+    assert [r["ok"] for r in acked["results"]] == [True, False]
+    assert _item_results(acked) == [load(ItemResult, r) for r in acked["results"]]
 
 
 async def test_worker_calls(service, db):
