@@ -65,7 +65,34 @@ async def _jobq_error(request: Request, exc: Exception) -> JSONResponse:
 async def _request_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     detail, errors = _validation_detail(list(exc.errors()))
-    return problem(422, "validation_error", detail, errors=errors)
+    return problem(422, "validation_error", _not_json(request, exc) or detail, errors=errors)
+
+
+def _is_json_type(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _not_json(request: Request, exc: RequestValidationError) -> str | None:
+    """What is wrong with a body that is not JSON at all, in words a sender can act on (None when it is
+    JSON, and its fields are what was wrong): where the text stops being JSON, by line and column (not
+    the character offset the parser reports as if it were a field), and why; a body nested too deeply
+    (app/web.py); a body sent as something other than JSON."""
+    errors = exc.errors()
+    for error in errors:
+        if error.get("type") == "json_invalid":
+            reason = str(error.get("ctx", {}).get("error", "not JSON"))
+            text, at = exc.body, error["loc"][-1]
+            if not isinstance(text, str) or not text or not isinstance(at, int):
+                return f"the body is not valid JSON: {reason}"
+            line = text.count("\n", 0, at) + 1
+            column = at - text.rfind("\n", 0, at)
+            return f"invalid JSON at line {line}, column {column}: {reason[:1].lower()}{reason[1:]}"
+    content_type = request.headers.get("content-type", "")
+    if not _is_json_type(content_type) and any(tuple(e.get("loc", ())) == ("body",) for e in errors):
+        sent = f"this request's is {content_type!r}" if content_type else "this request has none"
+        return f"send the body as JSON, with Content-Type: application/json ({sent})"
+    return None
 
 
 _HTTP_CODES = {

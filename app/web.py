@@ -125,11 +125,13 @@ class StrictJSONRequest(Request):
             body = await self.body()
             limit = self.app.state.settings.max_json_depth
             if nesting_depth(body, limit) > limit:
-                raise json.JSONDecodeError(f"JSON nested deeper than {limit} levels", "", 0)
+                raise json.JSONDecodeError(
+                    f"nesting deeper than {limit} levels (the service's JOBQ_MAX_JSON_DEPTH)", "", 0
+                )
             try:
                 self._json = json.loads(body, parse_constant=_not_json)
             except UnicodeDecodeError as exc:
-                raise json.JSONDecodeError("the body is not UTF-8 text", "", exc.start) from exc
+                raise json.JSONDecodeError("it is not UTF-8 text", "", exc.start) from exc
         return self._json
 
 

@@ -8,6 +8,7 @@ import bisect
 import itertools
 import os
 import time
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -245,6 +246,18 @@ async def test_a_key_override_replaces_the_queue_setting(a, db):
     assert deleted.json() == {"queue": "f", "key": "big customer", "deleted": True}
     assert_problem(await a.delete("/queues/f/keys/big customer"), 404, "not_found")
     assert (await a.get("/queues/f/keys/big customer")).json()["concurrency"] is None
+
+
+async def test_any_key_can_be_addressed_in_the_path(a, db):
+    """A key is any text of 1-256 characters: a line break or a '/' in it still names the key."""
+    for key in ("line\nbreak", "a/b", "tab\tand\r\n", "\n"):
+        path = f"/queues/f/keys/{quote(key, safe='')}"
+        r = await a.put(path, json={"concurrency": 2})
+        assert r.status_code == 200, r.text
+        assert r.json()["key"] == key
+        assert (await a.get(path)).json()["concurrency"] == 2
+        assert (await a.delete(path)).json()["deleted"] is True
+        assert_problem(await a.get(path), 404, "not_found")  # no jobs, no overrides: no such key
 
 
 async def test_an_override_alone_puts_a_queue_under_flow_control(a, db):

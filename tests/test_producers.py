@@ -448,6 +448,55 @@ async def test_malformed_json_body(client, db, raw):
 
 
 @pytest.mark.parametrize(
+    ("raw", "content_type", "detail"),
+    [
+        (
+            b'{"queue": "q", "payload": 1,}',
+            "application/json",
+            "invalid JSON at line 1, column 29: expecting property name",
+        ),
+        (
+            b'{\n  "queue": "q",\n  "payload": 1\n  "x": 2}',
+            "application/json",
+            "invalid JSON at line 4, column 3: expecting ',' delimiter",
+        ),
+        (
+            b'{"queue": "q", "payload": ' + b"[" * 100 + b"]" * 100 + b"}",
+            "application/json",
+            "the body is not valid JSON: nesting deeper than 64 levels",
+        ),
+        (
+            b'{"queue": "q", "payload": "\xff"}',
+            "application/json",
+            "the body is not valid JSON: it is not UTF-8 text",
+        ),
+        (
+            b'{"queue": "q", "payload": 1}',
+            "text/plain",
+            "send the body as JSON, with Content-Type: application/json (this request's is 'text/plain')",
+        ),
+        (
+            b'{"queue": "q", "payload": 1}',
+            "",
+            "send the body as JSON, with Content-Type: application/json (this request has none)",
+        ),
+    ],
+    ids=["comma", "lines", "depth", "utf-8", "text/plain", "no-type"],
+)
+async def test_a_body_that_is_not_json_says_why(client, db, raw, content_type, detail):
+    """In words a sender can act on: where the text stops being JSON (line and column, not an offset shown
+    as a field), and why; too deep; not sent as JSON at all. Both ways in (app/hot.py), one wording."""
+    for path, body in (("/jobs", raw), ("/lease", raw.replace(b'"payload"', b'"max_jobs"'))):
+        r = await client.post(path, content=body, headers={"content-type": content_type})
+        assert_problem(r, 422, "validation_error")
+        if path == "/jobs":
+            assert r.json()["detail"].startswith(detail), r.json()["detail"]
+        else:
+            assert r.json()["detail"].startswith(detail.split(" at ")[0].split(":")[0]), r.json()["detail"]
+    assert await count(db) == 0
+
+
+@pytest.mark.parametrize(
     "body",
     [
         {"queue": "q", "payload": "a\u0000b"},

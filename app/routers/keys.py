@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from app.auth import Admin, Caller, QueueReader
 from app.deps import DB, answers
@@ -38,7 +39,15 @@ async def list_keys(
     return JSONBody({"keys": await flow.list_keys(db, queue, limit)})
 
 
-KEY_ROUTE = "/queues/{queue}/keys/{key:path}"
+class KeyConvertor(PathConvertor):
+    """A key as the rest of the path: any text, a '/' and a line break included (Starlette's `path`
+    stops at a line break, so a key holding one, which a job may carry, answered 404 no route)."""
+
+    regex = r"[\s\S]*"
+
+
+register_url_convertor("key", KeyConvertor())
+KEY_ROUTE = "/queues/{queue}/keys/{key:key}"
 
 
 @router.get(KEY_ROUTE, dependencies=[QueueReader], response_model=None, responses=answers(KeyView, 404))
