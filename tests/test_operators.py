@@ -119,9 +119,18 @@ async def test_dead_filter_by_queue(client):
     assert [j["id"] for j in page["jobs"]] == a[::-1]
     page = (await client.get("/dead", params={"queue": "b", "limit": 1})).json()
     assert [j["id"] for j in page["jobs"]] == [b[1]]
-    page = (await client.get("/dead", params={"queue": "nobody"})).json()
-    assert page == {"jobs": [], "next_before_id": None}
     assert [j["id"] for j in (await client.get("/dead")).json()["jobs"]] == [b[1], b[0], a[1], a[0]]
+    await enqueue(client, "c")  # a queue without dead jobs: an empty page
+    assert (await client.get("/dead", params={"queue": "c"})).json() == {"jobs": [], "next_before_id": None}
+    assert (await client.post("/dead/retry", json={"queue": "c"})).json() == {"retried": 0, "skipped": []}
+
+
+async def test_a_filter_on_a_queue_that_does_not_exist_is_404(client, db):
+    """Naming a queue nobody used is a mistake worth saying, not an empty answer."""
+    problem = assert_problem(await client.get("/dead", params={"queue": "nobody"}), 404, "not_found")
+    assert problem["detail"] == "queue 'nobody' does not exist (no jobs, no settings)"
+    assert_problem(await client.post("/dead/retry", json={"queue": "nobody"}), 404, "not_found")
+    assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'nobody'") == 0
 
 
 @pytest.mark.parametrize(

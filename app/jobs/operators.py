@@ -35,6 +35,8 @@ async def dead_jobs(
                 q.DEAD_JOBS_IN_QUEUE.args(queue=queue, before_id=before, limit=limit),
             )
         rows = await conn.fetch(query.text, *args)
+        if queue is not None and not rows:
+            await _known_queue(conn, queue)
     jobs = [as_job(r) for r in rows]
     return {"jobs": jobs, "next_before_id": jobs[-1]["id"] if len(jobs) == limit else None}
 
@@ -63,7 +65,16 @@ async def retry_dead(db: Database, ids: list[int] | None, queue: str | None, sco
             if len(rows) < RETRY_BATCH:
                 break
             before = rows[-1]["id"]
+        if queue is not None and not retried and not skipped:
+            await _known_queue(conn, queue)
     return {"retried": retried, "skipped": skipped}
+
+
+async def _known_queue(conn: asyncpg.Connection, queue: str) -> None:
+    """NotFound for a queue with no row (never used, or deleted): a filter naming it is a mistake worth
+    saying, not an empty answer."""
+    if not await conn.fetchval(q.QUEUE_EXISTS.text, *q.QUEUE_EXISTS.args(queue=queue)):
+        raise NotFound(f"queue {queue!r} does not exist (no jobs, no settings)")
 
 
 async def purge_dead(db: Database, job_id: int, scope: Scope = None) -> Row:

@@ -29,7 +29,7 @@ router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_c
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
 
 
-@router.get("/dead", dependencies=[Viewer], response_model=None, responses=answers(DeadPage))
+@router.get("/dead", dependencies=[Viewer], response_model=None, responses=answers(DeadPage, 404))
 async def dead_jobs(
     db: DB,
     caller: Caller,
@@ -37,15 +37,19 @@ async def dead_jobs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,
 ) -> JSONBody:
-    """Dead jobs, newest first; pass `next_before_id` back as `before_id` for the next page."""
+    """Dead jobs, newest first; pass `next_before_id` back as `before_id` for the next page. A `queue`
+    that does not exist is 404."""
     if queue is not None:
         caller.admit(queue)
     return JSONBody(await jobs.dead_jobs(db, queue, limit, before_id, caller.like))
 
 
-@router.post("/dead/retry", dependencies=[Admin], response_model=None, responses=answers(RetryDeadResponse))
+@router.post(
+    "/dead/retry", dependencies=[Admin], response_model=None, responses=answers(RetryDeadResponse, 404)
+)
 async def retry_dead(body: RetryDeadRequest, db: DB, caller: Caller) -> JSONBody:
-    """Dead jobs (by ids, by queue, or both) back to pending with attempts reset and run_at now."""
+    """Dead jobs (by ids, by queue, or both) back to pending with attempts reset and run_at now. A
+    `queue` that does not exist is 404; ids that are not dead jobs are not counted in `retried`."""
     if body.queue is not None:
         caller.admit(body.queue)
     return JSONBody(await jobs.retry_dead(db, body.ids, body.queue, caller.like))

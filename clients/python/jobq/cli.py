@@ -373,6 +373,14 @@ def dead_retry(
     typer.echo(f"retried {answer.retried}")
     if answer.skipped:
         typer.echo(f"left dead (an active job holds their dedup key): {', '.join(map(str, answer.skipped))}")
+    given = len(set(ids or ()))
+    missed = given - answer.retried - len(answer.skipped)
+    if missed > 0:  # ids that named no dead job (of the queue, with --queue)
+        ids_given = f"{given} job id{'s' if given > 1 else ''} given"
+        names = "names" if missed == 1 else "name"
+        where = f" of queue {queue}" if queue else ""
+        typer.echo(f"{missed} of {ids_given} {names} no dead job{where} (not dead, or no such job)", err=True)
+        raise typer.Exit(1)
 
 
 @dead_cli.command("purge")

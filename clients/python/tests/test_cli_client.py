@@ -214,6 +214,15 @@ async def test_dead_list_retry_purge(service, db):
 
     nothing = jobq("dead", "retry", url=url)
     assert nothing.exit_code == 2 and "give job ids, --queue, or both" in nothing.stderr
+    not_dead = jobq("dead", "retry", str(alive), "999999", url=url)
+    assert not_dead.exit_code == 1, not_dead.stdout
+    assert not_dead.stdout == "retried 0\n"
+    assert not_dead.stderr == "2 of 2 job ids given name no dead job (not dead, or no such job)\n"
+    no_queue = jobq("dead", "list", "--queue", "nosuch", url=url)
+    assert no_queue.exit_code == 1 and "queue 'nosuch' does not exist" in no_queue.stderr
+    no_queue = jobq("dead", "retry", "--queue", "nosuch", url=url)
+    assert no_queue.exit_code == 1 and "queue 'nosuch' does not exist" in no_queue.stderr
+    assert jobq("dead", "retry", "--queue", "q", url=url).stdout == "retried 0\n"  # a queue with none
     live = jobq("dead", "purge", str(alive), url=url)
     assert live.exit_code == 1 and live.stderr.endswith("(conflict)\n")
 
