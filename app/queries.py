@@ -1125,10 +1125,10 @@ SET_FLOW = Query.define(
     """,
 )
 
-# A queue's flow-control settings, as the lease reads them (NULL: the queue does not exist).
 # Whether a queue has a row: a filter naming a queue that has none is answered 404, not an empty list.
 QUEUE_EXISTS = Query.define("queue_exists", "SELECT EXISTS (SELECT FROM jobq.queues WHERE name = :queue)")
 
+# A queue's flow-control settings, as the lease reads them (NULL: the queue does not exist).
 QUEUE_FLOW = Query.define(
     "queue_flow",
     """

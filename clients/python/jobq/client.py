@@ -213,8 +213,8 @@ def _ack_item(item: CompletionLike) -> dict[str, Any]:
     if isinstance(item, LeasedJob):
         return _lease_of(item, None)
     job, result = Completion(*item)
-    if result is None and isinstance(job, LeasedJob):  # a worker's usual item, one per job it acks
-        return {"id": job.id, "lease_token": job.lease_token}
+    if result is None:  # a worker's usual item, one per job it acks
+        return _lease_of(job, None)
     return _lease_of(job, None) | _compact({"result": result})
 
 
