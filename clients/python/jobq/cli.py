@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from importlib.metadata import entry_points
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -39,6 +39,7 @@ from jobq.types import (
     QueueRow,
     Rate,
     Schedule,
+    Unauthorized,
     Unavailable,
 )
 from jobq.worker import Worker
@@ -81,9 +82,21 @@ def service(url: str, token: str | None) -> Iterator[Client]:
         with Client(url, token=token, retry=CLI_RETRY) as client:
             yield client
     except JobqError as exc:
-        status = EXIT_UNAVAILABLE if isinstance(exc, Unavailable) else EXIT_REFUSED
-        typer.echo(f"jobq: {exc.detail} ({exc.code})", err=True)
-        raise typer.Exit(status) from None
+        _refused(exc, token)
+
+
+def _refused(exc: JobqError, token: str | None) -> NoReturn:
+    """End the command on the service's refusal: its detail on stderr, in the command's own terms where
+    the service speaks of HTTP (its `Authorization` header is this command's --token), and exit 3 when
+    it is unavailable, 1 otherwise."""
+    detail = exc.detail
+    if isinstance(exc, Unauthorized):
+        if token:
+            detail = "the token given (--token or JOBQ_TOKEN) is not valid for this service"
+        else:
+            detail = "this service needs a token: pass --token or set JOBQ_TOKEN"
+    typer.echo(f"jobq: {detail} ({exc.code})", err=True)
+    raise typer.Exit(EXIT_UNAVAILABLE if isinstance(exc, Unavailable) else EXIT_REFUSED) from None
 
 
 def _plain(value: Any) -> Any:
@@ -769,8 +782,7 @@ def worker(
     try:
         asyncio.run(main())
     except JobqError as exc:
-        typer.echo(f"jobq: {exc.detail} ({exc.code})", err=True)
-        raise typer.Exit(EXIT_UNAVAILABLE if isinstance(exc, Unavailable) else EXIT_REFUSED) from None
+        _refused(exc, token)
 
 
 cli.command("worker")(worker)

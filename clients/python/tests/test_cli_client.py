@@ -256,7 +256,15 @@ async def test_tokens(start_service, db):
     forbidden = jobq("stats", "--token", "p", url=service.url)
     assert forbidden.exit_code == 1 and forbidden.stderr.endswith("(forbidden)\n")
     missing = jobq("stats", url=service.url)
-    assert missing.exit_code == 1 and missing.stderr.endswith("(unauthorized)\n")
+    assert missing.exit_code == 1
+    assert (
+        missing.stderr == "jobq: this service needs a token: pass --token or set JOBQ_TOKEN (unauthorized)\n"
+    )
+    wrong = jobq("stats", "--token", "nope", url=service.url)
+    assert wrong.exit_code == 1
+    assert wrong.stderr == (
+        "jobq: the token given (--token or JOBQ_TOKEN) is not valid for this service (unauthorized)\n"
+    )
     done = jobq("stats", "--json", url=service.url, env={"JOBQ_TOKEN": "a"})
     assert json.loads(done.stdout)[0]["pending"] == 1
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
