@@ -484,9 +484,16 @@ def _keys_with_pending(after: str) -> str:
 
 
 # The sum of a rate window's counts within its last `period` seconds.
+# Rate windows run on statement_timestamp(), the claim statement's own start, not now() (its
+# transaction's): a claim runs after it holds its key's (or queue's) lock, so the claims of one window take
+# their times in the order they held it. By now() a claim that began before another but got the lock after
+# it would read a window the other had already pruned past its own start, and could lease one too many.
+WINDOW_CLOCK = "statement_timestamp()"
+
+
 def _used(times: str, counts: str, period: str) -> str:
     return f"""(SELECT coalesce(sum(c), 0) FROM unnest({times}, {counts}) AS w(t, c)
-               WHERE t > now() - make_interval(secs => {period}))"""
+               WHERE t > {WINDOW_CLOCK} - make_interval(secs => {period}))"""
 
 
 # A rate window (`rate_times`, `rate_counts` and `rate_period` of the row `source`) without the claims
@@ -496,7 +503,7 @@ def _window(source: str) -> str:
             SELECT coalesce(array_agg(t ORDER BY t), '{{}}') AS times,
                    coalesce(array_agg(c ORDER BY t), '{{}}') AS counts
             FROM unnest({source}.rate_times, {source}.rate_counts) AS w(t, c)
-            WHERE t > now() - make_interval(secs => {source}.rate_period)
+            WHERE t > {WINDOW_CLOCK} - make_interval(secs => {source}.rate_period)
         )"""
 
 
@@ -581,27 +588,27 @@ def _lease_flow(rated: bool) -> str:
         SELECT key, count(*)::int AS n FROM leased WHERE key IS NOT NULL GROUP BY key
     ), key_windows AS (
         INSERT INTO jobq.keys AS o (queue, key, rate_times, rate_counts)
-        SELECT :queue, k.key, w.times || now(), w.counts || p.n
+        SELECT :queue, k.key, w.times || {WINDOW_CLOCK}, w.counts || p.n
         FROM per_key p JOIN k USING (key), LATERAL {_window("k")} w
         WHERE k.rate_limit IS NOT NULL
         ON CONFLICT (queue, key) DO UPDATE SET rate_times = excluded.rate_times,
                                                rate_counts = excluded.rate_counts
     ), queue_window AS (
-        UPDATE jobq.queues qs SET rate_times = w.times || now(), rate_counts = w.counts || l.n
+        UPDATE jobq.queues qs SET rate_times = w.times || {WINDOW_CLOCK}, rate_counts = w.counts || l.n
         FROM (SELECT count(*)::int AS n FROM leased) l, q, LATERAL {_window("q")} w
         WHERE qs.name = :queue AND q.rate_limit IS NOT NULL AND l.n > 0
     ), wake AS (
-        SELECT extract(epoch FROM min(expires) - now())::float8 AS wake_in FROM (
+        SELECT extract(epoch FROM min(expires) - {WINDOW_CLOCK})::float8 AS wake_in FROM (
             SELECT min(t) + make_interval(secs => q.rate_period) AS expires
             FROM q, unnest(q.rate_times, q.rate_counts) AS w(t, c)
-            WHERE q.rate_limit IS NOT NULL AND t > now() - make_interval(secs => q.rate_period)
+            WHERE q.rate_limit IS NOT NULL AND t > {WINDOW_CLOCK} - make_interval(secs => q.rate_period)
               AND (SELECT n FROM wanted) = 0
             GROUP BY q.rate_period
             UNION ALL
             SELECT min(t) + make_interval(secs => r.rate_period)
             FROM (SELECT * FROM room WHERE rate_limit IS NOT NULL) r,
                  unnest(r.rate_times, r.rate_counts) AS w(t, c)
-            WHERE t > now() - make_interval(secs => r.rate_period)
+            WHERE t > {WINDOW_CLOCK} - make_interval(secs => r.rate_period)
               AND r.rate_limit - {_used("r.rate_times", "r.rate_counts", "r.rate_period")} <= 0
             GROUP BY r.key, r.rate_period
         ) held_back

@@ -22,12 +22,12 @@ from jobq import AsyncClient
 from tests.waiting import quiet, until
 
 # A test-only trigger that records every status change of every job, in the order the statements ran
-# (`seq`), with the time of the transaction that made it (`at`, now(): the clock a claim's rate windows
-# use). Installed in a test's database; read from public.history.
+# (`seq`), with the start of the statement that made it (`at`, statement_timestamp(): the clock a claim's
+# rate windows use, app/queries.py WINDOW_CLOCK). Installed in a test's database; read from public.history.
 STATUS_HISTORY = """
 CREATE TABLE public.history (
     seq bigserial PRIMARY KEY, job bigint, queue text, key text, old text, new text,
-    at timestamptz NOT NULL DEFAULT now()
+    at timestamptz NOT NULL DEFAULT statement_timestamp()
 );
 CREATE FUNCTION public.record() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
