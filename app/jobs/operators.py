@@ -70,11 +70,15 @@ async def retry_dead(db: Database, ids: list[int] | None, queue: str | None, sco
     return {"retried": retried, "skipped": skipped}
 
 
+def _no_queue(name: str) -> NotFound:
+    return NotFound(f"queue {name!r} does not exist (no jobs, no settings)")
+
+
 async def _known_queue(conn: asyncpg.Connection, queue: str) -> None:
     """NotFound for a queue with no row (never used, or deleted): a filter naming it is a mistake worth
     saying, not an empty answer."""
     if not await conn.fetchval(q.QUEUE_EXISTS.text, *q.QUEUE_EXISTS.args(queue=queue)):
-        raise NotFound(f"queue {queue!r} does not exist (no jobs, no settings)")
+        raise _no_queue(queue)
 
 
 async def purge_dead(db: Database, job_id: int, scope: Scope = None) -> Row:
@@ -115,7 +119,7 @@ async def queues(db: Database, scope: Scope = None) -> list[Row]:
 async def _queue_stats(conn: asyncpg.Connection, name: str) -> asyncpg.Record:
     row = await conn.fetchrow(q.QUEUE_STATS.text, *q.QUEUE_STATS.args(queue=name, scope=None))
     if row is None:
-        raise NotFound(f"queue {name!r} does not exist (no jobs, no settings)")
+        raise _no_queue(name)
     return row
 
 
