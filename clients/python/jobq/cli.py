@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
 import logging
 import sys
@@ -767,6 +768,7 @@ def worker(
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:
+        _settle_garbage_collection()
         async with AsyncClient(url, token=token) as client:
             runner = Worker(
                 handler,
@@ -783,6 +785,15 @@ def worker(
         asyncio.run(main())
     except JobqError as exc:
         _refused(exc, token)
+
+
+def _settle_garbage_collection() -> None:
+    """As `jobq serve` does: set aside what loading the handlers built (gc.freeze), and let a lease of
+    a thousand jobs be read before the collector runs at all, instead of walking the young jobs again
+    every 700 allocations. Reference counting still frees everything at once; only cycles wait longer."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 cli.command("worker")(worker)

@@ -31,7 +31,7 @@ from jobq import (
     Unreachable,
     ValidationError,
 )
-from jobq.client import Completion, Failure, _exchange, _item_results, _leased
+from jobq.client import Completion, Failure, _decode, _exchange, _item_results, _leased
 from jobq.types import ItemResult, load
 from tests.fixtures import test_settings as settings_for
 from tests.service_process import free_port
@@ -102,6 +102,24 @@ async def test_leased_jobs_and_ack_results_read_as_load_reads_them(service):
     assert _leased(answer) == [load(LeasedJob, j) for j in answer["jobs"]]
     assert [r["ok"] for r in acked["results"]] == [True, False]
     assert _item_results(acked) == [load(ItemResult, r) for r in acked["results"]]
+
+
+async def test_answers_read_exactly_as_the_json_module_reads_them(service):
+    """Answers are read with orjson where it reads what Python's json module reads, and with the json
+    module where it would not: an integer past 64 bits stays an int, every digit kept."""
+    huge = {"big": 2**70 + 1, "negative": -(2**64) - 7, "digits": 1234567890123456789}
+    plain = {"n": 1, "x": 0.1, "s": 'é \u2028 \\ "', "e": -2.5e-7, "nested": [[{}], []]}
+    async with AsyncClient(service.url) as jobq:
+        for payload in (huge, plain):
+            job = await jobq.enqueue("exact", payload)
+            assert (await jobq.get_job(job.id)).payload == payload
+            (leased,) = await jobq.lease("exact")
+            assert leased.payload == payload
+            assert type(leased.payload["n" if payload is plain else "big"]) is int
+            await jobq.ack(leased)
+    assert _decode(b'{"n":12345678901234567890}') == json.loads(b'{"n":12345678901234567890}')
+    assert type(_decode(b"[123456789012345678901]")[0]) is int
+    assert _decode(b'{"a":1e400}') == {"a": float("inf")}  # orjson refuses it; json reads infinity
 
 
 async def test_worker_calls(service, db):
