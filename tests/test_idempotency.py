@@ -15,6 +15,7 @@ import httpx
 import orjson
 import pytest
 from helpers import assert_problem, count, open_database
+from sent import recording
 from typer.testing import CliRunner
 from waiting import until
 
@@ -364,16 +365,13 @@ async def test_a_503_saying_nothing_was_done_is_retried_even_for_a_nack(start_se
     service = start_service(pool_min_size=1, pool_max_size=1, pool_acquire_timeout=0.2, metrics_interval=3600)
     sent: list[str] = []
 
-    async def hook(request: httpx.Request) -> None:
-        sent.append(request.url.path)
-
     patient = RetryPolicy(attempts=50, backoff=0.05, cap=0.1)
     waiting = (
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jobq' AND wait_event_type = 'Lock'"
     )
     async with (
         AsyncClient(service.url, retry=patient) as direct,
-        AsyncClient(service.url, retry=patient, event_hooks={"request": [hook]}) as jobq,
+        AsyncClient(service.url, retry=patient, **recording(sent)) as jobq,
         httpx.AsyncClient(base_url=service.url) as http,
     ):
         await direct.enqueue("mail", 1)

@@ -6,13 +6,12 @@ answers' JSON; fields the service adds later are ignored, so an older client kee
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
-
-import httpx
 
 T = TypeVar("T")
 
@@ -100,19 +99,19 @@ _BY_STATUS: dict[int, type[JobqError]] = {
 }
 
 
-def error_from(response: httpx.Response) -> JobqError:
-    """The exception an error answer stands for."""
+def error_from(status: int, content: bytes, reason: str = "") -> JobqError:
+    """The exception an error answer stands for: its status, body and reason phrase."""
     try:
-        problem = response.json()
+        problem = json.loads(content)
     except ValueError:
         problem = None
     if not isinstance(problem, dict):
         problem = {}
     code = problem.get("code")
     cls = _BY_CODE.get(code) if isinstance(code, str) else None
-    cls = cls or _BY_STATUS.get(response.status_code, JobqError)
-    detail = problem.get("detail") or response.text[:300] or response.reason_phrase
-    return cls(str(detail), status=response.status_code, code=code, problem=problem)
+    cls = cls or _BY_STATUS.get(status, JobqError)
+    detail = problem.get("detail") or content[:300].decode(errors="replace") or reason
+    return cls(str(detail), status=status, code=code, problem=problem)
 
 
 # --- results ---------------------------------------------------------------------------------------

@@ -31,9 +31,10 @@ from jobq import (
     Unreachable,
     ValidationError,
 )
-from jobq.client import Completion, Failure, _decode, _exchange, _item_results, _leased
+from jobq.client import Completion, Failure, _Answer, _decode, _exchange, _Failed, _item_results, _leased
 from jobq.types import ItemResult, load
 from tests.fixtures import test_settings as settings_for
+from tests.sent import recording
 from tests.service_process import free_port
 from tests.waiting import until
 
@@ -413,14 +414,7 @@ async def test_payload_too_large(start_service, db):
 
 def _counting() -> tuple[list[str], dict]:
     sent: list[str] = []
-
-    def hook(request: httpx.Request) -> None:
-        sent.append(f"{request.method} {request.url.path}")
-
-    async def async_hook(request: httpx.Request) -> None:
-        hook(request)
-
-    return sent, {"sync": {"request": [hook]}, "async": {"request": [async_hook]}}
+    return sent, recording(sent)
 
 
 async def test_retries_connection_errors_until_the_service_is_up(database_url, db):
@@ -434,7 +428,7 @@ async def test_retries_connection_errors_until_the_service_is_up(database_url, d
     sent, hooks = _counting()
     try:
         patient = RetryPolicy(attempts=50, backoff=0.05, cap=0.2)
-        async with AsyncClient(f"http://127.0.0.1:{port}", retry=patient, event_hooks=hooks["async"]) as jobq:
+        async with AsyncClient(f"http://127.0.0.1:{port}", retry=patient, **hooks) as jobq:
             job = await jobq.enqueue("late", "hello")  # no dedup_key: only safe because nothing got through
         assert len(sent) > 1 and set(sent) == {"POST /jobs"}
     finally:
@@ -452,7 +446,7 @@ async def test_retries_connection_errors_until_the_service_is_up(database_url, d
 async def test_retries_503_but_never_4xx(start_service, db):
     service = start_service(statement_timeout=0.3)
     sent, hooks = _counting()
-    async with AsyncClient(service.url, retry=FAST, event_hooks=hooks["async"]) as jobq:
+    async with AsyncClient(service.url, retry=FAST, **hooks) as jobq:
         # Hold the table: the service's statements time out and it answers 503 until the lock goes.
         transaction = db.transaction()
         await transaction.start()
@@ -490,12 +484,15 @@ def test_retry_policy_after_lost_answers():
     """An answer lost after the request went out, or a 503 that may follow a commit: idempotent calls go
     again (an enqueue is one: it carries an Idempotency-Key, the same on every try), the others do not,
     unless the request surely was not carried out. The policy is I/O-free, so it is driven here by hand."""
-    lost = httpx.ReadError("connection reset")
-    request = httpx.Request("POST", "http://jobq/jobs")
-    ok = httpx.Response(201, json={"id": 1, "status": "completed"}, request=request)
-    unavailable = httpx.Response(503, json={"code": "unavailable"}, request=request)
-    nothing_done = httpx.Response(503, json={"code": "unavailable", "nothing_done": True}, request=request)
-    gateway = httpx.Response(502, text="bad gateway", request=request)
+    lost = _Failed(ConnectionResetError("connection reset"), not_sent=False)
+
+    def answer(status: int, body: object) -> _Answer:
+        return _Answer(status, "", {}, body if isinstance(body, bytes) else json.dumps(body).encode())
+
+    ok = answer(201, {"id": 1, "status": "completed"})
+    unavailable = answer(503, {"code": "unavailable"})
+    nothing_done = answer(503, {"code": "unavailable", "nothing_done": True})
+    gateway = answer(502, b"bad gateway")
 
     def goes_again(call, outcome) -> bool:
         steps = _exchange(call, RetryPolicy())
@@ -516,7 +513,7 @@ def test_retry_policy_after_lost_answers():
         assert not goes_again(nack, outcome)
         assert not goes_again(Calls.cancel(1), outcome)
         assert not goes_again(Calls.retry_dead(queue="q"), outcome)
-    refused = httpx.ConnectError("refused")  # never sent: anything goes again
+    refused = _Failed(ConnectionRefusedError("refused"), not_sent=True)  # never sent: anything goes again
     for call in (enqueue, nack, Calls.purge_dead(1)):
         assert goes_again(call, refused) and goes_again(call, nothing_done)
 

@@ -22,6 +22,7 @@ from jobq import AsyncClient, RetryPolicy, ValidationError, Worker
 from jobq.cli import cli
 from jobq.worker import ERROR_CHARS, describe
 from tests.helpers import assert_nothing_stranded
+from tests.sent import recording
 from tests.service_process import JOBQ, jobq_env
 from tests.waiting import equals, states, until
 
@@ -399,13 +400,18 @@ def test_jobq_worker_reports_a_handler_it_cannot_load(tmp_path, monkeypatch):
 
 
 class Requests:
-    """Counts the requests a client sends, by path (an httpx event hook)."""
+    """Counts the requests a client sends, by path."""
 
     def __init__(self) -> None:
-        self.paths: list[str] = []
+        self.sent: list[str] = []
+        self.client_options = recording(self.sent)
 
-    async def __call__(self, request) -> None:
-        self.paths.append(request.url.path)
+    @property
+    def paths(self) -> list[str]:
+        return [line.partition(" ")[2] for line in self.sent]
+
+    def clear(self) -> None:
+        self.sent.clear()
 
     def count(self, path: str) -> int:
         return self.paths.count(path)
@@ -501,10 +507,10 @@ async def test_acks_and_nacks_go_in_batches(service, db):
         if job.payload % 10 == 0:
             raise ValueError("bad")
 
-    async with AsyncClient(service.url, event_hooks={"request": [requests]}) as client:
+    async with AsyncClient(service.url, **requests.client_options) as client:
         await client.configure_queue("b", backoff_base=3600)
         await client.enqueue_many([{"queue": "b", "payload": n} for n in range(300)])
-        requests.paths.clear()
+        requests.clear()
         worker = Worker(handler, "b", client=client, concurrency=16, wait=0.2, visibility_timeout=30)
         run = asyncio.create_task(worker.run())
         await until(lambda: worker.stats.done + worker.stats.failed == 300)
