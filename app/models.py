@@ -176,6 +176,8 @@ class Job(Base):
         ),
         # The dead-letter list, newest first, per queue or across queues.
         Index("ix_jobs_dead", "queue", "id", postgresql_where=text("status = 'dead'")),
+        # A queue's jobs of every status, newest first (GET /jobs?queue=).
+        Index("ix_jobs_queue_id", "queue", "id"),
         # One job per schedule slot, however many replicas fire (app/jobs/schedules.py).
         Index(
             "uq_jobs_schedule_slot",

@@ -275,6 +275,15 @@ class DeadPage(BaseModel):
     next_before_id: int | None = Field(description="Pass as before_id for the next page; null at the end.")
 
 
+class JobPage(BaseModel):
+    jobs: list[Job]
+    next_before_id: int | None = Field(
+        description="Pass as before_id for the next page; null once nothing older is left. A page reads at "
+        "most 10,000 jobs of its queue and status, so with a rare kind, key or search it may come back "
+        "short, even empty, and still have a next page."
+    )
+
+
 class RetryDeadRequest(Body):
     model_config = ConfigDict(
         json_schema_extra={

@@ -495,6 +495,8 @@ class Bench:
         await self.backlog(queue, rounds)
         empty = summary_ms(await self._claim_latencies(queue, rounds))
         finished = self.n(1_000_000)
+        rare = self.queue("sc-rare")
+        await self.backlog(rare, 1000, status="'completed'", completed_at="now()")  # below the rest
         await self.backlog(queue, finished, status="'completed'", completed_at="now()")
         await self.sql("VACUUM ANALYZE jobq.jobs")
         await self.backlog(queue, rounds)
@@ -510,7 +512,37 @@ class Bench:
             f"  {f'claim p50/p99 ms, {finished:,} done':34} {full['p50_ms']} / {full['p99_ms']}"
             f"   ratio p99 {full['p99_ms'] / empty['p99_ms']:.2f} (<= 1.2)"
         )
+        await self._job_list_latency(queue, rare, finished)
         await self.reset()
+
+    async def _job_list_latency(self, queue: str, rare: str, finished: int) -> None:
+        """GET /jobs among `finished` completed jobs, a filter at a time: the ones an index answers, and
+        kind, key and search that match nothing, so that a page reads its whole window."""
+        filters = {
+            "none": {},
+            "queue": {"queue": queue},
+            "rare queue (oldest 1,000)": {"queue": rare},
+            "status completed": {"status": "completed"},
+            "status pending": {"status": "pending"},
+            "status dead (none)": {"status": "dead"},
+            "kind (no match)": {"kind": "nothing"},
+            "key (no match)": {"key": "nothing"},
+            "search (no match)": {"q": "needle"},
+            "queue + search (no match)": {"queue": queue, "q": "needle"},
+        }
+        rows = {}
+        async with served.Session() as http:
+            for name, params in filters.items():
+                query = "&".join(f"{k}={v}" for k, v in params.items())
+                latencies = []
+                for _ in range(100):
+                    started = time.perf_counter()
+                    status, _ = await http.get(f"{self.url}/jobs?{query}")
+                    latencies.append(time.perf_counter() - started)
+                    assert status == 200, (name, status)
+                rows[name] = summary_ms(latencies)
+                print(f"  {f'GET /jobs, {name}':34} p50 {rows[name]['p50_ms']} p99 {rows[name]['p99_ms']} ms")
+        self.results[f"job list latency with {finished} finished"] = rows | {"target": "p99 <= 50 ms each"}
 
     async def burst(self) -> None:
         total = self.n(20000)

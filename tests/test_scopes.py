@@ -33,6 +33,7 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/extend"): {"worker"},
     ("POST", "/release"): {"worker"},
     ("GET", "/dead"): {"viewer"},
+    ("GET", "/jobs"): {"viewer"},
     ("POST", "/dead/retry"): set(),
     ("DELETE", "/dead/{id}"): set(),
     ("GET", "/queues"): {"viewer"},
@@ -211,6 +212,7 @@ async def test_scoped_tokens_are_refused_outside_their_patterns(scoped, db):
         _refused(await http.post("/lease", json={"queue": outside}, headers=user))
         _refused(await http.get(f"/queues/{outside}", headers=user))
         _refused(await http.get("/dead", params={"queue": outside}, headers=user))
+        _refused(await http.get("/jobs", params={"queue": outside}, headers=user))
         _refused(await http.post("/dead/retry", json={"queue": outside}, headers=admin))
         _refused(
             await http.post(
@@ -256,6 +258,8 @@ async def test_scoped_tokens_work_inside_their_patterns(scoped, db):
     assert [row["queue"] for row in listed] == ["celery-a", "celery-b", "team_a.1"]
     dead = (await http.get("/dead", headers=user)).json()["jobs"]
     assert sorted(job["queue"] for job in dead) == ["celery-a", "team_a.1"]
+    listed = (await http.get("/jobs", headers=user)).json()["jobs"]
+    assert {job["queue"] for job in listed} == {"celery-a", "celery-b", "team_a.1"}
     assert_problem(await http.get("/metrics", headers=user), 403, "forbidden")  # covers every queue
 
     # The scoped admin administers its queues.

@@ -30,6 +30,7 @@ from app.jobs.idempotency import Once, prune_idempotency_keys
 from app.jobs.operators import (
     configure_queue,
     dead_jobs,
+    list_jobs,
     purge_dead,
     queue,
     queues,
@@ -59,6 +60,7 @@ __all__ = [
     "cancel",
     "configure_queue",
     "dead_jobs",
+    "list_jobs",
     "enqueue",
     "enqueue_batch",
     "expire_leases",

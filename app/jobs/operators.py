@@ -41,6 +41,62 @@ async def dead_jobs(
     return {"jobs": jobs, "next_before_id": jobs[-1]["id"] if len(jobs) == limit else None}
 
 
+# Jobs one page of GET /jobs reads at most, whatever its filters (app/queries.py _list_jobs).
+LIST_SCAN = 10_000
+
+
+def _like_pattern(text: str) -> str:
+    """`text` anywhere, as an ILIKE pattern: its own %, _ and backslashes match themselves."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+async def list_jobs(
+    db: Database,
+    *,
+    queue: str | None = None,
+    status: str | None = None,
+    kind: str | None = None,
+    key: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    before_id: int | None = None,
+    scope: Scope = None,
+) -> Row:
+    """Jobs of any state, newest first, a page at a time: `next_before_id` goes on below the page. A page
+    reads at most LIST_SCAN jobs of the queue and status, so one with a rare kind, key or search may come
+    back short (even empty) with a `next_before_id` all the same; null only once nothing older is left."""
+    query = q.LIST_JOBS[(queue is not None, status is not None)]
+    values = {
+        "before_id": before_id if before_id is not None else PAST_LAST_ID,
+        "scope": scope,
+        "kind": kind,
+        "key": key,
+        "pattern": _like_pattern(search) if search is not None else None,
+        "scan": LIST_SCAN,
+        "limit": limit,
+    }
+    if queue is not None:
+        values["queue"] = queue
+    if status is not None:
+        values["status"] = status
+    async with db.acquire() as conn:
+        rows = await conn.fetch(query.text, *query.args(**values))
+        if queue is not None and rows[0]["examined"] == 0 and before_id is None:
+            await _known_queue(conn, queue)
+    first = rows[0]
+    jobs = [as_job(r) for r in rows if r["id"] is not None]
+    for job in jobs:
+        del job["examined"], job["oldest"]
+    if len(jobs) == limit:
+        after = jobs[-1]["id"]
+    elif first["examined"] == LIST_SCAN:
+        after = first["oldest"]
+    else:
+        after = None
+    return {"jobs": jobs, "next_before_id": after}
+
+
 async def retry_dead(db: Database, ids: list[int] | None, queue: str | None, scope: Scope = None) -> Row:
     """Dead jobs back to pending, a page at a time; those whose dedup_key is taken are skipped, those
     outside `scope` are left alone (not counted, as jobs that are not dead)."""

@@ -12,10 +12,11 @@ from fastapi import APIRouter, Path, Query
 from app import jobs
 from app.auth import Admin, Caller, QueueReader, Viewer
 from app.deps import DB, answers
-from app.models import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
+from app.models import KIND_PATTERN, MAX_KEY, MAX_KIND, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN, JobStatus
 from app.schemas import (
     MAX_JOB_ID,
     DeadPage,
+    JobPage,
     PurgeResponse,
     QueueDetail,
     QueueRow,
@@ -27,6 +28,50 @@ from app.web import JobqRoute, JSONBody
 
 router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_class=JSONBody)
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
+
+
+MAX_SEARCH = 200  # characters of GET /jobs?q=
+# No U+0000: PostgreSQL's text cannot hold it, so no key, error or payload has one to find.
+NO_NUL = r"^[^\x00]*$"
+
+
+@router.get("/jobs", dependencies=[Viewer], response_model=None, responses=answers(JobPage, 404))
+async def list_jobs(
+    db: DB,
+    caller: Caller,
+    queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)] = None,
+    status: JobStatus | None = None,
+    kind: Annotated[str | None, Query(pattern=KIND_PATTERN, max_length=MAX_KIND)] = None,
+    key: Annotated[str | None, Query(min_length=1, max_length=MAX_KEY, pattern=NO_NUL)] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_SEARCH,
+            pattern=NO_NUL,
+            description="Text to find, in any case, in the dedup_key, the last error or the payload's JSON "
+            'text as PostgreSQL writes it (`{"to": "ada"}`: a space after each colon and comma).',
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,
+) -> JSONBody:
+    """Jobs of any status, newest first, filtered; pass `next_before_id` back as `before_id` for the next
+    page. A `queue` that does not exist is 404."""
+    if queue is not None:
+        caller.admit(queue)
+    page = await jobs.list_jobs(
+        db,
+        queue=queue,
+        status=status,
+        kind=kind,
+        key=key,
+        search=q,
+        limit=limit,
+        before_id=before_id,
+        scope=caller.like,
+    )
+    return JSONBody(page)
 
 
 @router.get("/dead", dependencies=[Viewer], response_model=None, responses=answers(DeadPage, 404))

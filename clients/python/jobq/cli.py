@@ -294,6 +294,66 @@ def job_command(
         typer.echo(_job_text(found))
 
 
+def jobs_command(
+    queue: Annotated[str | None, typer.Option(help="Only this queue's.", show_default=False)] = None,
+    status: Annotated[
+        JobStatus | None, typer.Option(help="Only jobs in this status.", show_default=False)
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.", show_default=False)] = None,
+    key: Annotated[str | None, typer.Option(help="Only jobs of this key.", show_default=False)] = None,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            help="Text to find, in any case, in the dedup key, the last error or the payload.",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="How many (1..500).")] = 20,
+    before_id: Annotated[
+        int | None, typer.Option(help="Older than this id (for the next page).", show_default=False)
+    ] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Jobs of any status, newest first, filtered and searched."""
+    with service(url, token) as jobq:
+        page = jobq.jobs(
+            queue,
+            status=status.value if status else None,
+            kind=kind,
+            key=key,
+            search=search,
+            limit=limit,
+            before_id=before_id,
+        )
+    if as_json:
+        print_json(page)
+        return
+    if page.jobs:
+        typer.echo(
+            table(
+                ["id", "queue", "kind", "status", "attempts", "updated", "last error"],
+                [
+                    [
+                        j.id,
+                        j.queue,
+                        j.kind or "",
+                        j.status,
+                        j.attempts,
+                        j.updated_at,
+                        _first_line(j.last_error),
+                    ]
+                    for j in page.jobs
+                ],
+            )
+        )
+    else:
+        typer.echo("no jobs" + (" in this page" if page.next_before_id is not None else ""))
+    if page.next_before_id is not None:
+        typer.echo(f"\nmore: add --before-id {page.next_before_id}")
+
+
 _QUEUE_COLUMNS = ["queue", "pending", "scheduled", "running", "dead", "completed", "lag", "paused"]
 
 
@@ -799,6 +859,7 @@ def _settle_garbage_collection() -> None:
 cli.command("worker")(worker)
 cli.command("enqueue")(enqueue)
 cli.command("job")(job_command)
+cli.command("jobs")(jobs_command)
 cli.command("stats")(stats)
 cli.add_typer(dead_cli, name="dead")
 cli.add_typer(queues_cli, name="queues")

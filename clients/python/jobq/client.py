@@ -47,6 +47,7 @@ from jobq.types import (
     ExtendResult,
     ItemResult,
     Job,
+    JobPage,
     KeyView,
     LeasedJob,
     NackItemResult,
@@ -134,8 +135,8 @@ def _nack_item_results(data: Mapping[str, Any]) -> list[NackItemResult]:
     return [load(NackItemResult, r) for r in data["results"]]
 
 
-def _dead_page(data: Mapping[str, Any]) -> DeadPage:
-    return DeadPage([load(Job, j) for j in data["jobs"]], data.get("next_before_id"))
+def _job_page(data: Mapping[str, Any]) -> JobPage:
+    return JobPage([load(Job, j) for j in data["jobs"]], data.get("next_before_id"))
 
 
 def _queue_rows(rows: list[Mapping[str, Any]]) -> list[QueueRow]:
@@ -459,7 +460,29 @@ class Calls:
     ) -> Call[DeadPage]:
         """Dead jobs, newest first (`GET /dead`); pass `next_before_id` as `before_id` for the next page."""
         params = _compact({"queue": queue, "limit": limit, "before_id": before_id})
-        return Call("GET", "/dead", _dead_page, params=params)
+        return Call("GET", "/dead", _job_page, params=params)
+
+    @staticmethod
+    def jobs(
+        queue: str | None = None,
+        *,
+        status: str | None = None,
+        kind: str | None = None,
+        key: str | None = None,
+        search: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> Call[JobPage]:
+        """Jobs of any status, newest first (`GET /jobs`), of a queue, status ("pending", "running",
+        "completed", "dead", "cancelled"), kind and key when given; `search` finds text, in any case, in
+        the dedup_key, the last error or the payload's JSON. Pass `next_before_id` as `before_id` for the
+        next page: a page reads at most 10,000 jobs of its queue and status, so with a rare kind, key or
+        search it may be short, even empty, and still have a next one."""
+        params = _compact(
+            {"queue": queue, "status": status, "kind": kind, "key": key, "q": search, "limit": limit}
+            | {"before_id": before_id}
+        )
+        return Call("GET", "/jobs", _job_page, params=params)
 
     @staticmethod
     def retry_dead(ids: Iterable[int] | None = None, *, queue: str | None = None) -> Call[RetryDeadResult]:
@@ -856,6 +879,7 @@ class Client(_Transport):
     nack_many = _sync(Calls.nack_many)
     extend = _sync(Calls.extend)
     dead_jobs = _sync(Calls.dead_jobs)
+    jobs = _sync(Calls.jobs)
     retry_dead = _sync(Calls.retry_dead)
     purge_dead = _sync(Calls.purge_dead)
     queues = _sync(Calls.queues)
@@ -983,6 +1007,7 @@ class AsyncClient(_Transport):
     nack_many = _async(Calls.nack_many)
     extend = _async(Calls.extend)
     dead_jobs = _async(Calls.dead_jobs)
+    jobs = _async(Calls.jobs)
     retry_dead = _async(Calls.retry_dead)
     purge_dead = _async(Calls.purge_dead)
     queues = _async(Calls.queues)

@@ -271,9 +271,15 @@ class NackItemResult(ItemResult):
 
 
 @dataclass(frozen=True, slots=True)
-class DeadPage:
+class JobPage:
+    """A page of jobs, newest first. A page of `Client.jobs` reads a bounded window of jobs, so with a rare
+    filter it may be short, even empty, and still have a next page."""
+
     jobs: list[Job]
     next_before_id: int | None  # pass as before_id for the next page; None at the end
+
+
+DeadPage = JobPage  # a page of dead jobs (`Client.dead_jobs`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,6 +234,45 @@ async def test_dead_list_retry_purge(service, db):
     ]
 
 
+async def test_jobs_lists_filters_and_searches(service):
+    url = service.url
+    with Client(url) as client:
+        client.configure_queue("mail", max_attempts=1)
+        first = client.enqueue("mail", {"to": "ada@example.com"}, kind="send").id
+        failed = client.enqueue("mail", {"to": "bob@example.com"}, kind="send", priority=-1).id
+        (job,) = client.lease("mail", max_jobs=1)
+        assert job.id == failed
+        client.nack(job, "SMTP refused\nTraceback: ...")
+        other = client.enqueue("reports", "r").id
+        # The client's own call: filters, search and pages.
+        assert [j.id for j in client.jobs().jobs] == [other, failed, first]
+        assert [j.id for j in client.jobs("mail", status="dead").jobs] == [failed]
+        assert [j.id for j in client.jobs(search="ADA@").jobs] == [first]
+        page = client.jobs(kind="send", limit=1)
+        assert [j.id for j in page.jobs] == [failed] and page.next_before_id == failed
+        assert [j.id for j in client.jobs(kind="send", before_id=failed).jobs] == [first]
+
+    listed = jobq("jobs", "--queue", "mail", url=url).stdout.splitlines()
+    assert listed[0].split() == ["ID", "QUEUE", "KIND", "STATUS", "ATTEMPTS", "UPDATED", "LAST", "ERROR"]
+    assert [line.split()[:4] for line in listed[1:]] == [
+        [str(failed), "mail", "send", "dead"],
+        [str(first), "mail", "send", "pending"],
+    ]
+    assert listed[1].endswith("SMTP refused")
+    assert jobq("jobs", "--status", "dead", "--search", "smtp", url=url).stdout.splitlines()[1].split()[
+        0
+    ] == str(failed)
+    page = json.loads(jobq("jobs", "--kind", "send", "--limit", "1", "--json", url=url).stdout)
+    assert [j["id"] for j in page["jobs"]] == [failed] and page["next_before_id"] == failed
+    more = jobq("jobs", "--kind", "send", "--limit", "1", url=url).stdout
+    assert more.endswith(f"more: add --before-id {failed}\n")
+    assert jobq("jobs", "--search", "nothing like it", url=url).stdout == "no jobs\n"
+    bad = jobq("jobs", "--status", "finished", url=url)
+    assert bad.exit_code == 2 and "finished" in bad.stderr
+    missing = jobq("jobs", "--queue", "nope", url=url)
+    assert missing.exit_code == 1 and "'nope' does not exist" in missing.stderr
+
+
 async def test_queues_pause_resume_configure(service, db):
     url = service.url
     paused = jobq("queues", "pause", "emails", url=url)
@@ -282,6 +321,7 @@ COMMANDS = [
     ["worker"],
     ["enqueue"],
     ["job"],
+    ["jobs"],
     ["stats"],
     ["dead"],
     ["dead", "list"],
