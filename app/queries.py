@@ -863,52 +863,53 @@ DEAD_JOBS_IN_QUEUE = Query.define(
 )
 
 
-# GET /jobs: one page of jobs, newest first, in a window of at most :scan jobs below :before_id (of the
+# GET /jobs: one page of jobs, newest first, from a window of at most :scan jobs below :before_id (of the
 # queue and status when given: the part an index answers, (queue, id) or the primary key, or a status's
 # partial index). Kind, key and the search (:pattern, an ILIKE pattern over the dedup_key, the last error
 # and the payload's text) are checked within the window only, so no page reads more than :scan rows,
-# however rare its matches among millions of finished jobs: a page may come back short, or empty, with
-# the window's oldest id (`oldest`) to go on from. One row even then: `examined` and `oldest` beside the
-# page's jobs (NULL columns when none matched).
-def _list_jobs(queue: bool, status: bool) -> Query:
-    window = [f"j.id < :before_id AND {_in_scope('j.queue')}"]
+# however rare its matches among millions of finished jobs. The window is read lazily, newest first: a
+# page that fills stops there. A page that does not fill asks LIST_WINDOW_END where its window ended.
+def _job_window(queue: bool, status: bool, columns: str = "j.id") -> str:
+    where = [f"j.id < :before_id AND {_in_scope('j.queue')}"]
     if queue:
-        window.append("j.queue = :queue")
+        where.append("j.queue = :queue")
     if status:
-        window.append("j.status = :status")
+        where.append("j.status = :status")
+    return f"SELECT {columns} FROM jobq.jobs j WHERE {' AND '.join(where)} ORDER BY j.id DESC LIMIT :scan"
+
+
+def _list_jobs(queue: bool, status: bool) -> Query:
+    window = _job_window(queue, status, "j.id, j.kind, j.key, j.dedup_key, j.last_error, j.payload")
     return Query.define(
         f"list_jobs{'_queue' * queue}{'_status' * status}",
         f"""
-        WITH scanned AS (
-            SELECT j.id, j.kind, j.key, j.dedup_key, j.last_error, j.payload
-            FROM jobq.jobs j
-            WHERE {" AND ".join(window)}
-            ORDER BY j.id DESC
-            LIMIT :scan
-        ), matched AS (
-            SELECT s.id FROM scanned s
-            WHERE (:kind::text IS NULL OR s.kind = :kind::text)
-              AND (:key::text IS NULL OR s.key = :key::text)
-              AND (:pattern::text IS NULL OR s.dedup_key ILIKE :pattern::text
-                   OR s.last_error ILIKE :pattern::text OR s.payload::text ILIKE :pattern::text)
-            ORDER BY s.id DESC
+        SELECT {JOB}
+        FROM (
+            SELECT w.id FROM ({window}) w
+            WHERE (:kind::text IS NULL OR w.kind = :kind::text)
+              AND (:key::text IS NULL OR w.key = :key::text)
+              AND (:pattern::text IS NULL OR w.dedup_key ILIKE :pattern::text
+                   OR w.last_error ILIKE :pattern::text OR w.payload::text ILIKE :pattern::text)
+            ORDER BY w.id DESC
             LIMIT :limit
-        )
-        SELECT w.examined, w.oldest, page.*
-        FROM (SELECT count(*) AS examined, min(id) AS oldest FROM scanned) w
-        LEFT JOIN LATERAL (
-            SELECT {JOB} FROM matched m
-            JOIN jobq.jobs j ON j.id = m.id
-            LEFT JOIN jobq.queues q ON q.name = j.queue
-        ) page ON true
-        ORDER BY page.id DESC
+        ) page
+        JOIN jobq.jobs j ON j.id = page.id
+        LEFT JOIN jobq.queues q ON q.name = j.queue
+        ORDER BY j.id DESC
         """,
     )
 
 
-LIST_JOBS = {
-    (queue, status): _list_jobs(queue, status) for queue in (False, True) for status in (False, True)
-}
+def _list_window_end(queue: bool, status: bool) -> Query:
+    return Query.define(
+        f"list_window_end{'_queue' * queue}{'_status' * status}",
+        f"SELECT count(*) AS examined, min(id) AS oldest FROM ({_job_window(queue, status)}) w",
+    )
+
+
+_FILTERS = [(queue, status) for queue in (False, True) for status in (False, True)]
+LIST_JOBS = {f: _list_jobs(*f) for f in _FILTERS}
+LIST_WINDOW_END = {f: _list_window_end(*f) for f in _FILTERS}
 
 # Dead jobs back to pending, attempts reset, ready now: by ids, by queue, or both (their intersection),
 # one page of :batch ids below :before_id at a time; jobs outside :scope are not candidates.

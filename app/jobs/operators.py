@@ -66,34 +66,31 @@ async def list_jobs(
     """Jobs of any state, newest first, a page at a time: `next_before_id` goes on below the page. A page
     reads at most LIST_SCAN jobs of the queue and status, so one with a rare kind, key or search may come
     back short (even empty) with a `next_before_id` all the same; null only once nothing older is left."""
-    query = q.LIST_JOBS[(queue is not None, status is not None)]
-    values = {
+    filters = (queue is not None, status is not None)
+    window = {
         "before_id": before_id if before_id is not None else PAST_LAST_ID,
         "scope": scope,
-        "kind": kind,
-        "key": key,
-        "pattern": _like_pattern(search) if search is not None else None,
         "scan": LIST_SCAN,
-        "limit": limit,
     }
     if queue is not None:
-        values["queue"] = queue
+        window["queue"] = queue
     if status is not None:
-        values["status"] = status
-    async with db.acquire() as conn:
-        rows = await conn.fetch(query.text, *query.args(**values))
-        if queue is not None and rows[0]["examined"] == 0 and before_id is None:
-            await _known_queue(conn, queue)
-    first = rows[0]
-    jobs = [as_job(r) for r in rows if r["id"] is not None]
-    for job in jobs:
-        del job["examined"], job["oldest"]
-    if len(jobs) == limit:
-        after = jobs[-1]["id"]
-    elif first["examined"] == LIST_SCAN:
-        after = first["oldest"]
-    else:
-        after = None
+        window["status"] = status
+    pattern = _like_pattern(search) if search is not None else None
+    page, end = q.LIST_JOBS[filters], q.LIST_WINDOW_END[filters]
+    # One snapshot for both statements: a job enqueued between them does not move the window's end.
+    async with db.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        rows = await conn.fetch(
+            page.text, *page.args(**window, kind=kind, key=key, pattern=pattern, limit=limit)
+        )
+        if len(rows) == limit:
+            after = rows[-1]["id"]
+        else:  # the whole window was read: where it ended is where the next page starts, if it was full
+            examined, oldest = await conn.fetchrow(end.text, *end.args(**window))
+            after = oldest if examined == LIST_SCAN else None
+            if queue is not None and examined == 0 and before_id is None:
+                await _known_queue(conn, queue)
+    jobs = [as_job(r) for r in rows]
     return {"jobs": jobs, "next_before_id": after}
 
 
