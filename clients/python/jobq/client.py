@@ -762,23 +762,30 @@ def _async(build: Callable[P, Call[T]]) -> Callable[Concatenate[AsyncClient, P],
 
 
 class _Transport:
-    """What the two clients share: configuration. Only sending differs (blocking or awaited)."""
+    """What the two clients share: configuration. Only sending differs (blocking or awaited), each on its
+    own HTTP library, which gets the other keyword arguments (`_open`)."""
 
     def __init__(
         self,
-        url: str | None,
-        token: str | None,
-        timeout: float,
-        retry: RetryPolicy | None,
-        headers: Mapping[str, str] | None,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        **options: Any,
     ) -> None:
         token = token if token is not None else os.environ.get("JOBQ_TOKEN") or None
-        self.headers = {"Accept": "application/json", **(headers or {})}
+        self.headers = {"Accept": "application/json", **options.pop("headers", {})}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self.url = (url or os.environ.get("JOBQ_URL") or DEFAULT_URL).rstrip("/")
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        self._open(options)
+
+    def _open(self, options: dict[str, Any]) -> None:
+        """Set up the HTTP library with the caller's other keyword arguments."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
@@ -801,22 +808,15 @@ class Client(_Transport):
     to $JOBQ_TOKEN (sent as a bearer token). `timeout` is per request, in seconds (a long-poll gets its
     `wait` on top). `retry` is the retry policy; other keyword arguments go to `httpx.Client`."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        token: str | None = None,
-        timeout: float = 10.0,
-        retry: RetryPolicy | None = None,
-        **httpx_options: Any,
-    ) -> None:
-        super().__init__(url, token, timeout, retry, httpx_options.pop("headers", None))
+    def _open(self, httpx_options: dict[str, Any]) -> None:
         if self.url.startswith("http://") and "verify" not in httpx_options:
             # A plain-HTTP client never checks a certificate: httpx would still load the system's
             # certificate authorities for one, 50 ms of every `jobq` command. A TLS context with none
             # trusts no certificate, should a TLS connection ever be made.
             httpx_options["verify"] = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout, **httpx_options)
+        self.http = httpx.Client(
+            base_url=self.url, headers=self.headers, timeout=self.timeout, **httpx_options
+        )
 
     def _attempt(self, call: Call[Any]) -> Outcome:
         timeout = self.http.timeout
@@ -907,16 +907,7 @@ class AsyncClient(_Transport):
     aiohttp rather than httpx here: a worker's requests are its overhead per job, and aiohttp's take a
     sixth of httpx's time (its parser is C), a millisecond less between a job's enqueue and its handler."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        token: str | None = None,
-        timeout: float = 10.0,
-        retry: RetryPolicy | None = None,
-        **session_options: Any,
-    ) -> None:
-        super().__init__(url, token, timeout, retry, session_options.pop("headers", None))
+    def _open(self, session_options: dict[str, Any]) -> None:
         self._options = session_options
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
