@@ -208,6 +208,30 @@ BLOCKERS = """
 """
 
 
+# A CREATE INDEX CONCURRENTLY that failed leaves an INVALID index behind, which IF NOT EXISTS would take
+# for done: dropped first.
+_DROP_INVALID_INDEX = """
+DO $$ BEGIN
+    IF EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = '{schema}' AND c.relname = '{name}' AND NOT i.indisvalid) THEN
+        DROP INDEX {schema}.{name};
+    END IF;
+END $$
+"""
+
+
+def build_index(name: str, definition: str, *, unique: bool = False) -> None:
+    """Build an index on jobq.jobs without blocking writes (CREATE INDEX CONCURRENTLY `definition`, e.g.
+    "(queue, id)"), again after a build that failed. Call it inside `op.get_context().autocommit_block()`:
+    a concurrent build cannot run in a transaction."""
+    from alembic import op
+
+    op.execute(_DROP_INVALID_INDEX.format(schema=SCHEMA, name=name))
+    kind = "UNIQUE INDEX" if unique else "INDEX"
+    op.execute(f"CREATE {kind} CONCURRENTLY IF NOT EXISTS {name} ON {SCHEMA}.jobs {definition}")
+
+
 def describe_blockers(rows: list) -> str:
     if not rows:
         return "no session holds locks on jobq's tables now"

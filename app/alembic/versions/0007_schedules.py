@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from app.migrations import lock_tables
+from app.migrations import build_index, lock_tables
 
 revision = "0007"
 down_revision = "0006"
@@ -36,20 +36,6 @@ DROP_COLUMNS = f"""
 ALTER TABLE {SCHEMA}.jobs
     DROP COLUMN IF EXISTS schedule_slot,
     DROP COLUMN IF EXISTS schedule
-"""
-# A build that failed leaves an INVALID index behind, which IF NOT EXISTS would take for done.
-DROP_INVALID_INDEX = f"""
-DO $$ BEGIN
-    IF EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-               JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE n.nspname = '{SCHEMA}' AND c.relname = 'uq_jobs_schedule_slot' AND NOT i.indisvalid) THEN
-        DROP INDEX {SCHEMA}.uq_jobs_schedule_slot;
-    END IF;
-END $$
-"""
-CREATE_INDEX = f"""
-CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS uq_jobs_schedule_slot
-    ON {SCHEMA}.jobs (schedule, schedule_slot) WHERE schedule_slot IS NOT NULL
 """
 
 
@@ -95,8 +81,9 @@ def upgrade() -> None:
     )
     # Commits the part above (releasing its lock), then builds the index outside any transaction.
     with op.get_context().autocommit_block():
-        op.execute(DROP_INVALID_INDEX)
-        op.execute(CREATE_INDEX)
+        build_index(
+            "uq_jobs_schedule_slot", "(schedule, schedule_slot) WHERE schedule_slot IS NOT NULL", unique=True
+        )
 
 
 def downgrade() -> None:

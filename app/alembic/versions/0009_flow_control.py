@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from app.migrations import lock_tables
+from app.migrations import build_index, lock_tables
 
 revision = "0009"
 down_revision = "0008"
@@ -53,16 +53,6 @@ INDEXES = {
         "(queue, key) WHERE key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))"
     ),
 }
-# A build that failed leaves an INVALID index behind, which IF NOT EXISTS would take for done.
-DROP_INVALID_INDEX = """
-DO $$ BEGIN
-    IF EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-               JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE n.nspname = '{schema}' AND c.relname = '{name}' AND NOT i.indisvalid) THEN
-        DROP INDEX {schema}.{name};
-    END IF;
-END $$
-"""
 
 
 def upgrade() -> None:
@@ -85,8 +75,7 @@ def upgrade() -> None:
     # Commits the part above (releasing its lock), then builds the indexes outside any transaction.
     with op.get_context().autocommit_block():
         for name, definition in INDEXES.items():
-            op.execute(DROP_INVALID_INDEX.format(schema=SCHEMA, name=name))
-            op.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {SCHEMA}.jobs {definition}")
+            build_index(name, definition)
 
 
 def downgrade() -> None:

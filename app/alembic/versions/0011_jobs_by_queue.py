@@ -11,6 +11,8 @@ Create Date: 2027-01-30
 
 from alembic import op
 
+from app.migrations import build_index
+
 revision = "0011"
 down_revision = "0010"
 branch_labels = None
@@ -21,22 +23,11 @@ compatible_from = "0002"
 
 SCHEMA = "jobq"
 NAME = "ix_jobs_queue_id"
-# A build that failed leaves an INVALID index behind, which IF NOT EXISTS would take for done.
-DROP_INVALID_INDEX = f"""
-DO $$ BEGIN
-    IF EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-               JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE n.nspname = '{SCHEMA}' AND c.relname = '{NAME}' AND NOT i.indisvalid) THEN
-        DROP INDEX {SCHEMA}.{NAME};
-    END IF;
-END $$
-"""
 
 
 def upgrade() -> None:
     with op.get_context().autocommit_block():
-        op.execute(DROP_INVALID_INDEX)
-        op.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {NAME} ON {SCHEMA}.jobs (queue, id)")
+        build_index(NAME, "(queue, id)")
 
 
 def downgrade() -> None:
