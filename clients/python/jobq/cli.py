@@ -68,6 +68,11 @@ Token = Annotated[
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the answer as JSON, for scripts.")]
 QueueName = Annotated[str, typer.Argument(help="The queue.", show_default=False)]
+# The options of a paged list (`jobs`, `dead list`).
+OnlyQueue = Annotated[str | None, typer.Option("--queue", help="Only this queue's.", show_default=False)]
+BeforeId = Annotated[
+    int | None, typer.Option(help="Older than this id (for the next page).", show_default=False)
+]
 DEFAULT_URL = "http://127.0.0.1:8000"
 # A command gives up on an unreachable service after about 2 s (the worker keeps trying).
 CLI_RETRY = RetryPolicy(attempts=4)
@@ -295,7 +300,7 @@ def job_command(
 
 
 def jobs_command(
-    queue: Annotated[str | None, typer.Option(help="Only this queue's.", show_default=False)] = None,
+    queue: OnlyQueue = None,
     status: Annotated[
         JobStatus | None, typer.Option(help="Only jobs in this status.", show_default=False)
     ] = None,
@@ -309,9 +314,7 @@ def jobs_command(
         ),
     ] = None,
     limit: Annotated[int, typer.Option(help="How many (1..500).")] = 20,
-    before_id: Annotated[
-        int | None, typer.Option(help="Older than this id (for the next page).", show_default=False)
-    ] = None,
+    before_id: BeforeId = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,
@@ -396,11 +399,9 @@ dead_cli = typer.Typer(
 
 @dead_cli.command("list")
 def dead_list(
-    queue: Annotated[str | None, typer.Option(help="Only this queue's.", show_default=False)] = None,
+    queue: OnlyQueue = None,
     limit: Annotated[int, typer.Option(help="How many (1..1000).")] = 20,
-    before_id: Annotated[
-        int | None, typer.Option(help="Older than this id (for the next page).", show_default=False)
-    ] = None,
+    before_id: BeforeId = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,
