@@ -21,6 +21,15 @@ JSONText = orjson.Fragment
 WRITE_OPTIONS = orjson.OPT_UTC_Z
 
 
+def written(value: Any) -> JSONText:
+    """orjson's `default` for answers: a value that writes itself as JSON text (``json_fragment()``), as
+    the jobs an enqueue has just inserted do (app/jobs/inserts.py ``NewJobs``)."""
+    write = getattr(value, "json_fragment", None)
+    if write is None:
+        raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+    return write()
+
+
 def encode_json(value: Any) -> bytes:
     """A JSON value as compact UTF-8 text for PostgreSQL (orjson; Python's encoder for integers beyond
     64 bits, which orjson refuses and jsonb keeps exactly)."""

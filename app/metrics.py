@@ -65,11 +65,15 @@ class PerQueue:
             child.inc(n)
 
     def count(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """One increment per queue among `rows` (each with a "queue"); longer lists are tallied in C."""
-        if len(rows) == 1:
-            self.inc(rows[0]["queue"])
-        elif rows:
-            for queue, n in Tally(map(_QUEUE, rows)).items():
+        """One increment per queue among `rows` (each with a "queue")."""
+        self.count_queues(list(map(_QUEUE, rows)))
+
+    def count_queues(self, queues: Sequence[str]) -> None:
+        """One increment per name in `queues`; longer lists are tallied in C."""
+        if len(queues) == 1:
+            self.inc(queues[0])
+        elif queues:
+            for queue, n in Tally(queues).items():
                 self.inc(queue, n)
 
     def totals(self) -> dict[str, float]:

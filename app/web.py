@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.jsontext import WRITE_OPTIONS
+from app.jsontext import WRITE_OPTIONS, written
 from app.problems import problem
 
 
@@ -161,7 +161,7 @@ class JobqRoute(APIRoute):
 
 class JSONBody(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=WRITE_OPTIONS)
+        return orjson.dumps(content, option=WRITE_OPTIONS, default=written)
 
 
 def disconnected(request: Request) -> Callable[[], Coroutine[Any, Any, None]]:

@@ -299,6 +299,30 @@ async def test_batch_in_request_order(client, db):
         assert json.loads(rec["payload"]) == j["payload"] and rec["queue"] == j["queue"]
 
 
+async def test_batch_answer_is_each_job_as_get_shows_it(client, db):
+    """A batch's answer is written from a template per shape of job (app/jobs/inserts.py NewJobs): each
+    job in it must read exactly as GET /jobs/{id} shows the job, whatever its fields."""
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    items = [
+        {"queue": "q", "payload": {"n": 1}},
+        {"queue": "q", "payload": {"n": 2}},
+        {"queue": "q", "payload": "ünïcode ✓", "kind": "send_email", "key": "tenant-ä"},
+        {"queue": "q", "payload": 2**70, "priority": -5, "max_attempts": 9},
+        {"queue": "other:q", "payload": None, "run_at": later},
+        {"queue": "q", "payload": [1, {"deep": [True, False, None]}], "delay": 30},
+        {"queue": "q", "payload": {"n": 3}},
+    ]
+    await client.patch("/queues/q", json={"max_attempts": 7})
+    r = await client.post("/jobs/batch", json={"jobs": items})
+    assert r.status_code == 201, r.text
+    answered = r.json()["jobs"]
+    assert [j["payload"] for j in answered] == [item["payload"] for item in items]
+    for job in answered:
+        shown = (await client.get(f"/jobs/{job['id']}")).json()
+        assert job == {**shown, "duplicate": False}
+    assert [j["max_attempts"] for j in answered] == [7, 7, 7, 9, 5, 7, 7]
+
+
 async def test_batch_repeated_dedup_key_is_duplicate_of_first(client, db):
     items = [
         {"queue": "q", "payload": "first", "dedup_key": "a"},

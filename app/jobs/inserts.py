@@ -3,17 +3,18 @@ or without (app/jobs/producers.py), and the job each insert answers with."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import asyncpg
+import orjson
 
 from app import queries as q
 from app.errors import PayloadTooLarge, Unavailable
 from app.jobs.arguments import NewJobLike
 from app.jobs.rows import Row, as_job
-from app.jsontext import JSONText, encode_json
+from app.jsontext import WRITE_OPTIONS, JSONText, encode_json
 
 DEDUP_ROUNDS = 10  # tries of an insert whose dedup keys' holders keep finishing under it
 
@@ -55,17 +56,98 @@ async def insert_new(
     payloads: list[str],
     query: q.Query = q.ENQUEUE_NEW,
     **keys: Any,
-) -> list[Row]:
+) -> NewJobs:
     """Insert jobs without dedup keys; the new jobs, in request order. (ENQUEUE_NEW_ONCE and
     ENQUEUE_NEW_EACH_ONCE, with `keys`, also keep the answer under idempotency keys.)"""
     row = await conn.fetchrow(query.text, *query.args(**_columns(requests, payloads), **keys))
-    created_at = row["created_at"]
-    return [
-        new_job(request, payload, job_id, run_at or created_at, max_attempts, created_at)
-        for request, payload, job_id, run_at, max_attempts in zip(
-            requests, payloads, row["ids"], row["run_ats"], row["max_attempts"], strict=True
+    return NewJobs(requests, payloads, row["ids"], row["run_ats"], row["max_attempts"], row["created_at"])
+
+
+class NewJobs(Sequence[Row]):
+    """The jobs one statement has just inserted, in request order, kept as the columns they came from:
+    each job read from it is the Row `new_job` makes, and an answer that holds it (app/web.py
+    ``JSONBody``) is written by ``json_fragment`` without making those Rows at all.
+
+    An answer to a batch of 1,000 is 1,000 jobs of 21 fields each, and building their dicts and then
+    encoding them took longer than anything else the service does for the batch but parse it. Nearly all
+    of a job's fields are the same across a batch: a template per shape (queue, kind, key, priority,
+    dedup_key, run_at, max_attempts) is encoded once, by the same encoder with the same options, and
+    each job is its id and its payload text put into the template."""
+
+    __slots__ = ("requests", "payloads", "ids", "run_ats", "max_attempts", "created_at")
+
+    def __init__(
+        self,
+        requests: Sequence[NewJobLike],
+        payloads: Sequence[str],
+        ids: Sequence[int],
+        run_ats: Sequence[datetime | None],  # None: the insert time
+        max_attempts: Sequence[int],
+        created_at: datetime,
+    ) -> None:
+        self.requests, self.payloads, self.ids = requests, payloads, ids
+        self.run_ats, self.max_attempts, self.created_at = run_ats, max_attempts, created_at
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+    @overload
+    def __getitem__(self, index: slice) -> NewJobs: ...
+    def __getitem__(self, index: int | slice) -> Row | NewJobs:
+        if isinstance(index, slice):
+            return NewJobs(
+                self.requests[index],
+                self.payloads[index],
+                self.ids[index],
+                self.run_ats[index],
+                self.max_attempts[index],
+                self.created_at,
+            )
+        return new_job(
+            self.requests[index],
+            self.payloads[index],
+            self.ids[index],
+            self.run_ats[index] or self.created_at,
+            self.max_attempts[index],
+            self.created_at,
         )
-    ]
+
+    def __iter__(self) -> Iterator[Row]:
+        return (self[i] for i in range(len(self.ids)))
+
+    @property
+    def queues(self) -> list[str]:
+        return [r.queue for r in self.requests]
+
+    def json_fragment(self) -> JSONText:
+        """The jobs as a JSON array, exactly as encoding their Rows would write it."""
+        templates: dict[tuple, tuple[bytes, bytes]] = {}
+        parts = []
+        for request, payload, job_id, run_at, max_attempts in zip(
+            self.requests, self.payloads, self.ids, self.run_ats, self.max_attempts, strict=True
+        ):
+            r = request
+            shape = (r.queue, r.kind, r.key, r.priority, r.dedup_key, run_at, max_attempts)
+            template = templates.get(shape)
+            if template is None:
+                template = templates[shape] = self._template(request, run_at, max_attempts)
+            before, after = template
+            parts.append(b'{"id":%d%b%b%b' % (job_id, before, payload.encode(), after))
+        return JSONText(b"[" + b",".join(parts) + b"]")
+
+    def _template(
+        self, request: NewJobLike, run_at: datetime | None, max_attempts: int
+    ) -> tuple[bytes, bytes]:
+        """What a job of this shape writes between its id and its payload, and after its payload."""
+        row = new_job(request, "null", 0, run_at or self.created_at, max_attempts, self.created_at)
+        del row["id"]
+        fields = list(row)
+        cut = fields.index("payload")
+        head = orjson.dumps({k: row[k] for k in fields[:cut]}, option=WRITE_OPTIONS)
+        tail = orjson.dumps({k: row[k] for k in fields[cut + 1 :]}, option=WRITE_OPTIONS)
+        return b"," + head[1:-1] + b',"payload":', b"," + tail[1:]
 
 
 async def insert_deduplicated(

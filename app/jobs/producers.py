@@ -40,10 +40,10 @@ async def enqueue_batch(
     db: Database,
     requests: Sequence[NewJobLike],
     *,
-    then: Callable[[asyncpg.Connection, list[Row]], Awaitable[None]] | None = None,
+    then: Callable[[asyncpg.Connection, Sequence[Row]], Awaitable[None]] | None = None,
     once: Once | None = None,
     payload_limit: int | None = None,
-) -> list[Row]:
+) -> Sequence[Row]:
     """Insert jobs, all or nothing; each result carries `duplicate`.
 
     A dedup_key already held by an active job of the queue answers with that job. Within one batch, a
@@ -70,7 +70,7 @@ async def enqueue_batch(
                 async with conn.transaction():
                     new = await insert_new(conn, requests, payloads)
                     await then(conn, new)
-        db.metrics.enqueued.count(new)
+        db.metrics.enqueued.count_queues(new.queues)
         return new
 
     async with db.acquire() as conn:

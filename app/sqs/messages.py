@@ -12,6 +12,7 @@ received through SQS with that JSON text as its body.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,7 +144,7 @@ async def _enqueue(
     ]
     with_attributes = [k for k, m in enumerate(messages) if m.attributes]
 
-    async def store(conn: asyncpg.Connection, rows: list[Row]) -> None:
+    async def store(conn: asyncpg.Connection, rows: Sequence[Row]) -> None:
         if with_attributes:
             await conn.execute(
                 sq.SET_MESSAGE_ATTRIBUTES.text,
