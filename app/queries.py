@@ -14,18 +14,19 @@ the result against this table, and that no other statement here changes a status
 status     led in by                                           led out by
 =========  ==================================================  ============================================
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED, CANCEL,
-           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        ACK (the last holder, late), PURGE_QUEUE,
-           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE   DELETE_QUEUE
+           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        CANCEL_JOBS, ACK (the last holder, late),
+           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE   PURGE_QUEUE, DELETE_QUEUE
 running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED                 ACK, NACK, RELEASE, EXPIRE_LEASES,
                                                                PURGE_QUEUE, DELETE_QUEUE
 completed  ACK                                                 PRUNE_FINISHED, DELETE_QUEUE
-dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, ACK (the last
-           (out of attempts)                                   holder, late), DELETE_QUEUE
-cancelled  CANCEL                                              PRUNE_FINISHED, DELETE_QUEUE
+dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, PURGE_DEAD_JOBS,
+           (out of attempts)                                   ACK (the last holder, late), DELETE_QUEUE
+cancelled  CANCEL, CANCEL_JOBS                                 PRUNE_FINISHED, DELETE_QUEUE
 =========  ==================================================  ============================================
 
 Led out by a DELETE (PURGE_*, PRUNE_FINISHED, DELETE_QUEUE), the row is gone. EXTEND keeps a running job
-running. Statuses are written in the SQL as literals ('pending'): the test checks each is a ``JobStatus``.
+running, RUN_NOW a pending job pending. Statuses are written in the SQL as literals ('pending'): the test
+checks each is a ``JobStatus``.
 """
 
 from __future__ import annotations
@@ -362,17 +363,38 @@ GET_JOB = Query.define(
     """,
 )
 
-# Cancel a job that has not started. Running, finished and dead jobs are left alone.
-CANCEL = Query.define(
-    "cancel",
-    f"""
+
+# Cancel jobs that have not started (CANCEL: one, CANCEL_JOBS: the dashboard's selection). Running,
+# finished and dead jobs are left alone.
+def _cancel(which: str) -> str:
+    return f"""
     WITH cancelled AS (
         UPDATE jobq.jobs j SET status = 'cancelled', completed_at = now(), updated_at = now()
         FROM jobq.queues q
-        WHERE j.id = :id AND j.status = 'pending' AND q.name = j.queue AND {_in_scope("j.queue")}
+        WHERE {which} AND j.status = 'pending' AND q.name = j.queue AND {_in_scope("j.queue")}
         RETURNING {JOB}, {_notify_done()}
     ), {_notify("cancelled", f"{KEY_FREED} AND attempts > 0")}
     SELECT * FROM cancelled WHERE {NOTIFIED}
+    """
+
+
+CANCEL = Query.define("cancel", _cancel("j.id = :id"))
+CANCEL_JOBS = Query.define("cancel_jobs", _cancel("j.id = ANY(:ids::bigint[])"))
+
+# Run a job that waits for its run_at (scheduled, or waiting for a retry's backoff) now: ready at once,
+# and the queue's long-polls woken as for a new job. A job already due is left as it is (a new run_at
+# would only move it back in line).
+RUN_NOW = Query.define(
+    "run_now",
+    f"""
+    WITH ran AS (
+        UPDATE jobq.jobs j SET run_at = now(), updated_at = now()
+        FROM jobq.queues q
+        WHERE j.id = :id AND j.status = 'pending' AND j.run_at > now() AND q.name = j.queue
+          AND {_in_scope("j.queue")}
+        RETURNING {JOB}
+    ), {_notify("ran")}
+    SELECT * FROM ran WHERE {NOTIFIED}
     """,
 )
 
@@ -953,6 +975,12 @@ RETRY_DEAD = Query.define(
 PURGE_DEAD = Query.define(
     "purge_dead",
     f"DELETE FROM jobq.jobs WHERE id = :id AND status = 'dead' AND {_in_scope('queue')} RETURNING id",
+)
+# The dashboard's selection of dead jobs, purged; the ids that were dead (and in scope) come back.
+PURGE_DEAD_JOBS = Query.define(
+    "purge_dead_jobs",
+    f"""DELETE FROM jobq.jobs
+    WHERE id = ANY(:ids::bigint[]) AND status = 'dead' AND {_in_scope("queue")} RETURNING id""",
 )
 
 # SQS PurgeQueue: every message of the queue, visible or in flight; dead ones stay (they are the queue's

@@ -508,3 +508,21 @@ async def test_retention_small_keeps_recent_jobs(start_service, db):
         await wait_for(gone, what="the job to be pruned after retention")
         age = await db.fetchval("SELECT extract(epoch FROM now() - $1::timestamptz)::float8", completed_at)
         assert age >= 1.5
+
+
+async def test_run_now(client, db):
+    """POST /jobs/{id}/run: a pending job not due yet becomes ready now; anything else is refused."""
+    later = await enqueue(client, "q", "x", delay=3600)
+    r = await client.post(f"/jobs/{later['id']}/run")
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "pending" and r.json()["id"] == later["id"]
+    assert await db.fetchval("SELECT run_at <= now() FROM jobq.jobs WHERE id = $1", later["id"]) is True
+    # Due now: a second call would only move it back in line, so it is refused and nothing changes.
+    run_at = await db.fetchval("SELECT run_at FROM jobq.jobs WHERE id = $1", later["id"])
+    assert_problem(await client.post(f"/jobs/{later['id']}/run"), 409, "conflict")
+    assert await db.fetchval("SELECT run_at FROM jobq.jobs WHERE id = $1", later["id"]) == run_at
+    leased = await lease_one(client, "q", later["id"])
+    refused = await client.post(f"/jobs/{leased['id']}/run")
+    assert_problem(refused, 409, "conflict")
+    assert "running" in refused.json()["detail"]
+    assert_problem(await client.post("/jobs/999999/run"), 404, "not_found")

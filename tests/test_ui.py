@@ -142,7 +142,7 @@ async def test_job_page_and_purge(page, client, db):
 
     await page.get_by_role("button", name="Purge").click()  # confirm() answered yes
     await expect(page.locator(".flash")).to_contain_text(f"Purged job {job_id}")
-    await until(lambda: page.url.endswith("/ui/dead"))
+    await until(lambda: page.url.endswith("/ui/jobs?queue=emails&status=dead"))
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", job_id) == 0
 
     # The header's lookup finds a job by id; an unknown one is a page saying so.
@@ -212,18 +212,37 @@ async def test_read_only_for_a_viewer(start_service, db):
     async with httpx.AsyncClient(base_url=service.url, headers=admin) as client:
         job_id = await make_dead(client, "q", payload={"to": "ada"})
         await until(lambda: service.app.state.metrics.gauges.queues)  # the queues page lists q
-        pages = ("/ui", "/ui/dead", "/ui/dead?queue=q", f"/ui/jobs/{job_id}")
+        pages = (
+            "/ui",
+            "/ui/dead",
+            "/ui/dead?queue=q",
+            f"/ui/jobs/{job_id}",
+            "/ui/jobs",
+            "/ui/jobs?queue=q&status=dead",
+            "/ui/queues/q",
+        )
         for path in pages:
             shown = await client.get(path)
-            assert shown.status_code == 200 and '<form method="post"' in shown.text, path
+            assert shown.status_code == 200 and 'method="post"' in shown.text, path
         for path in (*pages, "/ui/static/ui.js", "/ui/static/ui.css"):
             r = await client.get(path, headers=viewer)
             assert r.status_code == 200, path
             assert 'method="post"' not in r.text and ">Retry<" not in r.text and ">Pause<" not in r.text, path
+            assert 'type="checkbox" name="id"' not in r.text and '<input id="setting-' not in r.text, path
         assert 'data-queue="q"' in (await client.get("/ui", headers=viewer)).text
         assert f'data-job="{job_id}"' in (await client.get("/ui/dead", headers=viewer)).text
         before = await db.fetch("SELECT id, status, attempts, updated_at FROM jobq.jobs ORDER BY id")
-        buttons = ("queues/q/pause", "queues/q/retry-dead", f"dead/{job_id}/retry", f"dead/{job_id}/purge")
+        buttons = (
+            "queues/q/pause",
+            "queues/q/retry-dead",
+            f"dead/{job_id}/retry",
+            f"dead/{job_id}/purge",
+            f"jobs/{job_id}/cancel",
+            f"jobs/{job_id}/run",
+            "jobs/selected",
+            "jobs/matching?action=purge&status=dead",
+            "queues/q/settings",
+        )
         for action in buttons:
             r = await client.post(f"/ui/{action}", headers=viewer)
             assert r.status_code == 403, action
@@ -356,3 +375,133 @@ async def test_schedules_read_only_for_a_viewer(start_service, db):
         assert r.status_code == 303 and r.headers["location"].startswith("/ui/schedules?flash=")
         flash = parse_qs(urlsplit(r.headers["location"]).query)["flash"][0]
         assert "nothing-here" in flash
+
+
+async def test_jobs_browsed_filtered_and_acted_on_in_bulk(page, client, db):
+    """Every state browsable with filters and search; a selection retried, purged or cancelled; every
+    match of a filter at once. Each effect is checked in the database."""
+    from playwright.async_api import expect
+
+    full = await make_dead(client, "emails", payload={"to": "ada"}, error="mailbox full")
+    timeout = await make_dead(client, "emails", payload={"to": "bob"}, error="timeout")
+    report = await make_dead(client, "reports", payload={"month": "2024-05"}, error="timeout")
+    ready = await enqueue_many(client, "emails", 3)
+    scheduled = (await enqueue(client, "emails", {"to": "later"}, delay=3600))["id"]
+    done = await enqueue(client, "reports", {"month": "2024-06"})
+    held = await lease_one(client, "reports", done["id"])
+    assert (await client.post("/ack", json={"id": done["id"], "lease_token": held["lease_token"]})).is_success
+    everything = [*ready, scheduled, full, timeout, report, done["id"]]
+
+    await page.goto("/ui")
+    await page.get_by_role("link", name="Jobs", exact=True).click()
+    rows = page.locator("tbody tr")
+    await expect(rows).to_have_count(len(everything))
+    ids = [int(i) for i in await rows.evaluate_all("rows => rows.map(r => r.dataset.job)")]
+    assert ids == sorted(everything, reverse=True)  # newest first
+    await expect(page.locator(f'tr[data-job="{scheduled}"] .status')).to_have_text("scheduled")
+    await expect(page.locator(f'tr[data-job="{done["id"]}"] .status')).to_have_text("completed")
+    await shot(page, "jobs")
+
+    # Filters and search, from the form.
+    await page.get_by_label("Status").select_option("dead")
+    await page.get_by_role("button", name="Show").click()
+    await expect(rows).to_have_count(3)
+    await page.get_by_label("Search").fill("MAILBOX")
+    await page.get_by_role("button", name="Show").click()
+    await expect(rows).to_have_count(1)
+    await expect(page.locator(f'tr[data-job="{full}"]')).to_contain_text("mailbox full")
+
+    # A selection: the ticked dead job is purged, nothing else.
+    await page.goto("/ui/jobs?queue=emails&status=dead")
+    await expect(rows).to_have_count(2)
+    await page.get_by_label(f"select job {full}").check()
+    await page.get_by_role("button", name="Purge selected").click()  # confirm() answered yes
+    await expect(page.locator(".flash")).to_contain_text("Purged 1 of 1 selected jobs.")
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", full) == 0
+    await expect(rows).to_have_count(1)
+
+    # Every match of the filter, on every page: the dead jobs of emails, not those of reports.
+    await page.get_by_role("button", name="Retry all matching").click()
+    await expect(page.locator(".flash")).to_contain_text("Retried 1 dead jobs matching the filters.")
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", timeout) == "pending"
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", report) == "dead"
+
+    # The header box ticks every job shown; a selection of mixed states changes only what it can.
+    await page.goto("/ui/jobs")
+    await page.get_by_label("select every job shown").check()
+    await page.get_by_role("button", name="Cancel selected").click()
+    pending = 3 + 1 + 1  # ready, scheduled, retried
+    await expect(page.locator(".flash")).to_contain_text(
+        f"Cancelled {pending} of {len(everything) - 1} selected jobs. {len(everything) - 1 - pending} left"
+    )
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'cancelled'") == pending
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'pending'") == 0
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", done["id"]) == "completed"
+    await shot(page, "jobs-cancelled")
+
+
+async def test_queue_page_states_and_settings(page, client, db):
+    from playwright.async_api import expect
+
+    dead = await make_dead(client, "emails", error="boom")
+    await enqueue_many(client, "emails", 2)
+    await enqueue(client, "emails", "later", delay=3600)
+
+    await page.goto("/ui")
+    await page.locator('tr[data-queue="emails"] th a').click()
+    await expect(page.locator("h1")).to_have_text("Queue emails")
+    states = page.locator("table.states td")
+    await expect(states).to_have_text(["2", "1", "0", "0", "1"])
+    await shot(page, "queue")
+    await page.locator('tr[data-state="dead"] a').click()
+    await expect(page.locator("tbody tr")).to_have_count(1)
+    await expect(page.locator(f'tr[data-job="{dead}"]')).to_have_count(1)
+
+    await page.goto("/ui/queues/emails")
+    await page.get_by_label("Max attempts").fill("7")
+    await page.get_by_label("Visibility timeout").fill("45")
+    await page.get_by_label("Jobs per key at once").fill("2")
+    await page.get_by_role("button", name="Save settings").click()
+    await expect(page.locator(".flash")).to_have_text("Saved the settings of emails.")
+    columns = "max_attempts, visibility_timeout, key_concurrency, fair"
+    row = await db.fetchrow(f"SELECT {columns} FROM jobq.queues WHERE name = 'emails'")
+    assert dict(row) == {"max_attempts": 7, "visibility_timeout": 45, "key_concurrency": 2, "fair": False}
+    await expect(page.get_by_label("Max attempts")).to_have_value("7")
+    await expect(page.locator("main")).to_contain_text("2 per key")
+
+    # A value the API refuses is refused with its reason, and nothing changes.
+    await page.get_by_label("Max attempts").fill("0")
+    await page.get_by_role("button", name="Save settings").click()
+    await expect(page.locator(".flash")).to_contain_text("Settings not saved: max_attempts")
+    await page.get_by_label("Visibility timeout").fill("soon")
+    await page.get_by_role("button", name="Save settings").click()
+    await expect(page.locator(".flash")).to_contain_text("each must be a number")
+    assert await db.fetchval("SELECT max_attempts FROM jobq.queues WHERE name = 'emails'") == 7
+
+    # Clearing the per-key limit removes it.
+    await page.goto("/ui/queues/emails")
+    await page.get_by_label("Jobs per key at once").fill("")
+    await page.get_by_role("button", name="Save settings").click()
+    await expect(page.locator(".flash")).to_have_text("Saved the settings of emails.")
+    assert await db.fetchval("SELECT key_concurrency FROM jobq.queues WHERE name = 'emails'") is None
+
+
+async def test_job_page_runs_a_scheduled_job_now_and_cancels_one(page, client, db):
+    from playwright.async_api import expect
+
+    later = (await enqueue(client, "emails", {"to": "ada"}, delay=3600))["id"]
+    await page.goto(f"/ui/jobs/{later}")
+    await expect(page.locator(".status")).to_have_text("scheduled")
+    await expect(page.locator("table.fields a").first).to_have_attribute("href", "/ui/queues/emails")
+    await shot(page, "job-scheduled")
+    await page.get_by_role("button", name="Run now").click()
+    await expect(page.locator(".flash")).to_contain_text(f"Job {later} is ready now")
+    assert await db.fetchval("SELECT run_at <= now() FROM jobq.jobs WHERE id = $1", later) is True
+    await expect(page.locator(".status")).to_have_text("pending")
+    await expect(page.get_by_role("button", name="Run now")).to_have_count(0)
+
+    await page.get_by_role("button", name="Cancel").click()  # confirm() answered yes
+    await expect(page.locator(".flash")).to_contain_text(f"Cancelled job {later}")
+    await expect(page.locator(".status")).to_have_text("cancelled")
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", later) == "cancelled"
+    await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)

@@ -47,6 +47,14 @@ async def test_http_enqueue_wakes_a_waiter(http):
     assert latency < 0.2
 
 
+async def test_run_now_wakes_a_waiter(http):
+    """A scheduled job run now (POST /jobs/{id}/run) is handed to a waiting long-poll at once."""
+    job = (await http.post("/jobs", json={"queue": "q", "payload": 3, "delay": 3600})).json()
+    jobs, latency = await _lease_after(http, lambda: http.post(f"/jobs/{job['id']}/run"))
+    assert [j["id"] for j in jobs] == [job["id"]]
+    assert latency < 0.2
+
+
 async def test_sql_enqueue_wakes_a_waiter_at_commit(http, db):
     async def enqueue():
         async with db.transaction():

@@ -6,10 +6,11 @@ transaction only where several must commit together) and returns plain dicts, or
 route to service to statement: ``POST /ack`` -> ``jobs.ack`` -> ``ACK``.
 
 The modules follow the routers (app/routers/): ``producers`` (enqueue, get_job, cancel), ``workers``
-(lease, ack, nack, release, extend), ``operators`` (dead jobs, queues), ``health`` (readiness); then
-``idempotency`` (the `Idempotency-Key` machinery), ``inserts`` (what every enqueue runs), ``background``
-(what the background loops run), ``shared`` (one call's share of a coalesced statement) and ``rows``
-(a job as answered). Callers use this package's names: ``from app import jobs; jobs.lease(...)``.
+(lease, ack, nack, release, extend), ``operators`` (job lists, dead jobs, jobs picked by hand, queues),
+``health`` (readiness); then ``idempotency`` (the `Idempotency-Key` machinery), ``inserts`` (what every
+enqueue runs), ``background`` (what the background loops run), ``shared`` (one call's share of a
+coalesced statement) and ``rows`` (a job as answered). Callers use this package's names:
+``from app import jobs; jobs.lease(...)``.
 """
 
 from app.jobs.arguments import (
@@ -28,13 +29,17 @@ from app.jobs.background import expire_leases, lock_waits, prune_finished, queue
 from app.jobs.health import schema_revision
 from app.jobs.idempotency import Once, prune_idempotency_keys
 from app.jobs.operators import (
+    cancel_jobs,
     configure_queue,
     dead_jobs,
+    every_match,
     list_jobs,
     purge_dead,
+    purge_dead_jobs,
     queue,
     queues,
     retry_dead,
+    run_now,
     set_paused,
 )
 from app.jobs.producers import cancel, enqueue, enqueue_batch, get_job, wait_for_job
@@ -58,11 +63,13 @@ __all__ = [
     "ack",
     "ack_batch",
     "cancel",
+    "cancel_jobs",
     "configure_queue",
     "dead_jobs",
     "list_jobs",
     "enqueue",
     "enqueue_batch",
+    "every_match",
     "expire_leases",
     "extend",
     "get_job",
@@ -73,11 +80,13 @@ __all__ = [
     "prune_finished",
     "prune_idempotency_keys",
     "purge_dead",
+    "purge_dead_jobs",
     "queue",
     "queue_gauges",
     "queues",
     "release",
     "retry_dead",
+    "run_now",
     "schema_revision",
     "set_paused",
     "single",

@@ -1,8 +1,10 @@
-"""Operators' operations: dead jobs (list, retry, purge) and queues (list, read, configure, pause)."""
+"""Operators' operations: job lists, dead jobs (retry, purge), jobs picked by hand (cancel, run now, a
+selection or every job a list matches at once), and queues (list, read, configure, pause)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import asyncpg
 
@@ -121,6 +123,63 @@ async def retry_dead(db: Database, ids: list[int] | None, queue: str | None, sco
         if queue is not None and not retried and not skipped:
             await _known_queue(conn, queue)
     return {"retried": retried, "skipped": skipped}
+
+
+async def purge_dead_jobs(db: Database, ids: list[int], scope: Scope = None) -> list[int]:
+    """Purge those of `ids` that are dead (and in scope); the ids purged."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.PURGE_DEAD_JOBS.text, *q.PURGE_DEAD_JOBS.args(ids=ids, scope=scope))
+    return [r["id"] for r in rows]
+
+
+async def cancel_jobs(db: Database, ids: list[int], scope: Scope = None) -> list[int]:
+    """Cancel those of `ids` that are pending (and in scope); the ids cancelled."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.CANCEL_JOBS.text, *q.CANCEL_JOBS.args(ids=ids, scope=scope))
+    return [r["id"] for r in rows]
+
+
+async def run_now(db: Database, job_id: int, scope: Scope = None) -> Row:
+    """A pending job that waits for its run_at (scheduled, or backing off before a retry), ready now."""
+    async with db.acquire() as conn:
+        row = await run_guarded(conn, q.RUN_NOW, job_id, scope, "a job not due yet can be run now")
+    return as_job(row)
+
+
+MATCHING_PAGE = 500  # ids per step of every_match
+
+
+async def every_match(
+    db: Database,
+    *,
+    queue: str | None = None,
+    status: str | None = None,
+    kind: str | None = None,
+    key: str | None = None,
+    search: str | None = None,
+    scope: Scope = None,
+) -> AsyncIterator[list[int]]:
+    """The ids of every job `list_jobs` finds with these filters, newest first, a page at a time: the
+    dashboard's "retry/purge/cancel all matching". The caller may change each page's jobs before asking
+    for the next, which starts below it."""
+    before_id = None
+    while True:
+        page = await list_jobs(
+            db,
+            queue=queue,
+            status=status,
+            kind=kind,
+            key=key,
+            search=search,
+            limit=MATCHING_PAGE,
+            before_id=before_id,
+            scope=scope,
+        )
+        if page["jobs"]:
+            yield [job["id"] for job in page["jobs"]]
+        before_id = page["next_before_id"]
+        if before_id is None:
+            return
 
 
 def _no_queue(name: str) -> NotFound:

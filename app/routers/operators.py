@@ -16,6 +16,7 @@ from app.models import KIND_PATTERN, MAX_KEY, MAX_KIND, MAX_QUEUE_NAME, QUEUE_NA
 from app.schemas import (
     MAX_JOB_ID,
     DeadPage,
+    Job,
     JobPage,
     PurgeResponse,
     QueueDetail,
@@ -105,6 +106,14 @@ async def retry_dead(body: RetryDeadRequest, db: DB, caller: Caller) -> JSONBody
 )
 async def purge_dead(id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], db: DB, caller: Caller) -> JSONBody:
     return JSONBody(await jobs.purge_dead(db, id, caller.like))
+
+
+@router.post("/jobs/{id}/run", dependencies=[Admin], response_model=None, responses=answers(Job, 404, 409))
+async def run_now(id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], db: DB, caller: Caller) -> JSONBody:
+    """Run a pending job that waits for its `run_at` (scheduled, or backing off before a retry) now: it is
+    ready at once, and the queue's long-polls are woken. A job already due, or in any other state, is
+    409 conflict."""
+    return JSONBody(await jobs.run_now(db, id, caller.like))
 
 
 @router.get("/queues", dependencies=[Viewer], response_model=None, responses=answers(list[QueueRow]))

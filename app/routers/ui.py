@@ -1,6 +1,8 @@
-"""The dashboard under /ui: queues (depth, lag, throughput, pause and resume), dead jobs (retry, purge),
-schedules (pause, resume, trigger now) and a job's page, rendered on the server from the same service
-layer (``app.jobs``) the JSON API uses.
+"""The dashboard under /ui: queues (depth, lag, throughput, pause and resume) and each queue's page (its
+jobs by state, its settings, editable by admins), jobs of any state (filters, search, bulk retry, purge
+and cancel, of a selection or of every match), dead jobs (retry, purge), schedules (pause, resume,
+trigger now) and a job's page (cancel, run now, retry, purge), rendered on the server from the same
+service layer (``app.jobs``) the JSON API uses.
 
 Every page, button and static file of the dashboard is a route of this one router, so the one
 dependency attached to it covers the whole dashboard: with tokens configured, it is for viewers and
@@ -20,6 +22,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
 
 from app import jobs
 from app.access import Role
@@ -27,7 +30,9 @@ from app.auth import Admin, Caller, Viewer
 from app.deps import DB
 from app.errors import JobqError, NotFound
 from app.jobs import flow, schedules
-from app.models import MAX_JOB_ID, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
+from app.models import KIND_PATTERN, MAX_JOB_ID, MAX_KEY, MAX_KIND, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
+from app.routers.operators import MAX_SEARCH, NO_NUL
+from app.schemas import QueueSettingsPatch
 from app.ui import pages
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Viewer])
@@ -39,6 +44,8 @@ SchedulePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QU
 Flash = Annotated[str | None, Query(max_length=500)]
 Next = Annotated[str, Query(max_length=2000)]
 DEAD_PAGE_SIZE = 50
+JOBS_PAGE_SIZE = 50
+SELECTED_AT_MOST = 500  # jobs per bulk action on a selection
 
 STATIC = FilePath(__file__).resolve().parent.parent / "ui" / "static"
 STATIC_TYPES = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
@@ -95,9 +102,7 @@ async def dead_page(
     if queue is not None:
         caller.admit(queue)
     page = await jobs.dead_jobs(db, queue, DEAD_PAGE_SIZE, before_id, caller.like)
-    # The picker lists the queues the metrics last saw (refreshed every few seconds), not a fresh scan.
-    seen = {row["queue"] for row in request.app.state.metrics.gauges.queues}
-    names = sorted({name for name in seen if caller.admits(name)} | ({queue} - {None}))
+    names = _seen_queues(request, caller, queue)
     here = pages.url("/ui/dead", queue=queue, before_id=before_id)
     return html(
         pages.dead_page(
@@ -106,13 +111,72 @@ async def dead_page(
     )
 
 
+def _seen_queues(request: Request, caller: Caller, *also: str | None) -> list[str]:
+    """The queues a picker lists: those the metrics last saw (refreshed every few seconds, not a fresh
+    scan) that the caller may see, and `also`."""
+    seen = {row["queue"] for row in request.app.state.metrics.gauges.queues}
+    return sorted({name for name in seen if caller.admits(name)} | (set(also) - {None, ""}))  # type: ignore[arg-type]
+
+
 @router.get("/jobs", response_model=None)
-async def find_job(id: Annotated[str, Query(max_length=30)] = "") -> Response:
-    """The header's job lookup."""
-    text = id.strip().lstrip("#")
-    if not text.isdigit() or not 1 <= int(text) <= MAX_JOB_ID:
-        return html(pages.not_found_page(f"{id!r} is not a job id"), status=404)
-    return RedirectResponse(f"/ui/jobs/{int(text)}", status_code=303)
+async def jobs_page(
+    db: DB,
+    request: Request,
+    caller: Caller,
+    id: Annotated[str | None, Query(max_length=30)] = None,
+    queue: Annotated[str | None, Query(max_length=MAX_QUEUE_NAME)] = None,
+    status: Annotated[str | None, Query(pattern="^(|pending|running|completed|dead|cancelled)$")] = None,
+    kind: Annotated[str | None, Query(pattern=f"^$|{KIND_PATTERN}", max_length=MAX_KIND)] = None,
+    key: Annotated[str | None, Query(pattern=NO_NUL, max_length=MAX_KEY)] = None,
+    q: Annotated[str | None, Query(pattern=NO_NUL, max_length=MAX_SEARCH)] = None,
+    before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,
+    flash: Flash = None,
+) -> Response:
+    """Jobs of any state, filtered (the form's empty fields are no filter); with `id`, the header's job
+    lookup."""
+    if id is not None:
+        text = id.strip().lstrip("#")
+        if not text.isdigit() or not 1 <= int(text) <= MAX_JOB_ID:
+            return html(pages.not_found_page(f"{id!r} is not a job id"), status=404)
+        return RedirectResponse(f"/ui/jobs/{int(text)}", status_code=303)
+    filters = {"queue": queue or None, "status": status or None, "kind": kind or None, "key": key or None}
+    filters["q"] = q or None
+    if filters["queue"] is not None:
+        caller.admit(filters["queue"])
+    try:
+        page = await jobs.list_jobs(
+            db,
+            queue=filters["queue"],
+            status=filters["status"],
+            kind=filters["kind"],
+            key=filters["key"],
+            search=filters["q"],
+            limit=JOBS_PAGE_SIZE,
+            before_id=before_id,
+            scope=caller.like,
+        )
+    except NotFound as exc:
+        return html(pages.not_found_page(exc.detail), status=404)
+    return html(
+        pages.jobs_page(
+            page,
+            filters=filters,
+            queues=_seen_queues(request, caller, filters["queue"]),
+            here=pages.url("/ui/jobs", **filters, before_id=before_id),
+            flash=flash,
+            actions=caller.has(Role.ADMIN),
+        )
+    )
+
+
+@router.get("/queues/{queue}", response_model=None)
+async def queue_page(queue: QueuePath, db: DB, caller: Caller, flash: Flash = None) -> Response:
+    caller.admit(queue)
+    try:
+        row = await jobs.queue(db, queue)
+    except NotFound as exc:
+        return html(pages.not_found_page(exc.detail), status=404)
+    return html(pages.queue_page(row, flash=flash, actions=caller.has(Role.ADMIN)))
 
 
 @router.get("/jobs/{id}", response_model=None)
@@ -196,6 +260,135 @@ async def purge_job(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/dea
     except JobqError as exc:
         return back(next, exc.detail)
     return back(next, f"Purged job {id}.")
+
+
+@buttons.post("/jobs/{id}/cancel", response_model=None)
+async def cancel_job(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/jobs") -> Response:
+    try:
+        await jobs.cancel(db, id, caller.like)
+    except JobqError as exc:
+        return back(next, exc.detail)
+    return back(next, f"Cancelled job {id}: it will not run.")
+
+
+@buttons.post("/jobs/{id}/run", response_model=None)
+async def run_job_now(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/jobs") -> Response:
+    try:
+        await jobs.run_now(db, id, caller.like)
+    except JobqError as exc:
+        return back(next, exc.detail)
+    return back(next, f"Job {id} is ready now: the next lease of its queue can take it.")
+
+
+async def _form(request: Request) -> list[tuple[str, str]]:
+    """A posted form's fields (application/x-www-form-urlencoded, as browsers send it)."""
+    return parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
+
+
+async def _act(db: DB, caller: Caller, action: str, ids: list[int]) -> tuple[int, int]:
+    """Carry out a bulk action on `ids`: how many it changed, and how many it left (another status)."""
+    if action == "retry":
+        done = (await jobs.retry_dead(db, ids, None, caller.like))["retried"]
+    elif action == "purge":
+        done = len(await jobs.purge_dead_jobs(db, ids, caller.like))
+    else:
+        done = len(await jobs.cancel_jobs(db, ids, caller.like))
+    return done, len(ids) - done
+
+
+def _done_text(action: str, done: int, left: int, what: str) -> str:
+    applies, label = pages.BULK[action]
+    past = {"retry": "Retried", "purge": "Purged", "cancel": "Cancelled"}[action]
+    text = f"{past} {done} {what}."
+    if left:
+        text += f" {left} left as they were: only {applies} jobs can be {past.lower()}"
+        text += " (or a retried job's dedup_key is held by an active job)." if action == "retry" else "."
+    return text
+
+
+@buttons.post("/jobs/selected", response_model=None)
+async def act_on_selected(request: Request, db: DB, caller: Caller, next: Next = "/ui/jobs") -> Response:
+    """A bulk action on the jobs ticked in a list (the form's `id` fields), named by the button pressed."""
+    fields = await _form(request)
+    action = dict(fields).get("action", "")
+    ids = [int(v) for k, v in fields if k == "id" and v.isdigit() and 1 <= int(v) <= MAX_JOB_ID]
+    if action not in pages.BULK:
+        return back(next, "Choose an action: retry, purge or cancel.")
+    if not ids:
+        return back(next, "Tick the jobs to act on first.")
+    if len(ids) > SELECTED_AT_MOST:
+        return back(
+            next, f"At most {SELECTED_AT_MOST} jobs at once; use the 'all matching' buttons for more."
+        )
+    done, left = await _act(db, caller, action, ids)
+    return back(next, _done_text(action, done, left, f"of {len(ids)} selected jobs"))
+
+
+@buttons.post("/jobs/matching", response_model=None)
+async def act_on_matching(
+    db: DB,
+    caller: Caller,
+    action: Annotated[str, Query(pattern="^(retry|purge|cancel)$")],
+    status: Annotated[str, Query(pattern="^(pending|dead)$")],
+    queue: Annotated[str | None, Query(max_length=MAX_QUEUE_NAME)] = None,
+    kind: Annotated[str | None, Query(pattern=KIND_PATTERN, max_length=MAX_KIND)] = None,
+    key: Annotated[str | None, Query(pattern=NO_NUL, max_length=MAX_KEY)] = None,
+    q: Annotated[str | None, Query(pattern=NO_NUL, max_length=MAX_SEARCH)] = None,
+    next: Next = "/ui/jobs",
+) -> Response:
+    """A bulk action on every job of `status` the filters match, page by page (jobs.every_match)."""
+    if pages.BULK[action][0] != status:
+        return back(
+            next, f"{pages.BULK[action][1]} applies to {pages.BULK[action][0]} jobs, not {status} ones."
+        )
+    if queue is not None:
+        caller.admit(queue)
+    done = left = 0
+    try:
+        async for ids in jobs.every_match(
+            db, queue=queue, status=status, kind=kind, key=key, search=q, scope=caller.like
+        ):
+            changed, kept = await _act(db, caller, action, ids)
+            done, left = done + changed, left + kept
+    except JobqError as exc:
+        return back(next, exc.detail)
+    return back(next, _done_text(action, done, left, f"{status} jobs matching the filters"))
+
+
+@buttons.post("/queues/{queue}/settings", response_model=None)
+async def configure_queue(
+    queue: QueuePath, request: Request, db: DB, caller: Caller, next: Next = "/ui"
+) -> Response:
+    """The queue page's settings form: a field left empty keeps its setting (Jobs per key at once: no
+    limit); a number the API would refuse is refused with its reason."""
+    caller.admit(queue)
+    fields = dict(await _form(request))
+    try:
+        current = (await jobs.queue(db, queue))["settings"]
+    except NotFound:  # saving creates it, as PATCH /queues/{queue} does
+        current = {}
+    patch: dict[str, object] = {}
+    try:
+        for name, _, _ in pages.SETTINGS:
+            text = fields.get(name, "").strip()
+            if text:
+                patch[name] = int(text) if name == "max_attempts" else float(text)
+        concurrency_text = fields.get("key_concurrency", "").strip()
+        concurrency = int(concurrency_text) if concurrency_text else None
+    except ValueError:
+        return back(next, "Settings not saved: each must be a number (max attempts and jobs per key: whole).")
+    if concurrency != current.get("key_concurrency"):
+        patch["key_concurrency"] = concurrency
+    fair = fields.get("fair") == "on"
+    if fair != bool(current.get("fair")):
+        patch["fair"] = fair
+    try:
+        settings = QueueSettingsPatch.model_validate(patch)
+    except ValidationError as exc:
+        reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return back(next, f"Settings not saved: {reasons}.")
+    await jobs.configure_queue(db, queue, settings)
+    return back(next, f"Saved the settings of {queue}.")
 
 
 @buttons.post("/schedules/{name}/pause", response_model=None)

@@ -30,9 +30,11 @@ def esc(value: object) -> str:
 
 
 def url(path: str, **query: object) -> str:
-    """`path` with the query parameters that are not None."""
+    """`path` (which may have a query string) with the query parameters that are not None."""
     params = {k: v for k, v in query.items() if v is not None}
-    return f"{path}?{urlencode(params)}" if params else path
+    if not params:
+        return path
+    return f"{path}{'&' if '?' in path else '?'}{urlencode(params)}"
 
 
 def layout(title: str, body: str, *, flash: str | None = None, refresh: bool = False) -> str:
@@ -54,7 +56,8 @@ def layout(title: str, body: str, *, flash: str | None = None, refresh: bool = F
 <body>
 <header>
   <a class="brand" href="/ui">jobq</a>
-  <nav><a href="/ui">Queues</a> <a href="/ui/dead">Dead jobs</a> <a href="/ui/schedules">Schedules</a></nav>
+  <nav><a href="/ui">Queues</a> <a href="/ui/jobs">Jobs</a> <a href="/ui/dead">Dead jobs</a>
+    <a href="/ui/schedules">Schedules</a></nav>
   <form class="lookup" action="/ui/jobs" method="get">
     <input name="id" inputmode="numeric" placeholder="job id" aria-label="job id"> <button>Open</button>
   </form>
@@ -156,7 +159,7 @@ def queues_page(
             limits = f'<a href="/ui/queues/{esc(name)}/keys">{limits}</a>'
         body_rows.append(
             f'<tr data-queue="{esc(name)}" class="{"paused" if paused else ""}">'
-            f'<th scope="row">{esc(name)}</th>'
+            f'<th scope="row"><a href="/ui/queues/{esc(name)}">{esc(name)}</a></th>'
             f'<td class="num">{row["pending"]}</td><td class="num">{row["scheduled"]}</td>'
             f'<td class="num">{row["running"]}</td><td class="num dead">{dead_cell}</td>'
             f'<td class="num lag">{duration(row["lag_seconds"])}</td>'
@@ -303,11 +306,12 @@ def schedule_of(job: Mapping[str, Any]) -> str:
 def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool = True) -> str:
     job_id = job["id"]
     here = f"/ui/jobs/{job_id}"
+    state = job_state(job)
     fields = [
-        ("Queue", f'<a href="{esc(url("/ui/dead", queue=job["queue"]))}">{esc(job["queue"])}</a>'),
+        ("Queue", f'<a href="/ui/queues/{esc(job["queue"])}">{esc(job["queue"])}</a>'),
         ("Kind", esc(job["kind"]) if job["kind"] is not None else "—"),
         ("Key", esc(job["key"]) if job.get("key") is not None else "—"),
-        ("Status", f'<span class="status {esc(job["status"])}">{esc(job["status"])}</span>'),
+        ("Status", f'<span class="status {esc(state)}">{esc(state)}</span>'),
         ("Attempts", f"{job['attempts']} of {job['max_attempts']}"),
         ("Priority", esc(job["priority"])),
         ("Run at", when(job["run_at"])),
@@ -321,20 +325,18 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
         ("Progress", outcome(job["progress"], job_id)),
     ]
     table = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in fields)
-    buttons = ""
-    if job["status"] == "dead" and actions:
-        buttons = (
-            '<div class="actions">'
-            + button(f"/ui/dead/{job_id}/retry", "Retry", back=here)
-            + button(
-                f"/ui/dead/{job_id}/purge",
-                "Purge",
-                back="/ui/dead",
-                confirm=f"Purge job {job_id} for good?",
-                danger=True,
-            )
-            + "</div>"
-        )
+    pressed = []
+    if actions and state == "dead":
+        pressed.append(button(f"/ui/dead/{job_id}/retry", "Retry", back=here))
+        gone = url("/ui/jobs", queue=job["queue"], status="dead")
+        confirm = f"Purge job {job_id} for good?"
+        pressed.append(button(f"/ui/dead/{job_id}/purge", "Purge", back=gone, confirm=confirm, danger=True))
+    if actions and state == "scheduled":
+        pressed.append(button(f"{here}/run", "Run now", back=here))
+    if actions and state in ("pending", "scheduled"):
+        confirm = f"Cancel job {job_id}? It will not run."
+        pressed.append(button(f"{here}/cancel", "Cancel", back=here, confirm=confirm, danger=True))
+    buttons = f'<div class="actions">{"".join(pressed)}</div>' if pressed else ""
     error = ""
     if job["last_error"]:
         error = f'<h2>Last error</h2><pre class="error">{esc(job["last_error"])}</pre>'
@@ -381,6 +383,214 @@ def schedules_page(
     )
     summary = '<p class="meta">A paused schedule has no next run; "Trigger now" enqueues its job at once.</p>'
     return layout("Schedules", f"<h1>Schedules</h1>{table}{summary}", flash=flash, refresh=True)
+
+
+STATUSES = ("pending", "running", "completed", "dead", "cancelled")
+ALL_BOX = '<th><input type="checkbox" data-select-all aria-label="select every job shown"></th>'
+# What the dashboard does to a selection of jobs, or to every job a list matches, and to which jobs
+# each action applies: the others in a selection are left as they are, and said so.
+BULK = {"retry": ("dead", "Retry"), "purge": ("dead", "Purge"), "cancel": ("pending", "Cancel")}
+
+
+def _select(name: str, label: str, chosen: str | None, options: Iterable[str], everything: str) -> str:
+    items = "".join(
+        f'<option value="{esc(o)}"{" selected" if o == chosen else ""}>{esc(o)}</option>' for o in options
+    )
+    return (
+        f'<label>{label} <select name="{name}"><option value="">{everything}</option>{items}</select></label>'
+    )
+
+
+def _text_input(name: str, label: str, value: str | None, size: int = 12) -> str:
+    return f'<label>{label} <input name="{name}" value="{esc(value or "")}" size="{size}"></label>'
+
+
+def job_state(job: Mapping[str, Any]) -> str:
+    """A job's status as shown: `scheduled` for a pending job not due yet (it waits for its run_at)."""
+    status = job["status"]
+    if status == "pending" and job["run_at"] > datetime.now(UTC):
+        return "scheduled"
+    return status
+
+
+def jobs_page(
+    page: Mapping[str, Any],
+    *,
+    filters: Mapping[str, str | None],
+    queues: Iterable[str],
+    here: str,
+    flash: str | None = None,
+    actions: bool = True,
+) -> str:
+    """Jobs of any state, newest first, with filters and search; checkboxes for bulk actions, and the
+    same actions on every job the filters match."""
+    status = filters.get("status")
+    picker = (
+        '<form class="filter" action="/ui/jobs" method="get">'
+        + _select("queue", "Queue", filters.get("queue"), queues, "all queues")
+        + " "
+        + _select("status", "Status", status, STATUSES, "any status")
+        + " "
+        + _text_input("kind", "Kind", filters.get("kind"))
+        + " "
+        + _text_input("key", "Key", filters.get("key"))
+        + " "
+        + _text_input("q", "Search", filters.get("q"), 20)
+        + " <button>Show</button></form>"
+    )
+    shown = [action for action, (applies, _) in BULK.items() if status in (None, applies)]
+    bulk = ""
+    if actions and page["jobs"]:
+        selected = "".join(
+            f'<button name="action" value="{a}" class="{"danger" if a != "retry" else ""}"'
+            f' data-confirm="{BULK[a][1]} the selected jobs?">{BULK[a][1]} selected</button> '
+            for a in shown
+        )
+        action = esc(url("/ui/jobs/selected", next=here))
+        bulk = f'<form id="selected" class="bulk" method="post" action="{action}">{selected}</form>'
+        if status is not None:  # every match: only where the filter names the one status they act on
+            matching = {k: v for k, v in filters.items() if v}
+            for action in shown:
+                label = BULK[action][1]
+                bulk += button(
+                    url("/ui/jobs/matching", action=action, **matching),
+                    f"{label} all matching",
+                    back=here,
+                    confirm=f"{label} every {status} job these filters match, on every page?",
+                    danger=action != "retry",
+                )
+    rows = []
+    for job in page["jobs"]:
+        job_id = job["id"]
+        state = job_state(job)
+        error = job["last_error"] or ""
+        box = (
+            f'<td><input type="checkbox" name="id" value="{job_id}" form="selected" '
+            f'aria-label="select job {job_id}"></td>'
+            if actions
+            else ""
+        )
+        rows.append(
+            f'<tr data-job="{job_id}">{box}'
+            f'<th scope="row"><a href="/ui/jobs/{job_id}">{job_id}</a></th>'
+            f'<td><a href="/ui/queues/{esc(job["queue"])}">{esc(job["queue"])}</a></td>'
+            f"<td>{esc(job['kind'] or '')}</td><td>{esc(job.get('key') or '')}</td>"
+            f'<td><span class="status {esc(state)}">{esc(state)}</span></td>'
+            f'<td class="num">{job["attempts"]}/{job["max_attempts"]}</td>'
+            f"<td>{when(job['updated_at'])}</td>"
+            f'<td class="error" title="{esc(shorten(error, 2000))}">{esc(shorten(error, ERROR_CHARS))}</td>'
+            f"<td><code>{esc(shorten(payload_text(job['payload']), PREVIEW_CHARS))}</code></td></tr>"
+        )
+    table = (
+        f"<table><thead><tr>{ALL_BOX if actions else ''}<th>Job</th><th>Queue</th><th>Kind</th>"
+        "<th>Key</th><th>Status</th><th>Attempts</th><th>Updated</th><th>Error</th><th>Payload</th></tr>"
+        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else '<p class="empty">No jobs match on this page.</p>'
+    )
+    older = page["next_before_id"]
+    more = (
+        f'<p><a rel="next" href="{esc(url("/ui/jobs", **filters, before_id=older))}">Older →</a></p>'
+        if older
+        else ""
+    )
+    note = (
+        '<p class="meta">Newest first. A page looks at up to 10,000 jobs of its queue and status: with a '
+        "rare kind, key or search it may show few jobs, or none, and still have older ones.</p>"
+    )
+    title = f"Jobs in {filters['queue']}" if filters.get("queue") else "Jobs"
+    return layout(title, f"<h1>{esc(title)}</h1>{picker}{bulk}{table}{more}{note}", flash=flash)
+
+
+# A queue's settings as its page shows and edits them: (field, label, unit).
+SETTINGS = (
+    ("visibility_timeout", "Visibility timeout", "s"),
+    ("max_attempts", "Max attempts", ""),
+    ("backoff_base", "Backoff base", "s"),
+    ("backoff_cap", "Backoff cap", "s"),
+    ("retention", "Retention of finished jobs", "s"),
+)
+
+
+def queue_page(queue: Mapping[str, Any], *, flash: str | None = None, actions: bool = True) -> str:
+    """A queue: its jobs by state (each a link to the list), its settings and limits (a form for admins),
+    pause and resume."""
+    name = queue["queue"]
+    here = f"/ui/queues/{name}"
+    counts = [
+        ("Pending (ready)", "pending", queue["pending"]),
+        ("Scheduled", "pending", queue["scheduled"]),
+        ("Running", "running", queue["running"]),
+        ("Completed (kept)", "completed", queue["completed"]),
+        ("Dead", "dead", queue["dead"]),
+    ]
+    states = "".join(
+        f'<tr data-state="{esc(label.split()[0].lower())}"><th>{label}</th>'
+        f'<td class="num"><a href="{esc(url("/ui/jobs", queue=name, status=status))}">{n}</a></td></tr>'
+        for label, status, n in counts
+    )
+    settings = queue["settings"]
+    if actions:
+        fields = "".join(
+            f'<tr><th><label for="setting-{field}">{label}</label></th><td><input id="setting-{field}" '
+            f'name="{field}" value="{esc(_number(settings[field]))}" size="10"> {unit}</td></tr>'
+            for field, label, unit in SETTINGS
+        )
+        concurrency = settings["key_concurrency"]
+        fields += (
+            '<tr><th><label for="setting-key_concurrency">Jobs per key at once</label></th><td>'
+            f'<input id="setting-key_concurrency" name="key_concurrency" size="10" '
+            f'value="{esc("" if concurrency is None else concurrency)}"> empty: no limit</td></tr>'
+            '<tr><th><label for="setting-fair">Fair between keys</label></th><td>'
+            '<input type="checkbox" id="setting-fair" name="fair" value="on"'
+            f"{' checked' if settings['fair'] else ''}></td></tr>"
+        )
+        action = esc(url(f"{here}/settings", next=here))
+        editor = (
+            f'<form class="settings" method="post" action="{action}">'
+            f'<table class="fields">{fields}</table><p><button>Save settings</button></p></form>'
+        )
+    else:
+        shown = [(label, f"{_number(settings[field])} {unit}".strip()) for field, label, unit in SETTINGS]
+        editor = (
+            '<table class="fields">'
+            + "".join(f"<tr><th>{label}</th><td>{esc(value)}</td></tr>" for label, value in shown)
+            + "</table>"
+        )
+    limits = limits_text(
+        {
+            "key_concurrency": settings["key_concurrency"],
+            "fair": settings["fair"],
+            "rate_limit": (settings["rate"] or {}).get("limit"),
+            "rate_period": (settings["rate"] or {}).get("period"),
+            "key_rate_limit": (settings["key_rate"] or {}).get("limit"),
+            "key_rate_period": (settings["key_rate"] or {}).get("period"),
+        }
+    )
+    paused = queue["paused"]
+    toggle = ""
+    if actions:
+        toggle = (
+            button(f"{here}/resume", "Resume", back=here)
+            if paused
+            else button(f"{here}/pause", "Pause", back=here)
+        )
+    said = "Paused: it leases nothing until resumed." if paused else "Active."
+    state = f'<p class="state">{said} {toggle}</p>'
+    body = (
+        f'<h1>Queue {esc(name)}</h1>{state}<h2>Jobs</h2><table class="fields states">{states}</table>'
+        f'<p class="meta">Oldest ready job: {duration(queue["oldest_pending_age_seconds"])} old. '
+        f'<a href="{esc(url("/ui/jobs", queue=name))}">All its jobs</a></p>'
+        f"<h2>Settings</h2>{editor}"
+        f"<h2>Limits</h2><p>{esc(limits or 'none')}"
+        + (f' · <a href="{here}/keys">its keys</a>' if limits else "")
+        + "</p>"
+    )
+    return layout(f"Queue {name}", body, flash=flash)
+
+
+def _number(value: float | int | None) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def not_found_page(detail: str) -> str:

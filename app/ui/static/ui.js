@@ -10,10 +10,19 @@
   }
 })();
 
-// Destructive buttons ask first: <form data-confirm="...">.
+// Destructive buttons ask first: <form data-confirm="..."> or <button data-confirm="...">.
 document.addEventListener("submit", (event) => {
-  const question = event.target.dataset && event.target.dataset.confirm;
+  const pressed = event.submitter && event.submitter.dataset.confirm;
+  const question = pressed || (event.target.dataset && event.target.dataset.confirm);
   if (question && !window.confirm(question)) event.preventDefault();
+});
+
+// A list's header box ticks or clears every job's box.
+document.addEventListener("change", (event) => {
+  if (!event.target.matches("input[data-select-all]")) return;
+  for (const box of document.querySelectorAll('input[type=checkbox][form="selected"]')) {
+    box.checked = event.target.checked;
+  }
 });
 
 // Pages with <main data-refresh="N"> reload their content every N seconds while visible, unless the

@@ -361,6 +361,12 @@ class Calls:
         return Call("DELETE", f"/jobs/{int(id)}", _job, idempotent=False)
 
     @staticmethod
+    def run_now(id: int) -> Call[Job]:
+        """Run a pending job that waits for its run_at now (`POST /jobs/{id}/run`); `Conflict` if it is
+        due already or in any other state."""
+        return Call("POST", f"/jobs/{int(id)}/run", _job, idempotent=False)
+
+    @staticmethod
     def lease(
         queue: str,
         *,
@@ -871,6 +877,7 @@ class Client(_Transport):
     get_job = _sync(Calls.get_job)
     wait = _sync(Calls.wait)
     cancel = _sync(Calls.cancel)
+    run_now = _sync(Calls.run_now)
     lease = _sync(Calls.lease)
     ack = _sync(Calls.ack)
     ack_many = _sync(Calls.ack_many)
@@ -990,6 +997,7 @@ class AsyncClient(_Transport):
     get_job = _async(Calls.get_job)
     wait = _async(Calls.wait)
     cancel = _async(Calls.cancel)
+    run_now = _async(Calls.run_now)
     lease = _async(Calls.lease)
     ack = _async(Calls.ack)
     ack_many = _async(Calls.ack_many)

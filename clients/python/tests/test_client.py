@@ -70,6 +70,10 @@ async def test_producer_calls(service, db):
         assert [j.duplicate for j in many] == [False, False, False, True]
 
         assert jobq.get_job(job.id) == jobq.get_job(job.id)
+        ready = jobq.run_now(later.id)
+        assert ready.status == "pending" and ready.run_at < later.run_at - timedelta(minutes=59)
+        with pytest.raises(Conflict):
+            jobq.run_now(later.id)  # due already
         assert jobq.cancel(later.id).status == "cancelled"
         with pytest.raises(Conflict) as refused:
             jobq.cancel(later.id)
