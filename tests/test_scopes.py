@@ -3,6 +3,8 @@ role), the viewer role, tokens and SQS keys limited to queue-name patterns, and 
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 from helpers import assert_problem, bearer
@@ -60,6 +62,7 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("GET", "/docs"): ANY_ROLE,
     ("GET", "/docs/oauth2-redirect"): ANY_ROLE,
     ("GET", "/redoc"): ANY_ROLE,
+    ("GET", "/docs/assets/5.35.0/{name}"): ANY_ROLE,
     ("GET", "/ui"): {"viewer"},
     ("GET", "/ui/dead"): {"viewer"},
     ("GET", "/ui/jobs"): {"viewer"},
@@ -134,7 +137,7 @@ async def test_every_route_has_a_decision(start_service):
 async def test_viewer_reads_docs_and_metrics(start_service):
     service = start_service(tokens=ROLE_TOKENS)
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
-        for path in ("/docs", "/redoc", "/openapi.json"):
+        for path in ("/docs", "/openapi.json", "/docs/assets/5.35.0/swagger-ui-bundle.js"):
             assert_problem(await http.get(path), 401, "unauthorized")
             assert (await http.get(path, headers=bearer("t-producer"))).status_code == 200
         viewer = bearer("t-viewer")
@@ -144,7 +147,7 @@ async def test_viewer_reads_docs_and_metrics(start_service):
         docs = await http.get("/docs", headers=viewer)
         assert docs.status_code == 200 and "swagger-ui" in docs.text and "/openapi.json" in docs.text
         redoc = await http.get("/redoc", headers=viewer)
-        assert redoc.status_code == 200 and "redoc" in redoc.text.lower()
+        assert redoc.status_code == 308 and redoc.headers["location"] == "/docs"
         metrics = await http.get("/metrics", headers=viewer)
         assert metrics.status_code == 200 and "jobq_http_requests_total" in metrics.text
         assert (await http.get("/queues", headers=viewer)).status_code == 200
@@ -155,8 +158,24 @@ async def test_viewer_reads_docs_and_metrics(start_service):
 
 
 async def test_docs_stay_open_without_tokens(client):
-    for path in ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"):
+    for path in ("/docs", "/openapi.json", "/docs/oauth2-redirect"):
         assert (await client.get(path)).status_code == 200, path
+    assert (await client.get("/redoc")).status_code == 308
+
+
+async def test_docs_load_nothing_from_elsewhere(client):
+    """/docs names only the service's own files (Swagger UI ships in the package), each served with its
+    type: the page works with no internet."""
+    page = (await client.get("/docs")).text
+    linked = re.findall(r"""(?:src|href)=["']([^"']+)["']|url: ?["']([^"']+)["']""", page)
+    urls = {a or b for a, b in linked}
+    assert urls and not [u for u in urls if "//" in u], urls
+    types = {".js": "text/javascript", ".css": "text/css", ".png": "image/png", ".json": "application/json"}
+    for url in urls:
+        r = await client.get(url)
+        assert r.status_code == 200, url
+        assert r.headers["content-type"].startswith(types[url[url.rindex(".") :]]), url
+    assert (await client.get("/docs/assets/5.35.0/nothing.js")).status_code == 404
 
 
 # --- tokens limited to queues ----------------------------------------------------------------------------

@@ -505,3 +505,24 @@ async def test_job_page_runs_a_scheduled_job_now_and_cancels_one(page, client, d
     await expect(page.locator(".status")).to_have_text("cancelled")
     assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", later) == "cancelled"
     await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+
+
+async def test_docs_render_with_no_internet(page, service):
+    """Swagger UI at /docs draws the API's operations with every request to another host refused."""
+    from playwright.async_api import expect
+
+    elsewhere = []
+
+    async def only_the_service(route):
+        if route.request.url.startswith(service.url):
+            await route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            await route.abort()
+
+    await page.route("**/*", only_the_service)
+    await page.goto("/docs")
+    await expect(page.locator(".opblock").first).to_be_visible()
+    await expect(page.locator(".opblock-summary-path", has_text="/jobs/{id}/run")).to_have_count(1)
+    assert elsewhere == []
+    await shot(page, "docs")
