@@ -1,5 +1,6 @@
-"""Work each service process does on its own: expiring leases, pruning finished jobs and expired
-idempotency keys, reading the metrics' database gauges, and vacuuming the jobs table where autovacuum
+"""Work each service process does on its own: expiring leases, pruning finished jobs, expired
+idempotency keys and workers long gone, reading the metrics' database gauges, writing the workers it
+saw lease (every metrics interval), and vacuuming the jobs table where autovacuum
 does not (app/maintenance.py).
 
 Every replica runs these loops; the statements claim rows with SKIP LOCKED and re-check states, so
@@ -53,6 +54,7 @@ def start(db: Database) -> list[asyncio.Task]:
         attempts = await fifo.prune_receive_attempts(db)
         if attempts:
             log.info("forgot %d expired SQS receive attempts", attempts)
+        await jobs.forget_workers(db)
 
     async def refresh_gauges() -> None:
         queues = await jobs.queue_gauges(db)
@@ -61,6 +63,9 @@ def start(db: Database) -> list[asyncio.Task]:
         db.metrics.refreshed(
             QueueGauges(queues, locks["waiting"], locks["longest_seconds"], time.time(), held=held)
         )
+
+    async def write_sightings() -> None:
+        await jobs.write_sightings(db)
 
     async def vacuum() -> None:
         await maintenance.vacuum_if_needed(db)
@@ -73,6 +78,9 @@ def start(db: Database) -> list[asyncio.Task]:
         asyncio.create_task(_every(settings.prune_interval, prune, "retention pruning"), name="jobq-prune"),
         asyncio.create_task(
             _every(settings.metrics_interval, refresh_gauges, "metrics gauges"), name="jobq-gauges"
+        ),
+        asyncio.create_task(
+            _every(settings.metrics_interval, write_sightings, "workers seen"), name="jobq-workers-seen"
         ),
     ]
     if settings.vacuum_interval > 0:

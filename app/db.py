@@ -64,6 +64,9 @@ class Database:
         from app.jobs.flow import FlowQueues  # noqa: PLC0415 - app.jobs imports this module
 
         self.flow = FlowQueues()  # which queues are under flow control (app/jobs/flow.py)
+        from app.jobs.workers_seen import Sightings  # noqa: PLC0415 - app.jobs imports this module
+
+        self.sightings = Sightings()  # workers seen leasing, not yet written (app/jobs/workers_seen.py)
 
     def batcher(self, key: object, make: Callable[[], Any]) -> Any:
         """The process's Batcher for `key` (app/coalesce.py), made on first use and kept: for the few

@@ -375,3 +375,18 @@ class SqsReceiveAttempt(Base):
     lease_tokens: Mapped[list[UUID]] = mapped_column(ARRAY(PG_UUID(as_uuid=True)))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WorkerSeen(Base):
+    """A worker (its `worker_id`, as sent with `POST /lease`) seen leasing from a queue: when last, and how
+    many jobs it has leased there since it was first kept. Each replica keeps what it sees in memory and
+    writes it here every few seconds (app/jobs/workers_seen.py), so the dashboard's workers page and
+    `GET /workers` show every replica's workers; rows not seen for WORKERS_KEPT are deleted."""
+
+    __tablename__ = "workers"
+    __table_args__ = (Index("ix_workers_last_seen", "last_seen"),)
+
+    worker_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    leased: Mapped[int] = mapped_column(BigInteger, server_default="0")

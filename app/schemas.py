@@ -390,6 +390,22 @@ class KeyView(BaseModel):
     running: int
 
 
+class WorkerView(BaseModel):
+    worker_id: str = Field(description="As sent with POST /lease (the Python runner sends host:pid).")
+    queues: list[str] = Field(description="The queues it leased from, or holds jobs of.")
+    last_seen: datetime | None = Field(
+        description="Its last lease call, as the replicas last wrote it (every few seconds); null for a "
+        "worker that holds jobs but has not been seen leasing since it was forgotten."
+    )
+    leased: int = Field(description="Jobs it leased while it has been kept (seen in the last hour).")
+    held: int = Field(description="Jobs running under its id now.")
+    next_deadline: datetime | None = Field(description="The soonest lease deadline of the jobs it holds.")
+
+
+class WorkerList(BaseModel):
+    workers: list[WorkerView] = Field(description="Most recently seen first; at most 500.")
+
+
 class KeyList(BaseModel):
     keys: list[KeyView] = Field(description="Keys with most jobs waiting first, then those with overrides.")
 

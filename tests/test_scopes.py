@@ -28,6 +28,8 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("GET", "/jobs/{id}"): {"producer", "worker", "viewer"},
     ("DELETE", "/jobs/{id}"): set(),
     ("POST", "/jobs/{id}/run"): set(),
+    ("GET", "/workers"): {"viewer"},
+    ("GET", "/ui/workers"): {"viewer"},
     ("POST", "/lease"): {"worker"},
     ("POST", "/ack"): {"worker"},
     ("POST", "/ack/batch"): {"worker"},

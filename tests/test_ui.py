@@ -526,3 +526,26 @@ async def test_docs_render_with_no_internet(page, service):
     await expect(page.locator(".opblock-summary-path", has_text="/jobs/{id}/run")).to_have_count(1)
     assert elsewhere == []
     await shot(page, "docs")
+
+
+async def test_workers_page(page, client):
+    from playwright.async_api import expect
+
+    job = await enqueue(client, "emails")
+    await lease_one(client, "emails", job["id"], worker_id="host-a:41")
+
+    async def seen() -> bool:
+        await page.goto("/ui/workers")
+        cell = page.locator('tr[data-worker="host-a:41"] td.last-seen')
+        return await cell.count() == 1 and await cell.inner_text() != "—"
+
+    # Listed at once as the holder of a running job; seen leasing once its replica has written what it
+    # saw (every metrics interval).
+    await until(seen)
+    row = page.locator('tr[data-worker="host-a:41"]')
+    await expect(row.locator("td")).to_have_text(
+        ["emails", re.compile(r"^\d{4}-"), "1", "1", re.compile(r"^\d{4}-")]
+    )
+    await shot(page, "workers")
+    await row.get_by_role("link", name="emails").click()
+    await expect(page.locator("h1")).to_have_text("Queue emails")

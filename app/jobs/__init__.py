@@ -8,9 +8,9 @@ route to service to statement: ``POST /ack`` -> ``jobs.ack`` -> ``ACK``.
 The modules follow the routers (app/routers/): ``producers`` (enqueue, get_job, cancel), ``workers``
 (lease, ack, nack, release, extend), ``operators`` (job lists, dead jobs, jobs picked by hand, queues),
 ``health`` (readiness); then ``idempotency`` (the `Idempotency-Key` machinery), ``inserts`` (what every
-enqueue runs), ``background`` (what the background loops run), ``shared`` (one call's share of a
-coalesced statement) and ``rows`` (a job as answered). Callers use this package's names:
-``from app import jobs; jobs.lease(...)``.
+enqueue runs), ``background`` (what the background loops run), ``workers_seen`` (which workers leased,
+for the workers page), ``shared`` (one call's share of a coalesced statement) and ``rows`` (a job as
+answered). Callers use this package's names: ``from app import jobs; jobs.lease(...)``.
 """
 
 from app.jobs.arguments import (
@@ -45,6 +45,7 @@ from app.jobs.operators import (
 from app.jobs.producers import cancel, enqueue, enqueue_batch, get_job, wait_for_job
 from app.jobs.rows import Row, Scope
 from app.jobs.workers import ack, ack_batch, extend, lease, nack, nack_batch, release, single
+from app.jobs.workers_seen import forget_workers, list_workers, write_sightings
 
 __all__ = [
     "Ack",
@@ -67,11 +68,13 @@ __all__ = [
     "configure_queue",
     "dead_jobs",
     "list_jobs",
+    "list_workers",
     "enqueue",
     "enqueue_batch",
     "every_match",
     "expire_leases",
     "extend",
+    "forget_workers",
     "get_job",
     "lease",
     "lock_waits",
@@ -91,4 +94,5 @@ __all__ = [
     "set_paused",
     "single",
     "wait_for_job",
+    "write_sightings",
 ]

@@ -81,7 +81,10 @@ async def lease(
     if wakeups.closing:
         return []
     if wait <= 0:
-        return await _lease_now(db, wakeups, queue, call)
+        leased = await _lease_now(db, wakeups, queue, call)
+        db.sightings.saw(worker_id, queue, len(leased))
+        return leased
+    db.sightings.saw(worker_id, queue, 0)  # seen as it starts waiting, not only once it gets a job
     with wakeups.long_poll():
         gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         try:
@@ -92,6 +95,7 @@ async def lease(
         finally:
             if gone is not None:
                 gone.cancel()
+    db.sightings.saw(worker_id, queue, len(leased))
     return leased
 
 

@@ -24,6 +24,7 @@ from app.schemas import (
     QueueSettingsPatch,
     RetryDeadRequest,
     RetryDeadResponse,
+    WorkerList,
 )
 from app.web import JobqRoute, JSONBody
 
@@ -114,6 +115,14 @@ async def run_now(id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], db: DB, caller:
     ready at once, and the queue's long-polls are woken. A job already due, or in any other state, is
     409 conflict."""
     return JSONBody(await jobs.run_now(db, id, caller.like))
+
+
+@router.get("/workers", dependencies=[Viewer], response_model=None, responses=answers(WorkerList))
+async def list_workers(db: DB, caller: Caller) -> JSONBody:
+    """Workers that leased in the last hour (by the `worker_id` they send) and any holding a running job:
+    their queues, when last seen, jobs leased and jobs held now. Replicas write what they saw every few
+    seconds, so a worker shows up within that time."""
+    return JSONBody({"workers": await jobs.list_workers(db, caller.like)})
 
 
 @router.get("/queues", dependencies=[Viewer], response_model=None, responses=answers(list[QueueRow]))

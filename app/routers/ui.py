@@ -1,7 +1,8 @@
 """The dashboard under /ui: queues (depth, lag, throughput, pause and resume) and each queue's page (its
 jobs by state, its settings, editable by admins), jobs of any state (filters, search, bulk retry, purge
 and cancel, of a selection or of every match), dead jobs (retry, purge), schedules (pause, resume,
-trigger now) and a job's page (cancel, run now, retry, purge), rendered on the server from the same
+trigger now), workers (what each holds, when last seen) and a job's page (cancel, run now, retry,
+purge), rendered on the server from the same
 service layer (``app.jobs``) the JSON API uses.
 
 Every page, button and static file of the dashboard is a route of this one router, so the one
@@ -200,6 +201,11 @@ async def keys_page(queue: QueuePath, db: DB, caller: Caller) -> Response:
 async def schedules_page(db: DB, caller: Caller, flash: Flash = None) -> Response:
     listed = await schedules.list_schedules(db, caller.like)
     return html(pages.schedules_page(listed, flash=flash, actions=caller.has(Role.ADMIN)))
+
+
+@router.get("/workers", response_model=None)
+async def workers_page(db: DB, caller: Caller) -> Response:
+    return html(pages.workers_page(await jobs.list_workers(db, caller.like)))
 
 
 @router.get("/static/{name}", response_model=None)
