@@ -77,7 +77,7 @@ JOB = f"""
     j.id, j.queue, j.kind, j.key, j.status, j.payload, j.priority, j.run_at, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at,
-    j.result, j.progress, j.schedule, j.schedule_slot
+    j.result, j.progress, j.schedule, j.schedule_slot, j.worker_id
 """
 
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs

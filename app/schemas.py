@@ -140,6 +140,11 @@ class Job(BaseModel):
     schedule_slot: datetime | None = Field(
         default=None, description="The cron slot it was enqueued for; null for a trigger or no schedule."
     )
+    worker_id: str | None = Field(
+        default=None,
+        description="The worker_id its latest lease was taken with (the worker running it, or the last "
+        "one that did); null when never leased, leased without one, or released.",
+    )
 
 
 class EnqueuedJob(Job):

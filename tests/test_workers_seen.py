@@ -58,3 +58,20 @@ async def _two(http):
 async def _leased(http, worker, n):
     seen = await _workers(http)
     return seen[worker] if seen.get(worker, {}).get("leased") == n else None
+
+
+async def test_a_job_names_the_worker_of_its_latest_lease(client):
+    job = await enqueue(client, "q")
+    assert job["worker_id"] is None
+    r = await client.post("/lease", json={"queue": "q", "worker_id": "host-a:7"})
+    (held,) = r.json()["jobs"]
+    assert (await client.get(f"/jobs/{job['id']}")).json()["worker_id"] == "host-a:7"
+    await client.post("/ack", json={"id": held["id"], "lease_token": held["lease_token"]})
+    done = (await client.get(f"/jobs/{job['id']}")).json()
+    assert (done["status"], done["worker_id"]) == ("completed", "host-a:7")  # who ran it stays told
+
+    other = await enqueue(client, "q")
+    r = await client.post("/lease", json={"queue": "q", "worker_id": "host-b:8"})
+    (held,) = r.json()["jobs"]
+    await client.post("/release", json={"items": [{"id": held["id"], "lease_token": held["lease_token"]}]})
+    assert (await client.get(f"/jobs/{other['id']}")).json()["worker_id"] is None  # released: nobody's

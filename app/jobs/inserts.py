@@ -258,5 +258,6 @@ def new_job(
         "progress": None,
         "schedule": None,
         "schedule_slot": None,
+        "worker_id": None,
         "duplicate": False,
     }

@@ -303,6 +303,15 @@ def schedule_of(job: Mapping[str, Any]) -> str:
     return f"{link}, slot {when(slot)}" if slot is not None else f"{link}, triggered"
 
 
+def _worker_of(job: Mapping[str, Any]) -> str:
+    """The worker of a job's latest lease, linked to the workers page; running: it holds the job now."""
+    worker = job.get("worker_id")
+    if worker is None:
+        return "—"
+    held = " (holds it now)" if job["status"] == "running" else " (its last lease)"
+    return f'<a href="/ui/workers">{esc(worker)}</a>{held}'
+
+
 def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool = True) -> str:
     job_id = job["id"]
     here = f"/ui/jobs/{job_id}"
@@ -316,6 +325,7 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
         ("Priority", esc(job["priority"])),
         ("Run at", when(job["run_at"])),
         ("Lease expires", when(job["lease_expires_at"])),
+        ("Worker", _worker_of(job)),
         ("Dedup key", esc(job["dedup_key"]) if job["dedup_key"] is not None else "—"),
         ("Schedule", schedule_of(job)),
         ("Created", when(job["created_at"])),

@@ -212,6 +212,8 @@ class Job:
     # job no schedule enqueued).
     schedule: str | None = None
     schedule_slot: datetime | None = None
+    # The worker_id its latest lease was taken with (the worker running it, or the last that did).
+    worker_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
