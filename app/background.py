@@ -1,7 +1,7 @@
 """Work each service process does on its own: expiring leases, pruning finished jobs, expired
-idempotency keys and workers long gone, reading the metrics' database gauges, writing the workers it
-saw lease (every metrics interval), and vacuuming the jobs table where autovacuum
-does not (app/maintenance.py).
+idempotency keys, workers long gone and old rollups, reading the metrics' database gauges, writing the
+workers it saw lease and the rollups of what it counted (every metrics interval), and vacuuming the
+jobs table where autovacuum does not (app/maintenance.py).
 
 Every replica runs these loops; the statements claim rows with SKIP LOCKED and re-check states, so
 replicas share the work instead of colliding. A failing step (database down) is logged and retried on
@@ -55,6 +55,7 @@ def start(db: Database) -> list[asyncio.Task]:
         if attempts:
             log.info("forgot %d expired SQS receive attempts", attempts)
         await jobs.forget_workers(db)
+        await jobs.forget_rollups(db)
 
     async def refresh_gauges() -> None:
         queues = await jobs.queue_gauges(db)
@@ -63,6 +64,7 @@ def start(db: Database) -> list[asyncio.Task]:
         db.metrics.refreshed(
             QueueGauges(queues, locks["waiting"], locks["longest_seconds"], time.time(), held=held)
         )
+        await jobs.write_rollups(db)  # with the lag just read
 
     async def write_sightings() -> None:
         await jobs.write_sightings(db)
@@ -94,3 +96,13 @@ async def stop(tasks: list[asyncio.Task]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def last_writes(db: Database) -> None:
+    """What this replica counted and saw since its last interval, written as it stops (the database
+    allowing): a restart loses no counts of the charts."""
+    try:
+        await jobs.write_rollups(db)
+        await jobs.write_sightings(db)
+    except DATABASE_UNAVAILABLE as exc:
+        log.warning("last rollups not written: database unavailable (%r)", exc)

@@ -67,6 +67,9 @@ class Database:
         from app.jobs.workers_seen import Sightings  # noqa: PLC0415 - app.jobs imports this module
 
         self.sightings = Sightings()  # workers seen leasing, not yet written (app/jobs/workers_seen.py)
+        from app.jobs.rollups import Tally  # noqa: PLC0415 - app.jobs imports this module
+
+        self.rollups = Tally()  # what this replica's counters held at its last rollup (app/jobs/rollups.py)
 
     def batcher(self, key: object, make: Callable[[], Any]) -> Any:
         """The process's Batcher for `key` (app/coalesce.py), made on first use and kept: for the few

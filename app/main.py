@@ -106,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await wakeups.close()
             await background.stop(tasks)
+            await background.last_writes(db)
             await scheduler.stop()
             await pool.close()
             if not settings.database_url:

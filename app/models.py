@@ -390,3 +390,21 @@ class WorkerSeen(Base):
     queue: Mapped[str] = mapped_column(Text, primary_key=True)
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     leased: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class Rollup(Base):
+    """A queue's minute: jobs enqueued, completed (acked), failed (nacked, or their lease expired) and
+    dead in it, and the longest lag (age of the oldest ready job) seen in it; the dashboard's charts.
+    Every replica adds what it counted every metrics interval (app/jobs/rollups.py), so the figures are
+    the sum over replicas. Kept ROLLUPS_KEPT (8 days)."""
+
+    __tablename__ = "rollups"
+    __table_args__ = (Index("ix_rollups_minute", "minute"),)
+
+    queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    minute: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    enqueued: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    completed: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    failed: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    dead: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    lag: Mapped[float | None] = mapped_column(Double)

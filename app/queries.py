@@ -906,6 +906,40 @@ LIST_WORKERS = Query.define(
     """,
 )
 
+# Rollups (app/jobs/rollups.py): one replica's counts since its last write, added to the current minute
+# of each queue; the lag is the longest any replica saw in the minute.
+ROLL_UP = Query.define(
+    "roll_up",
+    """
+    INSERT INTO jobq.rollups AS r (queue, minute, enqueued, completed, failed, dead, lag)
+    SELECT queue, date_trunc('minute', now()), enqueued, completed, failed, dead, lag
+    FROM unnest(:queues::text[], :enqueued::bigint[], :completed::bigint[], :failed::bigint[],
+                :dead::bigint[], :lags::float8[]) AS t(queue, enqueued, completed, failed, dead, lag)
+    ON CONFLICT (queue, minute) DO UPDATE
+    SET enqueued = r.enqueued + excluded.enqueued, completed = r.completed + excluded.completed,
+        failed = r.failed + excluded.failed, dead = r.dead + excluded.dead,
+        lag = greatest(r.lag, excluded.lag)
+    """,
+)
+
+FORGET_ROLLUPS = Query.define(
+    "forget_rollups",
+    "DELETE FROM jobq.rollups WHERE minute < now() - make_interval(secs => :kept)",
+)
+
+# A queue's rollups over the last :span seconds, in steps of :step seconds (a row per step with any).
+ROLLUP_SERIES = Query.define(
+    "rollup_series",
+    """
+    SELECT date_bin(make_interval(secs => :step), minute, TIMESTAMPTZ '2000-01-01') AS at,
+           sum(enqueued)::bigint AS enqueued, sum(completed)::bigint AS completed,
+           sum(failed)::bigint AS failed, sum(dead)::bigint AS dead, max(lag) AS lag
+    FROM jobq.rollups
+    WHERE queue = :queue AND minute >= now() - make_interval(secs => :span)
+    GROUP BY 1 ORDER BY 1
+    """,
+)
+
 # Dead jobs newest first, a page at a time (keyset on id: stable while jobs die meanwhile).
 DEAD_JOBS = Query.define(
     "dead_jobs",

@@ -74,8 +74,8 @@ def test_migrations_go_down_and_up(fresh_database):
     migrations.upgrade(dsn)
     tables = asyncio.run(_fetch(dsn, "SELECT tablename FROM pg_tables WHERE schemaname = 'jobq' ORDER BY 1"))
     assert [t["tablename"] for t in tables] == [
-        "alembic_version", "idempotency_keys", "jobs", "keys", "leaders", "queues", "schedules",
-        "sqs_receive_attempts", "workers",
+        "alembic_version", "idempotency_keys", "jobs", "keys", "leaders", "queues", "rollups",
+        "schedules", "sqs_receive_attempts", "workers",
     ]  # fmt: skip
     version = asyncio.run(_fetch(dsn, "SELECT version_num FROM jobq.alembic_version"))
     assert version[0]["version_num"] == migrations.head_revision()

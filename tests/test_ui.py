@@ -452,6 +452,10 @@ async def test_queue_page_states_and_settings(page, client, db):
     await expect(page.locator("h1")).to_have_text("Queue emails")
     states = page.locator("table.states td")
     await expect(states).to_have_text(["2", "1", "0", "0", "1"])
+    await expect(page.locator("figure.chart")).to_have_count(2)  # tests/test_rollups.py checks their data
+    await page.get_by_role("link", name="Last day").click()
+    await expect(page.locator(".spans b")).to_have_text("Last day")
+    await expect(page.locator("figure.chart figcaption").first).to_contain_text("Jobs per 15 minutes")
     await shot(page, "queue")
     await page.locator('tr[data-state="dead"] a').click()
     await expect(page.locator("tbody tr")).to_have_count(1)

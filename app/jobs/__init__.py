@@ -9,8 +9,9 @@ The modules follow the routers (app/routers/): ``producers`` (enqueue, get_job, 
 (lease, ack, nack, release, extend), ``operators`` (job lists, dead jobs, jobs picked by hand, queues),
 ``health`` (readiness); then ``idempotency`` (the `Idempotency-Key` machinery), ``inserts`` (what every
 enqueue runs), ``background`` (what the background loops run), ``workers_seen`` (which workers leased,
-for the workers page), ``shared`` (one call's share of a coalesced statement) and ``rows`` (a job as
-answered). Callers use this package's names: ``from app import jobs; jobs.lease(...)``.
+for the workers page), ``rollups`` (counts per minute, for the charts), ``shared`` (one call's share of
+a coalesced statement) and ``rows`` (a job as answered). Callers use this package's names:
+``from app import jobs; jobs.lease(...)``.
 """
 
 from app.jobs.arguments import (
@@ -43,6 +44,7 @@ from app.jobs.operators import (
     set_paused,
 )
 from app.jobs.producers import cancel, enqueue, enqueue_batch, get_job, wait_for_job
+from app.jobs.rollups import forget_rollups, rollup_series, write_rollups
 from app.jobs.rows import Row, Scope
 from app.jobs.workers import ack, ack_batch, extend, lease, nack, nack_batch, release, single
 from app.jobs.workers_seen import forget_workers, list_workers, write_sightings
@@ -74,6 +76,7 @@ __all__ = [
     "every_match",
     "expire_leases",
     "extend",
+    "forget_rollups",
     "forget_workers",
     "get_job",
     "lease",
@@ -89,10 +92,12 @@ __all__ = [
     "queues",
     "release",
     "retry_dead",
+    "rollup_series",
     "run_now",
     "schema_revision",
     "set_paused",
     "single",
     "wait_for_job",
+    "write_rollups",
     "write_sightings",
 ]

@@ -16,6 +16,7 @@ every route (app/origin.py).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path as FilePath
 from typing import Annotated
@@ -171,13 +172,20 @@ async def jobs_page(
 
 
 @router.get("/queues/{queue}", response_model=None)
-async def queue_page(queue: QueuePath, db: DB, caller: Caller, flash: Flash = None) -> Response:
+async def queue_page(
+    queue: QueuePath,
+    db: DB,
+    caller: Caller,
+    span: Annotated[str, Query(pattern="^(1h|1d|7d)$")] = "1h",
+    flash: Flash = None,
+) -> Response:
     caller.admit(queue)
     try:
         row = await jobs.queue(db, queue)
     except NotFound as exc:
         return html(pages.not_found_page(exc.detail), status=404)
-    return html(pages.queue_page(row, flash=flash, actions=caller.has(Role.ADMIN)))
+    charts = pages.queue_charts(queue, await jobs.rollup_series(db, queue, span), span, datetime.now(UTC))
+    return html(pages.queue_page(row, charts=charts, flash=flash, actions=caller.has(Role.ADMIN)))
 
 
 @router.get("/jobs/{id}", response_model=None)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
 import orjson
+
+from app.jobs.rollups import SERIES, SPANS
+from app.ui.charts import line_chart
 
 PREVIEW_CHARS = 120  # of a payload in the dead-job list
 ERROR_CHARS = 200  # of an error in the dead-job list
@@ -522,9 +525,44 @@ SETTINGS = (
 )
 
 
-def queue_page(queue: Mapping[str, Any], *, flash: str | None = None, actions: bool = True) -> str:
-    """A queue: its jobs by state (each a link to the list), its settings and limits (a form for admins),
-    pause and resume."""
+SPAN_NAMES = {
+    "1h": ("Last hour", "per minute"),
+    "1d": ("Last day", "per 15 minutes"),
+    "7d": ("Last week", "per 2 hours"),
+}
+ROLLUP_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # where ROLLUP_SERIES' steps start counting
+
+
+def queue_charts(queue: str, rows: list[Mapping[str, Any]], span: str, now: datetime) -> str:
+    """The queue's rollups over `span` as two charts: jobs per step by series, and the longest lag."""
+    seconds, step_seconds = SPANS[span]
+    step = timedelta(seconds=step_seconds)
+    points = seconds // step_seconds
+    last = ROLLUP_ORIGIN + step * ((now - ROLLUP_ORIGIN) // step)
+    steps = [last - step * (points - 1 - i) for i in range(points)]
+    by_step = {row["at"]: row for row in rows}
+    counts = {name: [by_step[at][name] if at in by_step else 0 for at in steps] for name in SERIES}
+    lag = {"lag": [by_step[at]["lag"] if at in by_step else None for at in steps]}
+    title, per = SPAN_NAMES[span]
+    here = f"/ui/queues/{queue}"
+    spans = " · ".join(
+        f"<b>{name}</b>" if key == span else f'<a href="{esc(url(here, span=key))}">{name}</a>'
+        for key, (name, _) in SPAN_NAMES.items()
+    )
+    return (
+        f'<p class="spans">{spans}</p>'
+        + line_chart(f"Jobs {per}", steps[0], step, points, counts)
+        + line_chart(f"Lag (oldest ready job), longest {per}", steps[0], step, points, lag, unit="s")
+        + '<p class="meta">Counted by every replica and written each metrics interval; jobs enqueued with '
+        "the SQL function are in the lag, not in <i>enqueued</i>.</p>"
+    )
+
+
+def queue_page(
+    queue: Mapping[str, Any], *, charts: str = "", flash: str | None = None, actions: bool = True
+) -> str:
+    """A queue: its jobs by state (each a link to the list), charts over time, its settings and limits (a
+    form for admins), pause and resume."""
     name = queue["queue"]
     here = f"/ui/queues/{name}"
     counts = [
@@ -591,6 +629,7 @@ def queue_page(queue: Mapping[str, Any], *, flash: str | None = None, actions: b
         f'<h1>Queue {esc(name)}</h1>{state}<h2>Jobs</h2><table class="fields states">{states}</table>'
         f'<p class="meta">Oldest ready job: {duration(queue["oldest_pending_age_seconds"])} old. '
         f'<a href="{esc(url("/ui/jobs", queue=name))}">All its jobs</a></p>'
+        f"<h2>Over time</h2>{charts}"
         f"<h2>Settings</h2>{editor}"
         f"<h2>Limits</h2><p>{esc(limits or 'none')}"
         + (f' · <a href="{here}/keys">its keys</a>' if limits else "")
