@@ -927,6 +927,16 @@ FORGET_ROLLUPS = Query.define(
     "DELETE FROM jobq.rollups WHERE minute < now() - make_interval(secs => :kept)",
 )
 
+# Each queue's jobs completed in the last :span seconds, from the rollups (the queues page).
+ROLLUP_COMPLETED = Query.define(
+    "rollup_completed",
+    f"""
+    SELECT queue, sum(completed)::bigint AS completed FROM jobq.rollups
+    WHERE minute >= now() - make_interval(secs => :span) AND {_in_scope("queue")}
+    GROUP BY queue
+    """,
+)
+
 # A queue's rollups over the last :span seconds, in steps of :step seconds (a row per step with any).
 ROLLUP_SERIES = Query.define(
     "rollup_series",

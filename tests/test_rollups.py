@@ -67,3 +67,5 @@ async def test_the_queue_page_draws_them(start_service, db):
             charts = re.findall(r"<figure.*?</figure>", page)
             assert len(charts) == 2 and not [c for c in charts if "http" in c or "<script" in c]
         assert (await http.get("/ui/queues/q?span=2y")).status_code == 422
+        queues = (await http.get("/ui")).text
+        assert re.search(r'<tr data-queue="q".*?<td class="num completed">2</td>', queues)

@@ -44,7 +44,7 @@ from app.jobs.operators import (
     set_paused,
 )
 from app.jobs.producers import cancel, enqueue, enqueue_batch, get_job, wait_for_job
-from app.jobs.rollups import forget_rollups, rollup_series, write_rollups
+from app.jobs.rollups import completed_lately, forget_rollups, rollup_series, write_rollups
 from app.jobs.rows import Row, Scope
 from app.jobs.workers import ack, ack_batch, extend, lease, nack, nack_batch, release, single
 from app.jobs.workers_seen import forget_workers, list_workers, write_sightings
@@ -67,6 +67,7 @@ __all__ = [
     "ack_batch",
     "cancel",
     "cancel_jobs",
+    "completed_lately",
     "configure_queue",
     "dead_jobs",
     "list_jobs",

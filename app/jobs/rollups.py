@@ -18,7 +18,7 @@ from typing import Any
 
 from app import queries as q
 from app.db import Database
-from app.jobs.rows import Row
+from app.jobs.rows import Row, Scope
 
 ROLLUPS_KEPT = 8 * 86400.0  # seconds: a week of charts, and a day to spare
 # What a chart can show: its span and the step of its points, both in seconds.
@@ -94,3 +94,10 @@ async def rollup_series(db: Database, queue: str, span: str) -> list[Row]:
             q.ROLLUP_SERIES.text, *q.ROLLUP_SERIES.args(queue=queue, span=seconds, step=step)
         )
     return [dict(r) for r in rows]
+
+
+async def completed_lately(db: Database, scope: Scope = None, span: float = 3600.0) -> dict[str, int]:
+    """Each queue's jobs completed in the last `span` seconds (an hour), as the rollups have them."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.ROLLUP_COMPLETED.text, *q.ROLLUP_COMPLETED.args(span=span, scope=scope))
+    return {r["queue"]: r["completed"] for r in rows}

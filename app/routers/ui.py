@@ -84,9 +84,15 @@ async def queues_page(db: DB, request: Request, caller: Caller, flash: Flash = N
     # The metrics' query, not GET /queues': it reads only waiting, running and dead jobs, so a page
     # that refreshes itself every few seconds stays cheap however many completed jobs are kept.
     rows = [row for row in await jobs.queue_gauges(db) if caller.admits(row["queue"])]
+    completed = await jobs.completed_lately(db, caller.like)
     return html(
         pages.queues_page(
-            rows, metrics.throughput(), metrics.gauges, flash=flash, actions=caller.has(Role.ADMIN)
+            rows,
+            metrics.throughput(),
+            metrics.gauges,
+            completed=completed,
+            flash=flash,
+            actions=caller.has(Role.ADMIN),
         )
     )
 

@@ -141,9 +141,11 @@ def queues_page(
     throughput: Mapping[str, Mapping[str, float]],
     gauges: Any,
     *,
+    completed: Mapping[str, int] | None = None,
     flash: str | None = None,
     actions: bool = True,
 ) -> str:
+    completed = completed or {}
     body_rows = []
     for row in rows:
         name = row["queue"]
@@ -165,6 +167,7 @@ def queues_page(
             f'<th scope="row"><a href="/ui/queues/{esc(name)}">{esc(name)}</a></th>'
             f'<td class="num">{row["pending"]}</td><td class="num">{row["scheduled"]}</td>'
             f'<td class="num">{row["running"]}</td><td class="num dead">{dead_cell}</td>'
+            f'<td class="num completed">{completed.get(name, 0)}</td>'
             f'<td class="num lag">{duration(row["lag_seconds"])}</td>'
             f'<td class="num">{rate(rates.get("enqueued"))}</td>'
             f'<td class="num">{rate(rates.get("acked"))}</td>'
@@ -173,6 +176,7 @@ def queues_page(
         )
     table = (
         "<table><thead><tr><th>Queue</th><th>Pending</th><th>Scheduled</th><th>Running</th><th>Dead</th>"
+        '<th title="Jobs completed in the last hour, all replicas">Done, 1 h</th>'
         "<th>Lag</th><th>Enqueued</th><th>Acked</th><th>State</th><th>Limits</th>"
         f"{'<th></th>' if actions else ''}</tr></thead>"
         f"<tbody>{''.join(body_rows)}</tbody></table>"
