@@ -498,12 +498,26 @@ async def test_queue_page_states_and_settings(page, client, db):
     await expect(page.locator(".flash")).to_contain_text("each must be a number")
     assert await db.fetchval("SELECT max_attempts FROM jobq.queues WHERE name = 'emails'") == 7
 
-    # Clearing the per-key limit removes it.
+    # Rates, of the queue and per key.
     await page.goto("/ui/queues/emails")
+    await page.get_by_label("Leases of the queue", exact=True).fill("100")
+    await page.get_by_label("Leases of the queue: period").fill("60")
+    await page.get_by_label("Leases per key", exact=True).fill("5")
+    await page.get_by_label("Leases per key: period").fill("1")
+    await page.get_by_role("button", name="Save settings").click()
+    await expect(page.locator(".flash")).to_have_text("Saved the settings of emails.")
+    rates = "SELECT rate_limit, rate_period, key_rate_limit, key_rate_period FROM jobq.queues"
+    rates += " WHERE name = 'emails'"
+    assert tuple(await db.fetchrow(rates)) == (100, 60, 5, 1)
+    await expect(page.locator("main")).to_contain_text("100 per 60 s · 5 per 1 s per key")
+
+    # Clearing a limit removes it; the others stay.
     await page.get_by_label("Jobs per key at once").fill("")
+    await page.get_by_label("Leases per key", exact=True).fill("")
     await page.get_by_role("button", name="Save settings").click()
     await expect(page.locator(".flash")).to_have_text("Saved the settings of emails.")
     assert await db.fetchval("SELECT key_concurrency FROM jobq.queues WHERE name = 'emails'") is None
+    assert tuple(await db.fetchrow(rates)) == (100, 60, None, None)
 
 
 async def test_job_page_runs_a_scheduled_job_now_and_cancels_one(page, client, db):

@@ -300,6 +300,15 @@ async def run_job_now(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/j
     return back(next, f"Job {id} is ready now: the next lease of its queue can take it.")
 
 
+def _rate(fields: dict[str, str], name: str) -> dict[str, float] | None:
+    """A rate from the settings form's two fields (`{name}_limit` per `{name}_period` seconds); None
+    when the limit is left empty. ValueError for text that is not a number."""
+    limit = fields.get(f"{name}_limit", "").strip()
+    if not limit:
+        return None
+    return {"limit": int(limit), "period": float(fields.get(f"{name}_period", "").strip())}
+
+
 async def _form(request: Request) -> list[tuple[str, str]]:
     """A posted form's fields (application/x-www-form-urlencoded, as browsers send it)."""
     return parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
@@ -395,10 +404,14 @@ async def configure_queue(
                 patch[name] = int(text) if name == "max_attempts" else float(text)
         concurrency_text = fields.get("key_concurrency", "").strip()
         concurrency = int(concurrency_text) if concurrency_text else None
+        rates = {name: _rate(fields, name) for name in ("rate", "key_rate")}
     except ValueError:
-        return back(next, "Settings not saved: each must be a number (max attempts and jobs per key: whole).")
+        return back(next, "Settings not saved: each must be a number (attempts, per key and leases: whole).")
     if concurrency != current.get("key_concurrency"):
         patch["key_concurrency"] = concurrency
+    for name, rate in rates.items():
+        if rate != current.get(name):
+            patch[name] = rate
     fair = fields.get("fair") == "on"
     if fair != bool(current.get("fair")):
         patch["fair"] = fair

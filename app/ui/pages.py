@@ -589,6 +589,16 @@ def queue_page(
             for field, label, unit in SETTINGS
         )
         concurrency = settings["key_concurrency"]
+        for setting, label in (("rate", "Leases of the queue"), ("key_rate", "Leases per key")):
+            rate = settings[setting] or {}
+            fields += (
+                f'<tr><th><label for="setting-{setting}_limit">{label}</label></th><td>'
+                f'<input id="setting-{setting}_limit" name="{setting}_limit" size="6" '
+                f'value="{esc(_number(rate.get("limit")))}"> per '
+                f'<input id="setting-{setting}_period" name="{setting}_period" size="6" '
+                f'aria-label="{label}: period" '
+                f'value="{esc(_number(rate.get("period")))}"> s; empty: no limit</td></tr>'
+            )
         fields += (
             '<tr><th><label for="setting-key_concurrency">Jobs per key at once</label></th><td>'
             f'<input id="setting-key_concurrency" name="key_concurrency" size="10" '
