@@ -95,6 +95,10 @@ MAX_KEY = 256
 # CHECK constraint below).
 KIND_PATTERN = QUEUE_NAME_PATTERN
 MAX_KIND = MAX_QUEUE_NAME
+# A job list's search (GET /jobs?q=, the dashboard's): at most this many characters, and no U+0000, which
+# PostgreSQL's text cannot hold, so no key, error or payload has one to find (NO_NUL, for keys too).
+MAX_SEARCH = 200
+NO_NUL = r"^[^\x00]*$"
 # Lease tokens are UUIDs; longer spellings of one are accepted up to this many characters, and refused
 # beyond (the API and the SQS API's receipt handles alike).
 MAX_LEASE_TOKEN = 128

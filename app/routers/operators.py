@@ -12,7 +12,16 @@ from fastapi import APIRouter, Path, Query
 from app import jobs
 from app.auth import Admin, Caller, QueueReader, Viewer
 from app.deps import DB, answers
-from app.models import KIND_PATTERN, MAX_KEY, MAX_KIND, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN, JobStatus
+from app.models import (
+    KIND_PATTERN,
+    MAX_KEY,
+    MAX_KIND,
+    MAX_QUEUE_NAME,
+    MAX_SEARCH,
+    NO_NUL,
+    QUEUE_NAME_PATTERN,
+    JobStatus,
+)
 from app.schemas import (
     MAX_JOB_ID,
     DeadPage,
@@ -30,11 +39,6 @@ from app.web import JobqRoute, JSONBody
 
 router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_class=JSONBody)
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
-
-
-MAX_SEARCH = 200  # characters of GET /jobs?q=
-# No U+0000: PostgreSQL's text cannot hold it, so no key, error or payload has one to find.
-NO_NUL = r"^[^\x00]*$"
 
 
 @router.get("/jobs", dependencies=[Viewer], response_model=None, responses=answers(JobPage, 404))

@@ -2,8 +2,7 @@
 jobs by state, its settings, editable by admins), jobs of any state (filters, search, bulk retry, purge
 and cancel, of a selection or of every match), dead jobs (retry, purge), schedules (pause, resume,
 trigger now), workers (what each holds, when last seen) and a job's page (cancel, run now, retry,
-purge), rendered on the server from the same
-service layer (``app.jobs``) the JSON API uses.
+purge), rendered on the server from the same service layer (``app.jobs``) the JSON API uses.
 
 Every page, button and static file of the dashboard is a route of this one router, so the one
 dependency attached to it covers the whole dashboard: with tokens configured, it is for viewers and
@@ -32,8 +31,16 @@ from app.auth import Admin, Caller, Viewer
 from app.deps import DB
 from app.errors import JobqError, NotFound
 from app.jobs import flow, schedules
-from app.models import KIND_PATTERN, MAX_JOB_ID, MAX_KEY, MAX_KIND, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
-from app.routers.operators import MAX_SEARCH, NO_NUL
+from app.models import (
+    KIND_PATTERN,
+    MAX_JOB_ID,
+    MAX_KEY,
+    MAX_KIND,
+    MAX_QUEUE_NAME,
+    MAX_SEARCH,
+    NO_NUL,
+    QUEUE_NAME_PATTERN,
+)
 from app.schemas import QueueSettingsPatch
 from app.ui import pages
 
@@ -123,7 +130,7 @@ def _seen_queues(request: Request, caller: Caller, *also: str | None) -> list[st
     """The queues a picker lists: those the metrics last saw (refreshed every few seconds, not a fresh
     scan) that the caller may see, and `also`."""
     seen = {row["queue"] for row in request.app.state.metrics.gauges.queues}
-    return sorted({name for name in seen if caller.admits(name)} | (set(also) - {None, ""}))  # type: ignore[arg-type]
+    return sorted({name for name in seen if caller.admits(name)} | {name for name in also if name})
 
 
 @router.get("/jobs", response_model=None)
@@ -147,8 +154,8 @@ async def jobs_page(
         if not text.isdigit() or not 1 <= int(text) <= MAX_JOB_ID:
             return html(pages.not_found_page(f"{id!r} is not a job id"), status=404)
         return RedirectResponse(f"/ui/jobs/{int(text)}", status_code=303)
-    filters = {"queue": queue or None, "status": status or None, "kind": kind or None, "key": key or None}
-    filters["q"] = q or None
+    given = {"queue": queue, "status": status, "kind": kind, "key": key, "q": q}
+    filters = {name: value or None for name, value in given.items()}
     if filters["queue"] is not None:
         caller.admit(filters["queue"])
     try:
