@@ -441,6 +441,22 @@ async def test_jobs_browsed_filtered_and_acted_on_in_bulk(page, client, db):
     assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", done["id"]) == "completed"
     await shot(page, "jobs-cancelled")
 
+    # The remaining buttons: Retry selected, Cancel all matching, Purge all matching.
+    await page.goto("/ui/jobs?queue=reports&status=dead")
+    await page.get_by_label(f"select job {report}").check()
+    await page.get_by_role("button", name="Retry selected").click()
+    await expect(page.locator(".flash")).to_contain_text("Retried 1 of 1 selected jobs.")
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", report) == "pending"
+    await page.goto("/ui/jobs?queue=reports&status=pending")
+    await page.get_by_role("button", name="Cancel all matching").click()
+    await expect(page.locator(".flash")).to_contain_text("Cancelled 1 pending jobs matching the filters.")
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", report) == "cancelled"
+    doomed = [await make_dead(client, "reports", error=f"boom {n}") for n in range(2)]
+    await page.goto("/ui/jobs?queue=reports&status=dead")
+    await page.get_by_role("button", name="Purge all matching").click()
+    await expect(page.locator(".flash")).to_contain_text("Purged 2 dead jobs matching the filters.")
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = ANY($1::bigint[])", doomed) == 0
+
 
 async def test_queue_page_states_and_settings(page, client, db):
     from playwright.async_api import expect
