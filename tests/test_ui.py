@@ -441,6 +441,12 @@ async def test_jobs_browsed_filtered_and_acted_on_in_bulk(page, client, db):
     assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", done["id"]) == "completed"
     await shot(page, "jobs-cancelled")
 
+    # Completed jobs have nothing to retry, purge or cancel: no boxes, no buttons.
+    await page.goto("/ui/jobs?status=completed")
+    await expect(rows).to_have_count(1)
+    await expect(page.locator("input[type=checkbox]")).to_have_count(0)
+    await expect(page.locator("form.bulk")).to_have_count(0)
+
     # The remaining buttons: Retry selected, Cancel all matching, Purge all matching.
     await page.goto("/ui/jobs?queue=reports&status=dead")
     await page.get_by_label(f"select job {report}").check()

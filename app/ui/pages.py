@@ -457,14 +457,15 @@ def jobs_page(
     )
     shown = [action for action, (applies, _) in BULK.items() if status in (None, applies)]
     bulk = ""
-    if actions and page["jobs"]:
+    ticks = actions and bool(shown)  # checkboxes, where some action applies to the jobs listed
+    if ticks and page["jobs"]:
         selected = "".join(
             f'<button name="action" value="{a}" class="{"danger" if a != "retry" else ""}"'
             f' data-confirm="{BULK[a][1]} the selected jobs?">{BULK[a][1]} selected</button> '
             for a in shown
         )
-        action = esc(url("/ui/jobs/selected", next=here))
-        bulk = f'<form id="selected" class="bulk" method="post" action="{action}">{selected}</form>'
+        target = esc(url("/ui/jobs/selected", next=here))
+        bulk = f'<form id="selected" class="bulk" method="post" action="{target}">{selected}</form>'
         if status is not None:  # every match: only where the filter names the one status they act on
             matching = {k: v for k, v in filters.items() if v}
             for action in shown:
@@ -484,7 +485,7 @@ def jobs_page(
         box = (
             f'<td><input type="checkbox" name="id" value="{job_id}" form="selected" '
             f'aria-label="select job {job_id}"></td>'
-            if actions
+            if ticks
             else ""
         )
         rows.append(
@@ -499,7 +500,7 @@ def jobs_page(
             f"<td><code>{esc(shorten(payload_text(job['payload']), PREVIEW_CHARS))}</code></td></tr>"
         )
     table = (
-        f"<table><thead><tr>{ALL_BOX if actions else ''}<th>Job</th><th>Queue</th><th>Kind</th>"
+        f"<table><thead><tr>{ALL_BOX if ticks else ''}<th>Job</th><th>Queue</th><th>Kind</th>"
         "<th>Key</th><th>Status</th><th>Attempts</th><th>Updated</th><th>Error</th><th>Payload</th></tr>"
         f"</thead><tbody>{''.join(rows)}</tbody></table>"
         if rows
