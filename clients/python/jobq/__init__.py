@@ -45,6 +45,7 @@ from jobq.types import (
     Unavailable,
     Unreachable,
     ValidationError,
+    WorkerSeen,
 )
 from jobq.worker import Stats, Worker
 
@@ -96,6 +97,7 @@ __all__ = [
     "Unreachable",
     "ValidationError",
     "Worker",
+    "WorkerSeen",
     "current_job",
     "progress",
 ]

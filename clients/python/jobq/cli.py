@@ -392,6 +392,20 @@ def stats(
         typer.echo("no queues yet")
 
 
+def workers_command(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False) -> None:
+    """Workers that leased in the last hour (by the worker_id they send; `jobq worker` sends host:pid),
+    and any holding a running job: queues, last seen, jobs leased and held now."""
+    with service(url, token) as jobq:
+        workers = jobq.workers()
+    if as_json:
+        print_json(workers)
+    elif workers:
+        rows = [[w.worker_id, ",".join(w.queues), w.last_seen, w.leased, w.held] for w in workers]
+        typer.echo(table(["worker", "queues", "last seen", "leased", "held"], rows))
+    else:
+        typer.echo("no worker has leased in the last hour")
+
+
 dead_cli = typer.Typer(
     help="Dead jobs: list, retry, purge.", no_args_is_help=True, rich_markup_mode="markdown"
 )
@@ -862,6 +876,7 @@ cli.command("enqueue")(enqueue)
 cli.command("job")(job_command)
 cli.command("jobs")(jobs_command)
 cli.command("stats")(stats)
+cli.command("workers")(workers_command)
 cli.add_typer(dead_cli, name="dead")
 cli.add_typer(queues_cli, name="queues")
 cli.add_typer(schedules_cli, name="schedules")

@@ -61,6 +61,7 @@ from jobq.types import (
     RetryDeadResult,
     Schedule,
     Unreachable,
+    WorkerSeen,
     error_from,
     load,
 )
@@ -141,6 +142,10 @@ def _job_page(data: Mapping[str, Any]) -> JobPage:
 
 def _queue_rows(rows: list[Mapping[str, Any]]) -> list[QueueRow]:
     return [load(QueueRow, r) for r in rows]
+
+
+def _workers(data: Mapping[str, Any]) -> list[WorkerSeen]:
+    return [load(WorkerSeen, w) for w in data["workers"]]
 
 
 def _rate(data: Mapping[str, Any] | None) -> Rate | None:
@@ -505,6 +510,12 @@ class Calls:
     def queues() -> Call[list[QueueRow]]:
         """Every queue's counts (`GET /queues`)."""
         return Call("GET", "/queues", _queue_rows)
+
+    @staticmethod
+    def workers() -> Call[list[WorkerSeen]]:
+        """Workers that leased in the last hour, by the `worker_id` they send, and any holding a running
+        job (`GET /workers`): their queues, when last seen, jobs leased and held. Most recent first."""
+        return Call("GET", "/workers", _workers)
 
     @staticmethod
     def queue(name: str) -> Call[QueueDetail]:
@@ -878,6 +889,7 @@ class Client(_Transport):
     wait = _sync(Calls.wait)
     cancel = _sync(Calls.cancel)
     run_now = _sync(Calls.run_now)
+    workers = _sync(Calls.workers)
     lease = _sync(Calls.lease)
     ack = _sync(Calls.ack)
     ack_many = _sync(Calls.ack_many)
@@ -998,6 +1010,7 @@ class AsyncClient(_Transport):
     wait = _async(Calls.wait)
     cancel = _async(Calls.cancel)
     run_now = _async(Calls.run_now)
+    workers = _async(Calls.workers)
     lease = _async(Calls.lease)
     ack = _async(Calls.ack)
     ack_many = _async(Calls.ack_many)

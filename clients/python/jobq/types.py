@@ -349,6 +349,18 @@ class KeyView:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerSeen:
+    """A worker that leased in the last hour (by the `worker_id` it sends), or holds a running job."""
+
+    worker_id: str
+    queues: list[str]
+    last_seen: datetime | None  # None: holds jobs, not seen leasing since it was forgotten
+    leased: int  # jobs it leased while it has been kept
+    held: int  # jobs running under its id now
+    next_deadline: datetime | None  # the soonest lease deadline of the jobs it holds
+
+
+@dataclass(frozen=True, slots=True)
 class QueueRow:
     queue: str
     pending: int  # ready now

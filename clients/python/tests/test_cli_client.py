@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -309,6 +310,25 @@ async def test_tokens(start_service, db):
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
 
 
+async def test_workers(start_service, db):
+    service = start_service(metrics_interval=0.1)
+    assert jobq("workers", url=service.url).stdout == "no worker has leased in the last hour\n"
+    jobq("enqueue", "emails", "1", url=service.url)
+    with Client(service.url) as client:
+        (held,) = client.lease("emails", worker_id="host-a:9")
+        seen = {w.worker_id: w for w in client.workers()}
+        assert seen["host-a:9"].held == 1 and seen["host-a:9"].queues == ["emails"]
+    for _ in range(300):  # the replica writes what it saw every metrics interval (0.1 s here)
+        listed = json.loads(jobq("workers", "--json", url=service.url).stdout)
+        if listed and listed[0]["last_seen"] is not None:
+            break
+        time.sleep(0.05)
+    assert [(w["worker_id"], w["leased"], w["held"]) for w in listed] == [("host-a:9", 1, 1)]
+    lines = jobq("workers", url=service.url).stdout.splitlines()
+    assert lines[0].split() == ["WORKER", "QUEUES", "LAST", "SEEN", "LEASED", "HELD"]
+    assert lines[1].startswith("host-a:9  emails") and lines[1].endswith("1     1")
+
+
 def test_unreachable_service_exits_3():
     done = jobq("stats", url=f"http://127.0.0.1:{free_port()}")
     assert done.exit_code == 3
@@ -323,6 +343,7 @@ COMMANDS = [
     ["job"],
     ["jobs"],
     ["stats"],
+    ["workers"],
     ["dead"],
     ["dead", "list"],
     ["dead", "retry"],
