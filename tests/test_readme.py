@@ -188,7 +188,9 @@ async def test_readme_cli(service, db):
     done = run_block("cli", service.url)
     assert "QUEUE   PENDING  SCHEDULED  RUNNING  DEAD" in done.stdout
     assert '"pending": 1,\n  "scheduled": 1,\n  "dead": 1' in done.stdout
-    assert "mailbox does not exist" in done.stdout and done.stdout.endswith("retried 1\n")
+    assert "mailbox does not exist" in done.stdout and done.stdout.endswith(
+        "retried 1\nno worker has leased in the last hour\n"
+    )
     assert await jobs(db) == [
         ("emails", {"to": "nobody@invalid"}, "pending", 0, False),
         ("emails", {"to": "ada@example.com"}, "pending", 0, False),
