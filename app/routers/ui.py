@@ -15,6 +15,7 @@ every route (app/origin.py).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path as FilePath
@@ -247,6 +248,16 @@ def _static_file(name: str) -> bytes:
 buttons = APIRouter(dependencies=[Admin])
 
 
+async def _pressed(next: str, action: Awaitable[object], done: str) -> RedirectResponse:
+    """A button's answer: back to its page with `done` once `action` has run, or with why it was refused
+    (a job in another state, a schedule that does not exist)."""
+    try:
+        await action
+    except JobqError as exc:
+        return back(next, exc.detail)
+    return back(next, done)
+
+
 @buttons.post("/queues/{queue}/pause", response_model=None)
 async def pause(queue: QueuePath, db: DB, caller: Caller, next: Next = "/ui") -> Response:
     caller.admit(queue)
@@ -282,29 +293,18 @@ async def retry_job(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/dea
 
 @buttons.post("/dead/{id}/purge", response_model=None)
 async def purge_job(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/dead") -> Response:
-    try:
-        await jobs.purge_dead(db, id, caller.like)
-    except JobqError as exc:
-        return back(next, exc.detail)
-    return back(next, f"Purged job {id}.")
+    return await _pressed(next, jobs.purge_dead(db, id, caller.like), f"Purged job {id}.")
 
 
 @buttons.post("/jobs/{id}/cancel", response_model=None)
 async def cancel_job(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/jobs") -> Response:
-    try:
-        await jobs.cancel(db, id, caller.like)
-    except JobqError as exc:
-        return back(next, exc.detail)
-    return back(next, f"Cancelled job {id}: it will not run.")
+    return await _pressed(next, jobs.cancel(db, id, caller.like), f"Cancelled job {id}: it will not run.")
 
 
 @buttons.post("/jobs/{id}/run", response_model=None)
 async def run_job_now(id: JobIdPath, db: DB, caller: Caller, next: Next = "/ui/jobs") -> Response:
-    try:
-        await jobs.run_now(db, id, caller.like)
-    except JobqError as exc:
-        return back(next, exc.detail)
-    return back(next, f"Job {id} is ready now: the next lease of its queue can take it.")
+    done = f"Job {id} is ready now: the next lease of its queue can take it."
+    return await _pressed(next, jobs.run_now(db, id, caller.like), done)
 
 
 def _rate(fields: dict[str, str], name: str) -> dict[str, float] | None:
@@ -435,22 +435,16 @@ async def configure_queue(
 async def pause_schedule(
     name: SchedulePath, db: DB, caller: Caller, next: Next = "/ui/schedules"
 ) -> Response:
-    try:
-        await schedules.set_paused(db, name, True, caller.like)
-    except JobqError as exc:
-        return back(next, exc.detail)
-    return back(next, f"Paused schedule {name}: it enqueues nothing until resumed.")
+    done = f"Paused schedule {name}: it enqueues nothing until resumed."
+    return await _pressed(next, schedules.set_paused(db, name, True, caller.like), done)
 
 
 @buttons.post("/schedules/{name}/resume", response_model=None)
 async def resume_schedule(
     name: SchedulePath, db: DB, caller: Caller, next: Next = "/ui/schedules"
 ) -> Response:
-    try:
-        await schedules.set_paused(db, name, False, caller.like)
-    except JobqError as exc:
-        return back(next, exc.detail)
-    return back(next, f"Resumed schedule {name}.")
+    done = f"Resumed schedule {name}."
+    return await _pressed(next, schedules.set_paused(db, name, False, caller.like), done)
 
 
 @buttons.post("/schedules/{name}/trigger", response_model=None)
