@@ -510,6 +510,10 @@ async def test_queue_page_states_and_settings(page, client, db):
     assert dict(row) == {"max_attempts": 7, "visibility_timeout": 45, "key_concurrency": 2, "fair": False}
     await expect(page.get_by_label("Max attempts")).to_have_value("7")
     await expect(page.locator("main")).to_contain_text("2 per key")
+    await page.get_by_role("link", name="its keys").click()  # the queue's keys, under its limits
+    await expect(page.locator("h1")).to_have_text("Keys of emails")
+    await expect(page.locator("main")).to_contain_text("Limits of the queue: 2 per key")
+    await page.goto("/ui/queues/emails")
 
     # A value the API refuses is refused with its reason, and nothing changes.
     await page.get_by_label("Max attempts").fill("0")
