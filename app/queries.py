@@ -937,11 +937,12 @@ ROLLUP_COMPLETED = Query.define(
     """,
 )
 
-# A queue's rollups over the last :span seconds, in steps of :step seconds (a row per step with any).
+# A queue's rollups over the last :span seconds, in steps of :step seconds counted from :origin (a row
+# per step with any).
 ROLLUP_SERIES = Query.define(
     "rollup_series",
     """
-    SELECT date_bin(make_interval(secs => :step), minute, TIMESTAMPTZ '2000-01-01') AS at,
+    SELECT date_bin(make_interval(secs => :step), minute, :origin::timestamptz) AS at,
            sum(enqueued)::bigint AS enqueued, sum(completed)::bigint AS completed,
            sum(failed)::bigint AS failed, sum(dead)::bigint AS dead, max(lag) AS lag
     FROM jobq.rollups

@@ -14,6 +14,7 @@ hours for the last week. Rows older than ROLLUPS_KEPT are deleted by the pruning
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from app import queries as q
@@ -24,6 +25,9 @@ ROLLUPS_KEPT = 8 * 86400.0  # seconds: a week of charts, and a day to spare
 # What a chart can show: its span and the step of its points, both in seconds.
 SPANS = {"1h": (3600, 60), "1d": (86400, 900), "7d": (7 * 86400, 7200)}
 SERIES = ("enqueued", "completed", "failed", "dead")
+# Where the steps of a chart start counting: ROLLUP_SERIES bins minutes from it, and a page lays its
+# steps out from it, so both agree on every step's start.
+ROLLUP_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class Tally:
@@ -91,7 +95,8 @@ async def rollup_series(db: Database, queue: str, span: str) -> list[Row]:
     seconds, step = SPANS[span]
     async with db.acquire() as conn:
         rows = await conn.fetch(
-            q.ROLLUP_SERIES.text, *q.ROLLUP_SERIES.args(queue=queue, span=seconds, step=step)
+            q.ROLLUP_SERIES.text,
+            *q.ROLLUP_SERIES.args(queue=queue, span=seconds, step=step, origin=ROLLUP_ORIGIN),
         )
     return [dict(r) for r in rows]
 

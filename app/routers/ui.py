@@ -41,6 +41,7 @@ from app.models import (
     MAX_SEARCH,
     NO_NUL,
     QUEUE_NAME_PATTERN,
+    JobStatus,
 )
 from app.schemas import QueueSettingsPatch
 from app.ui import pages
@@ -55,6 +56,8 @@ Flash = Annotated[str | None, Query(max_length=500)]
 Next = Annotated[str, Query(max_length=2000)]
 DEAD_PAGE_SIZE = 50
 JOBS_PAGE_SIZE = 50
+# A job list's status filter: one of the statuses, or empty (the picker's "any status").
+ANY_STATUS = f"^(|{'|'.join(JobStatus)})$"
 SELECTED_AT_MOST = 500  # jobs per bulk action on a selection
 
 STATIC = FilePath(__file__).resolve().parent.parent / "ui" / "static"
@@ -141,7 +144,7 @@ async def jobs_page(
     caller: Caller,
     id: Annotated[str | None, Query(max_length=30)] = None,
     queue: Annotated[str | None, Query(max_length=MAX_QUEUE_NAME)] = None,
-    status: Annotated[str | None, Query(pattern="^(|pending|running|completed|dead|cancelled)$")] = None,
+    status: Annotated[str | None, Query(pattern=ANY_STATUS)] = None,
     kind: Annotated[str | None, Query(pattern=f"^$|{KIND_PATTERN}", max_length=MAX_KIND)] = None,
     key: Annotated[str | None, Query(pattern=NO_NUL, max_length=MAX_KEY)] = None,
     q: Annotated[str | None, Query(pattern=NO_NUL, max_length=MAX_SEARCH)] = None,

@@ -18,7 +18,8 @@ from urllib.parse import urlencode
 
 import orjson
 
-from app.jobs.rollups import SERIES, SPANS
+from app.jobs.rollups import ROLLUP_ORIGIN, SERIES, SPANS
+from app.models import JobStatus
 from app.ui.charts import line_chart
 
 PREVIEW_CHARS = 120  # of a payload in the dead-job list
@@ -402,7 +403,7 @@ def schedules_page(
     return layout("Schedules", f"<h1>Schedules</h1>{table}{summary}", flash=flash, refresh=True)
 
 
-STATUSES = ("pending", "running", "completed", "dead", "cancelled")
+STATUSES = tuple(JobStatus)  # the status picker's choices, in the state machine's order
 ALL_BOX = '<th><input type="checkbox" data-select-all aria-label="select every job shown"></th>'
 # What the dashboard does to a selection of jobs, or to every job a list matches, and to which jobs
 # each action applies: the others in a selection are left as they are, and said so.
@@ -535,7 +536,6 @@ SPAN_NAMES = {
     "1d": ("Last day", "per 15 minutes"),
     "7d": ("Last week", "per 2 hours"),
 }
-ROLLUP_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # where ROLLUP_SERIES' steps start counting
 
 
 def queue_charts(queue: str, rows: list[Mapping[str, Any]], span: str, now: datetime) -> str:
