@@ -4,9 +4,11 @@ typed results, problems as exceptions, retries (connection errors and 503, never
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -554,3 +556,64 @@ async def test_bearer_token(start_service, db, monkeypatch):
             await worker.queues()
     assert leased.id == job.id
     assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job.id) == "completed"
+
+
+async def test_a_netrc_naming_the_host_does_not_come_between_the_token_and_the_service(
+    start_service, db, monkeypatch, tmp_path
+):
+    """The async client takes its proxy from the environment, as httpx does, and nothing else: a ~/.netrc
+    with credentials for the service's host once made every call with a token fail (aiohttp refuses a
+    request with both an Authorization header and netrc credentials)."""
+    service = start_service(tokens=TOKENS)
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password elsewhere\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    async with AsyncClient(service.url, token="producer-token", retry=FAST) as producer:
+        job = await producer.enqueue("secret", 1)
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job.id) == "pending"
+
+
+async def test_the_async_client_goes_through_the_proxy_the_environment_names(start_service, monkeypatch):
+    """HTTP_PROXY sends the calls through the proxy (absolute-form request lines), NO_PROXY exempts a host."""
+    service = start_service()
+    seen: list[bytes] = []
+    upstream = urlsplit(service.url)
+
+    async def message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+        """One HTTP/1.1 message: its head and its body (by Content-Length, as the service sends them)."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        fields = [line.split(b":", 1) for line in head.split(b"\r\n")[1:] if b":" in line]
+        length = next((int(value) for name, value in fields if name.strip().lower() == b"content-length"), 0)
+        return head, await reader.readexactly(length)
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A proxy for plain HTTP: each request line noted, the request passed on in origin form."""
+        up_reader, up_writer = await asyncio.open_connection(upstream.hostname, upstream.port)
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while True:
+                head, body = await message(reader)
+                line, rest = head.split(b"\r\n", 1)
+                seen.append(line)
+                method, target, version = line.split(b" ")
+                up_writer.write(b" ".join((method, urlsplit(target.decode()).path.encode(), version)))
+                up_writer.write(b"\r\n" + rest + body)
+                head, body = await message(up_reader)
+                writer.write(head + body)
+        up_writer.close()
+        writer.close()
+
+    proxy = await asyncio.start_server(forward, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    async with proxy:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        async with AsyncClient(service.url, retry=FAST) as client:
+            await client.queues()
+        assert seen == [f"GET {service.url}/queues HTTP/1.1".encode()]
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        async with AsyncClient(service.url, retry=FAST) as client:
+            await client.queues()
+        assert len(seen) == 1
