@@ -86,16 +86,18 @@ def migrate(
     revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
     down: Annotated[bool, typer.Option("--down", help="Downgrade to the revision instead")] = False,
 ) -> None:
-    """Run the Alembic chain against the configured (or embedded) database. Each step waits at most
-    JOBQ_MIGRATION_LOCK_TIMEOUT for its locks and is retried up to JOBQ_MIGRATION_ATTEMPTS times; on a
-    schema a newer release migrated there is nothing to upgrade (exit 0)."""
+    """Run the Alembic chain against the configured (or embedded) database; against JOBQ_LISTEN_URL when
+    set, since a migration needs a session of its own, which a pooler in transaction mode does not give.
+    Each step waits at most JOBQ_MIGRATION_LOCK_TIMEOUT for its locks and is retried up to
+    JOBQ_MIGRATION_ATTEMPTS times; on a schema a newer release migrated there is nothing to upgrade
+    (exit 0)."""
     import asyncio
 
     from app import migrations
     from app.main import resolve_database_url
 
     settings = Settings()
-    dsn = asyncio.run(resolve_database_url(settings))
+    dsn = settings.session_url(asyncio.run(resolve_database_url(settings)))
     try:
         if down:
             migrations.downgrade(dsn, revision, settings=settings)

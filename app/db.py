@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import asyncpg
 
-from app.errors import NOTHING_DONE
+from app.errors import CONNECTION_TROUBLE, NOTHING_DONE
 from app.metrics import Metrics
 from app.settings import Settings
 
@@ -28,6 +28,33 @@ async def _reset_connection(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
+POOLER_WAIT = 1.0  # seconds a pooler in transaction mode may take to give a statement a server session
+
+
+def pool_options(settings: Settings) -> dict[str, Any]:
+    """asyncpg's connection options for the pool. On PostgreSQL itself (or a pooler in session mode) the
+    statement timeout is the server's, set at connect, and the client's a little longer in case the
+    server never answers. Through a pooler in transaction mode nothing may outlive a transaction: no
+    startup parameter the pooler would refuse (PgBouncer accepts application_name and a few others,
+    not statement_timeout), so the client keeps the statement timeout, with a second more for the pooler
+    to find the statement a server session (asyncpg then cancels the statement, which the pooler passes
+    on); and no prepared statement kept for the next call, which may run on another server session (a
+    statement is prepared unnamed and run in the same round trip)."""
+    if settings.pooled_transactions:
+        return {
+            "command_timeout": settings.statement_timeout + POOLER_WAIT,
+            "statement_cache_size": 0,
+            "server_settings": {"application_name": "jobq"},
+        }
+    return {
+        "command_timeout": settings.statement_timeout + 5,
+        "server_settings": {
+            "application_name": "jobq",
+            "statement_timeout": str(int(settings.statement_timeout * 1000)),
+        },
+    }
+
+
 async def create_pool(dsn: str, settings: Settings, *, wait: float = 30.0) -> asyncpg.Pool:
     """Open the pool, waiting up to `wait` seconds for the database to accept connections."""
     deadline = time.monotonic() + wait
@@ -39,11 +66,7 @@ async def create_pool(dsn: str, settings: Settings, *, wait: float = 30.0) -> as
                 max_size=settings.pool_max_size,
                 reset=_reset_connection,
                 timeout=settings.pool_acquire_timeout,
-                command_timeout=settings.statement_timeout + 5,
-                server_settings={
-                    "application_name": "jobq",
-                    "statement_timeout": str(int(settings.statement_timeout * 1000)),
-                },
+                **pool_options(settings),
             )
         except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             if time.monotonic() >= deadline:
@@ -55,9 +78,20 @@ async def create_pool(dsn: str, settings: Settings, *, wait: float = 30.0) -> as
 class Database:
     """The pool, and the settings and metrics the service layer needs with it."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        metrics: Metrics | None = None,
+        *,
+        session_url: str | None = None,
+        read_pool: asyncpg.Pool | None = None,
+    ) -> None:
         self.pool = pool
+        self.read_pool = read_pool  # a read replica's (JOBQ_READ_DATABASE_URL), or None
         self.settings = settings
+        # PostgreSQL itself, for a session of jobq's own (Settings.session_url); None: only the pool.
+        self.session_url = session_url
         self.metrics = metrics if metrics is not None else Metrics()
         self._batchers: dict[object, Any] = {}  # fixed keys (ack, nack, enqueue): a handful, kept
         self._shared: dict[object, list[Any]] = {}  # keys naming a queue: [batcher, callers in it]
@@ -101,6 +135,31 @@ class Database:
         """How many Batchers the process keeps now."""
         return len(self._batchers) + len(self._shared)
 
+    @asynccontextmanager
+    async def session(self, application_name: str) -> AsyncIterator[asyncpg.Connection]:
+        """A connection that is a session of its own for the block (a session lock, a VACUUM): a pooled
+        one, or, where the pool goes through a pooler in transaction mode, one made to PostgreSQL itself
+        for the block."""
+        if not self.settings.pooled_transactions or self.session_url is None:
+            async with self.acquire() as conn:
+                yield conn
+            return
+        conn = await asyncpg.connect(
+            self.session_url,
+            timeout=self.settings.pool_acquire_timeout,
+            server_settings={"application_name": application_name},
+        )
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    def acquire_read(self) -> _Acquire:
+        """A connection for a read that may lag a little (lists, statistics, gauges): the read replica's
+        when there is one, else as `acquire`."""
+        pool = self.read_pool or self.pool
+        return _Acquire(pool.acquire(timeout=self.settings.pool_acquire_timeout))
+
     def acquire(self) -> _Acquire:
         """One connection for one request (or one background step); 503 when none comes in time."""
         return _Acquire(self.pool.acquire(timeout=self.settings.pool_acquire_timeout))
@@ -113,17 +172,23 @@ class _Acquire:
     Every operation that is not idempotent acquires once, before any statement, so for those the mark
     holds for the whole request."""
 
-    __slots__ = ("_context",)
+    __slots__ = ("_context", "_conn")
 
     def __init__(self, context: asyncpg.pool.PoolAcquireContext) -> None:
         self._context = context
+        self._conn: asyncpg.Connection | None = None
 
     async def __aenter__(self) -> asyncpg.Connection:
         try:
-            return await self._context.__aenter__()
+            self._conn = await self._context.__aenter__()
         except Exception as exc:
             setattr(exc, NOTHING_DONE, True)
             raise
+        return self._conn
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self._context.__aexit__(*exc)
+    async def __aexit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        # A connection that failed the block (lost, timed out, or left by a lost server in a state asyncpg
+        # cannot go on from) is closed rather than handed to the next request, which would fail on it too.
+        if kind is not None and self._conn is not None and issubclass(kind, CONNECTION_TROUBLE):
+            self._conn.terminate()
+        await self._context.__aexit__(kind, *exc)

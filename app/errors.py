@@ -82,6 +82,17 @@ DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,
     asyncpg.OperatorInterventionError,  # shutdown, cannot connect now, statement timeout
     asyncpg.InsufficientResourcesError,  # too many connections, disk full
+    # asyncpg's protocol left mid-operation, as when the server died under a statement (seen in a
+    # failover: "cannot switch to state 12; another operation (2) is in progress").
+    asyncpg.exceptions.InternalClientError,
+)
+# Of those, the ones after which the connection itself is not to be used again (app/db.py closes it).
+CONNECTION_TROUBLE: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
 )
 
 # Set on such an error (as an attribute of that name) when it came before anything was sent to the

@@ -80,17 +80,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dsn = await resolve_database_url(settings)
         if settings.migrate_on_start:
             try:
-                await asyncio.to_thread(migrations.upgrade, dsn, settings=settings)
+                await asyncio.to_thread(migrations.upgrade, settings.session_url(dsn), settings=settings)
             except migrations.SchemaAhead as ahead:
                 # A newer release migrated (a rolling upgrade, or this build rolled back): nothing to
                 # upgrade. Serve; /readyz says whether this build can run on that schema.
                 log.warning("%s", ahead)
         pool = await create_pool(dsn, settings)
-        db = Database(pool, settings, app.state.metrics)
+        read_pool = None
+        if settings.read_database_url:
+            read_pool = await create_pool(settings.read_database_url, settings)
+        db = Database(
+            pool, settings, app.state.metrics, session_url=settings.session_url(dsn), read_pool=read_pool
+        )
         app.state.db = db
         app.state.wakeups = wakeups = Wakeups(
-            dsn, safety_interval=settings.wakeup_safety_interval, max_waiters=settings.max_waiters
+            settings.session_url(dsn),
+            safety_interval=settings.wakeup_safety_interval,
+            max_waiters=settings.max_waiters,
         )
+        app.state.metrics.listening = wakeups.listening.is_set
         wakeups.on_settings = db.flow.forget
         await wakeups.start()
         _answer_waiters_on_signals(wakeups)
@@ -109,6 +117,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await background.last_writes(db)
             await scheduler.stop()
             await pool.close()
+            if read_pool is not None:
+                await read_pool.close()
             if not settings.database_url:
                 await asyncio.to_thread(embedded.release, settings.data_dir)
 

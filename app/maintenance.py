@@ -5,7 +5,9 @@ as it does work. PostgreSQL's autovacuum reclaims them (the migration tunes it f
 may be switched off on a server, or fall behind. Every `vacuum_interval` seconds one service process
 (an advisory lock picks it) looks at the table's statistics and runs VACUUM itself when dead rows
 outnumber a fifth of the live ones (and at least 1,000) while autovacuum is off or has not run for
-a minute. VACUUM takes no lock that blocks leases, acks or enqueues.
+a minute. VACUUM takes no lock that blocks leases, acks or enqueues. The lock and the VACUUM need a
+session: through a pooler in transaction mode they run on a connection of their own to PostgreSQL
+itself (JOBQ_LISTEN_URL), made for the check.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def needs_vacuum(live: int, dead: int, autovacuum: bool, since_vacuum: float | N
 
 async def vacuum_if_needed(db: Database) -> bool:
     """Vacuum the jobs table if it needs it and no other process is already at it; whether it ran."""
-    async with db.acquire() as conn:
+    async with db.session("jobq maintenance") as conn:
         if not await conn.fetchval(MAINTENANCE_LOCK.text):
             return False
         try:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections import Counter as Tally
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -145,6 +145,13 @@ class _Gauges:
             "How long the oldest statement now waiting for a lock has been running (0 when none waits).",
             value=snap.lock_wait_longest_seconds,
         )
+        listening = self._metrics.listening
+        yield GaugeMetricFamily(
+            "jobq_listener_up",
+            "1 while this process listens for wake-ups (LISTEN, on JOBQ_LISTEN_URL or JOBQ_DATABASE_URL); 0:"
+            " long-polls find new jobs by the safety poll only, within JOBQ_WAKEUP_SAFETY_INTERVAL.",
+            value=1.0 if listening is not None and listening() else 0.0,
+        )
         yield GaugeMetricFamily(
             "jobq_gauges_refreshed_timestamp_seconds",
             "Unix time of the last refresh of the database gauges (0 before the first): alert when stale.",
@@ -206,6 +213,7 @@ class Metrics:
         self._queues: frozenset[str] = frozenset()  # the queues the last snapshot listed
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.gauges = QueueGauges()
+        self.listening: Callable[[], bool] | None = None  # whether the wake-up listener is connected
         r.register(_Gauges(self))
         self._history: deque[tuple[float, dict[str, float], dict[str, float]]] = deque()
 

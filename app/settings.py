@@ -9,10 +9,10 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import urlsplit
+from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlsplit
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.access import Access, parse_access
@@ -35,6 +35,26 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, validation_alias=AliasChoices("JOBQ_DATABASE_URL", "DATABASE_URL")
     )
+    # How JOBQ_DATABASE_URL's connections behave (default "session": PostgreSQL itself, or a pooler in
+    # session mode). "transaction": a pooler in transaction mode (PgBouncer's pool_mode = transaction,
+    # pgcat, Supavisor, RDS Proxy), where consecutive transactions of one client may run on different
+    # server sessions. Then jobq keeps no session state on those connections: no prepared statements
+    # kept (asyncpg's statement cache is off), no startup parameters but application_name (the statement
+    # timeout is kept by the client, which cancels a statement that overruns it), and what needs a
+    # session of its own (LISTEN, migrations, the maintenance VACUUM) goes to JOBQ_LISTEN_URL, which this
+    # mode requires.
+    database_pool_mode: Literal["session", "transaction"] = "session"
+    # PostgreSQL itself, for what needs a session of its own: the LISTEN connection that wakes long-polls
+    # (one per process), migrations and the maintenance VACUUM. Default: JOBQ_DATABASE_URL. Set it when
+    # JOBQ_DATABASE_URL goes through a pooler in transaction mode. While it is unreachable, long-polls
+    # fall back on the safety poll (JOBQ_WAKEUP_SAFETY_INTERVAL) and `jobq_listener_up` is 0.
+    listen_url: str | None = None
+    # A read replica (a hot standby of JOBQ_DATABASE_URL's server) for reads that may lag a little: the
+    # job, dead-job, queue and worker lists, the queues' statistics, the charts and the metrics' gauges,
+    # so operators' traffic never competes with claims. What must be exact (leases, acks, GET /jobs/{id}
+    # and its wait, a queue's settings) always reads the primary. Default: none (everything on the
+    # primary). Pooled as JOBQ_DATABASE_URL is (JOBQ_POOL_*, JOBQ_DATABASE_POOL_MODE).
+    read_database_url: str | None = None
     # Where the embedded PostgreSQL keeps its files (default ./.jobq, relative to the working directory).
     data_dir: Path = Path(".jobq")
 
@@ -202,13 +222,40 @@ class Settings(BaseSettings):
             spelled.append(f"{parts.scheme}://{parts.netloc}")
         return spelled
 
+    @model_validator(mode="after")
+    def _session_for_listen(self) -> Settings:
+        if self.database_pool_mode == "transaction" and not self.listen_url:
+            raise ValueError(
+                "JOBQ_DATABASE_POOL_MODE=transaction needs JOBQ_LISTEN_URL: a URL of PostgreSQL itself (not "
+                "the pooler) for LISTEN, migrations and maintenance, which need a session of their own"
+            )
+        return self
+
+    def session_url(self, dsn: str) -> str:
+        """Where a session of jobq's own goes (LISTEN, migrations, maintenance): JOBQ_LISTEN_URL, else
+        `dsn` (JOBQ_DATABASE_URL, or the embedded server's)."""
+        return self.listen_url or dsn
+
+    @property
+    def pooled_transactions(self) -> bool:
+        """Whether JOBQ_DATABASE_URL goes through a pooler in transaction mode."""
+        return self.database_pool_mode == "transaction"
+
 
 def sqlalchemy_url(dsn: str) -> str:
-    """The asyncpg DSN spelled for SQLAlchemy (Alembic), which names its driver in the scheme."""
+    """The asyncpg DSN spelled for SQLAlchemy (Alembic), which names its driver in the scheme and takes
+    the hosts of a multi-host URL (`postgresql://u@h1:5432,h2:5432/db?target_session_attrs=read-write`,
+    as libpq and asyncpg write it) as `host` parameters instead."""
     scheme, sep, rest = dsn.partition("://")
     if not sep:
         raise ValueError(f"not a database URL: {dsn!r}")
-    return f"postgresql+asyncpg://{rest}"
+    authority, slash, tail = rest.partition("/")
+    user, at, hosts = authority.rpartition("@")
+    if "," not in hosts:
+        return f"postgresql+asyncpg://{rest}"
+    path, question, query = tail.partition("?")
+    params = [f"host={quote(host, safe='')}" for host in hosts.split(",")] + ([query] if query else [])
+    return f"postgresql+asyncpg://{user}{at}/{path}?{'&'.join(params)}"
 
 
 def is_loopback(host: str) -> bool:

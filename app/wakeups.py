@@ -118,6 +118,7 @@ class Wakeups:
         self._closing = False
         self._tasks: list[asyncio.Task] = []
         self.listening = asyncio.Event()
+        self._tried = asyncio.Event()  # the listener has connected, or failed to, at least once
         self.reconnects = 0  # times the listening connection was lost and made again
         self.wakes = 0  # waiters woken, all causes
         # Called with a queue whose flow-control settings changed, or None for every queue (the listener
@@ -132,9 +133,13 @@ class Wakeups:
             asyncio.create_task(self._listen_forever(), name="jobq-listener"),
             asyncio.create_task(self._safety_poll(), name="jobq-safety-poll"),
         ]
+        # Until the listener is connected, or its first try has failed: a service whose LISTEN connection
+        # cannot be made serves at once, its long-polls woken by the safety poll meanwhile.
         try:
-            await asyncio.wait_for(self.listening.wait(), connect_timeout)
+            await asyncio.wait_for(self._tried.wait(), connect_timeout)
         except TimeoutError:
+            pass
+        if not self.listening.is_set():
             log.warning("listener not connected yet; waiters fall back on the safety poll meanwhile")
 
     def shutdown(self) -> None:
@@ -317,6 +322,7 @@ class Wakeups:
                     self._dsn, timeout=5, server_settings={"application_name": "jobq-listener"}
                 )
             except Exception as exc:  # noqa: BLE001 - any failure to connect: wait and retry
+                self._tried.set()
                 log.warning("listener cannot connect (%r); retrying in %.1f s", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -332,6 +338,7 @@ class Wakeups:
                 if self.reconnects:
                     log.info("listener reconnected")
                 self.listening.set()
+                self._tried.set()
                 # Jobs may have become ready, and settings changed, while nobody listened: let every
                 # waiter look, under settings read again.
                 self.on_settings(None)

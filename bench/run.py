@@ -193,6 +193,58 @@ class Bench:
                 f"pgqueuer 1.6, batch {batch}",
             )
 
+    async def pooled(self) -> None:
+        """Through PgBouncer in transaction mode (no prepared statements kept) against PostgreSQL itself,
+        in alternating rounds: the batch drain and the one-job drain. Then pickup with the LISTEN
+        connection down, where long-polls are woken by the safety poll only."""
+        from tests.pgbouncer import pgbouncer_binary, running_pgbouncer, through_pooler
+
+        binary = pgbouncer_binary()
+        if binary is None:
+            print("  (skipped: PgBouncer is not installed; apt-get install pgbouncer)")
+            return
+        # The transaction mode's own cost (no prepared statements kept) measured apart, on PostgreSQL itself.
+        env = {"JOBQ_DATABASE_POOL_MODE": "transaction", "JOBQ_LISTEN_URL": self.dsn}
+        with running_pgbouncer(binary, self.dsn) as address:
+            async with (
+                Service(through_pooler(self.dsn, address), port=8915, **env) as bounced,
+                Service(self.dsn, port=8917, **env) as uncached,
+            ):
+                for workers, batch, total in ((4, 100, self.n(50_000)), (16, 1, self.n(5000))):
+
+                    async def drain(url: str, workers=workers, batch=batch, total=total) -> float:
+                        queue = self.queue("pb")
+                        await self.backlog(queue, total)
+                        done, seconds = await served.drain(url, queue, workers, batch)
+                        return done / seconds
+
+                    for name, url in (
+                        ("via PgBouncer", bounced.url),
+                        ("without prepared statements", uncached.url),
+                    ):
+                        j, r = await self.alternate(lambda url=url: drain(url), lambda: drain(self.url))
+                        self.record(
+                            f"drain {batch} x {workers} {name}",
+                            j,
+                            r,
+                            "jobs/s",
+                            "measured",
+                            "the same, PostgreSQL itself, statements prepared once",
+                        )
+        safety = 0.5
+        nowhere = "postgresql://postgres@127.0.0.1:9/none"  # the discard port: nothing listens there
+        # Migrated already: a migration would need the session JOBQ_LISTEN_URL names.
+        deaf_env = {"JOBQ_LISTEN_URL": nowhere, "JOBQ_WAKEUP_SAFETY_INTERVAL": str(safety)}
+        async with Service(self.dsn, port=8916, JOBQ_MIGRATE_ON_START="false", **deaf_env) as deaf:
+            down = summary_ms(await pickup.jobq_pickup(deaf.url, max(20, int(60 * self.scale))))
+        self.results["pickup, LISTEN down"] = {
+            "jobq": down,
+            "target": f"p99 <= safety interval + 100 ms = {1000 * safety + 100:.0f} ms",
+        }
+        print(
+            f"  {'pickup, LISTEN down (ms)':34} p50 {down['p50_ms']} p99 {down['p99_ms']} (safety poll {safety}s)"
+        )
+
     async def limited_backlog(self, queue: str, count: int, keyed: bool) -> None:
         """`count` jobs; keyed: over 1,000 keys, in a queue with key_concurrency 2 (flow control)."""
         if not keyed:
@@ -585,6 +637,7 @@ SCENARIOS = [
     "runner",
     "full_cycle",
     "sqs",
+    "pooled",
     "pickup",
     "waiting",
     "scale_",

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import asyncpg
 import httpx
@@ -26,6 +26,7 @@ from app import migrations
 from app.http_protocol import CoalescingHttpToolsProtocol
 from app.main import create_app
 from app.settings import Settings
+from tests.pgbouncer import pgbouncer_binary, running_pgbouncer, through_pooler
 
 
 def with_database(dsn: str, name: str) -> str:
@@ -134,6 +135,24 @@ class Service:
         self.thread.join(timeout=15)
 
 
+# With JOBQ_TEST_POOLER=pgbouncer, every service the tests start with test_settings() reaches its database
+# through PgBouncer in transaction mode (JOBQ_DATABASE_POOL_MODE=transaction), and PostgreSQL itself for
+# LISTEN, migrations and maintenance (JOBQ_LISTEN_URL); the tests' own checks (the `db` fixture) stay
+# direct. The pooler is started once for the session, in front of the tests' PostgreSQL: `pooler` below.
+POOLER = os.environ.get("JOBQ_TEST_POOLER", "")
+# The server the session's PgBouncer stands in front of, and its address (host, port), once started.
+_pooler_address: list[tuple[str, tuple[str, int]]] = []
+
+
+def _same_server(dsn: str, server: str) -> bool:
+    """Whether `dsn` is a database of `server` (another server, a test's own, is not behind the pooler)."""
+    a, b = urlsplit(dsn), urlsplit(server)
+    return (a.netloc.rpartition("@")[2], dict(parse_qsl(a.query)).get("host")) == (
+        b.netloc.rpartition("@")[2],
+        dict(parse_qsl(b.query)).get("host"),
+    )
+
+
 def test_settings(database_url: str, **overrides: object) -> Settings:
     values: dict[str, object] = {
         "database_url": database_url,
@@ -142,8 +161,43 @@ def test_settings(database_url: str, **overrides: object) -> Settings:
         "pool_max_size": 10,
         "expire_interval": 0.2,
     }
+    if _pooler_address and _same_server(database_url, _pooler_address[0][0]):
+        pooled = through_pooler(database_url, _pooler_address[0][1])
+        values.update(database_url=pooled, listen_url=database_url, database_pool_mode="transaction")
     values.update(overrides)
     return Settings(**values)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pooler(server_dsn: str) -> Iterator[None]:
+    """PgBouncer in transaction mode in front of the tests' PostgreSQL, when JOBQ_TEST_POOLER=pgbouncer."""
+    if not POOLER:
+        yield
+        return
+    if POOLER != "pgbouncer":
+        raise pytest.UsageError(f"JOBQ_TEST_POOLER={POOLER!r}: the one pooler known is pgbouncer")
+    binary = pgbouncer_binary()
+    if binary is None:
+        raise pytest.UsageError("JOBQ_TEST_POOLER=pgbouncer: install PgBouncer (apt-get install pgbouncer)")
+    with running_pgbouncer(binary, server_dsn) as address:
+        _pooler_address.append((server_dsn, address))
+        try:
+            yield
+        finally:
+            _pooler_address.clear()
+
+
+@pytest.fixture
+def pgbouncer(server_dsn: str) -> Iterator[tuple[str, int]]:
+    """A PgBouncer of the test's own, in transaction mode in front of the tests' PostgreSQL: its address.
+    Skipped where PgBouncer is not installed, except under CI=true (.ci/run installs it)."""
+    binary = pgbouncer_binary()
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PgBouncer is not installed (apt-get install pgbouncer); CI must run this test")
+        pytest.skip("PgBouncer is not installed (apt-get install pgbouncer)")
+    with running_pgbouncer(binary, server_dsn) as address:
+        yield address
 
 
 @pytest.fixture

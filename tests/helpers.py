@@ -17,8 +17,8 @@ import asyncpg
 import httpx
 
 from app.db import Database, create_pool
-from app.settings import Settings
 from jobq import AsyncClient
+from tests.fixtures import test_settings
 from tests.waiting import quiet, until
 
 # A test-only trigger that records every status change of every job, in the order the statements ran
@@ -147,10 +147,11 @@ async def status_of(db: asyncpg.Connection, job_id: int) -> str | None:
 async def open_database(database_url: str, **overrides: Any) -> AsyncIterator[Database]:
     """The service layer's Database on a pool in the test's own event loop (one connection kept open;
     `overrides` change other settings), closed afterwards: for calling app.jobs without HTTP."""
-    settings = Settings(**{"database_url": database_url, "pool_min_size": 1, **overrides})
-    pool = await create_pool(database_url, settings)
+    settings = test_settings(database_url, **{"pool_min_size": 1, **overrides})
+    assert settings.database_url is not None
+    pool = await create_pool(settings.database_url, settings)
     try:
-        yield Database(pool, settings)
+        yield Database(pool, settings, session_url=settings.session_url(database_url))
     finally:
         await pool.close()
 

@@ -45,7 +45,7 @@ async def prune_in_batches(db: Database, prune: q.Query) -> int:
 
 async def queue_gauges(db: Database) -> list[Row]:
     """Per queue: paused, pending, scheduled, running, dead and lag_seconds (for the metrics)."""
-    async with db.acquire() as conn:
+    async with db.acquire_read() as conn:
         return [dict(r) for r in await conn.fetch(q.QUEUE_GAUGES.text)]
 
 

@@ -28,7 +28,7 @@ async def dead_jobs(
 ) -> Row:
     """Dead jobs of `queue`, or of every queue in `scope` (the caller has checked `queue` against it)."""
     before = before_id if before_id is not None else PAST_LAST_ID
-    async with db.acquire() as conn:
+    async with db.acquire_read() as conn:
         if queue is None:
             query, args = q.DEAD_JOBS, q.DEAD_JOBS.args(before_id=before, limit=limit, scope=scope)
         else:
@@ -81,7 +81,7 @@ async def list_jobs(
     pattern = _like_pattern(search) if search is not None else None
     page, end = q.LIST_JOBS[filters], q.LIST_WINDOW_END[filters]
     # One snapshot for both statements: a job enqueued between them does not move the window's end.
-    async with db.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+    async with db.acquire_read() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         rows = await conn.fetch(
             page.text, *page.args(**window, kind=kind, key=key, pattern=pattern, limit=limit)
         )
@@ -223,7 +223,7 @@ def _queue_row(row: asyncpg.Record, with_settings: bool) -> Row:
 
 async def queues(db: Database, scope: Scope = None) -> list[Row]:
     """Every queue's row, or those of the queues in `scope`."""
-    async with db.acquire() as conn:
+    async with db.acquire_read() as conn:
         rows = await conn.fetch(q.QUEUE_STATS.text, *q.QUEUE_STATS.args(queue=None, scope=scope))
     return [_queue_row(r, with_settings=False) for r in rows]
 

@@ -93,7 +93,7 @@ async def rollup_series(db: Database, queue: str, span: str) -> list[Row]:
     """The queue's rollups over `span` (a key of SPANS), a row per step that has any: its start (`at`),
     each series' sum and the longest lag in it."""
     seconds, step = SPANS[span]
-    async with db.acquire() as conn:
+    async with db.acquire_read() as conn:
         rows = await conn.fetch(
             q.ROLLUP_SERIES.text,
             *q.ROLLUP_SERIES.args(queue=queue, span=seconds, step=step, origin=ROLLUP_ORIGIN),
@@ -103,6 +103,6 @@ async def rollup_series(db: Database, queue: str, span: str) -> list[Row]:
 
 async def completed_lately(db: Database, scope: Scope = None, span: float = 3600.0) -> dict[str, int]:
     """Each queue's jobs completed in the last `span` seconds (an hour), as the rollups have them."""
-    async with db.acquire() as conn:
+    async with db.acquire_read() as conn:
         rows = await conn.fetch(q.ROLLUP_COMPLETED.text, *q.ROLLUP_COMPLETED.args(span=span, scope=scope))
     return {r["queue"]: r["completed"] for r in rows}

@@ -72,6 +72,6 @@ async def list_workers(db: Database, scope: Scope = None) -> list[Row]:
     """Workers seen in the last WORKERS_KEPT seconds, and any holding a job: the queues each leased from,
     when last seen, jobs leased, jobs held now (running under its id) and the soonest of their lease
     deadlines; most recently seen first."""
-    async with db.acquire() as conn:
+    async with db.acquire_read() as conn:
         rows = await conn.fetch(q.LIST_WORKERS.text, *q.LIST_WORKERS.args(scope=scope, limit=WORKERS_SHOWN))
     return [dict(r) for r in rows]

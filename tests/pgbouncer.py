@@ -1,0 +1,94 @@
+"""PgBouncer in transaction mode in front of a PostgreSQL server, for the tests (tests/fixtures.py) and the
+benchmarks (bench/run.py `pooled`)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from tests.service_process import free_port
+
+
+def pgbouncer_binary() -> str | None:
+    return shutil.which("pgbouncer") or next(
+        (path for path in ("/usr/sbin/pgbouncer",) if os.path.exists(path)), None
+    )
+
+
+@contextmanager
+def running_pgbouncer(binary: str, server_dsn: str) -> Iterator[tuple[str, int]]:
+    """PgBouncer in transaction mode in front of `server_dsn`'s server, every database of it: its address."""
+    parts = urlsplit(server_dsn)
+    socket_dir = dict(parse_qsl(parts.query)).get("host")  # an embedded server listens on a socket
+    with tempfile.TemporaryDirectory(prefix="jobq-test-pgbouncer-") as tmp:
+        os.chmod(tmp, 0o777)  # PgBouncer drops from root to another user (below), who writes here
+        port = free_port()
+        config = Path(tmp) / "pgbouncer.ini"
+        config.write_text(
+            PGBOUNCER_INI.format(
+                server=f"host={socket_dir or parts.hostname} port={parts.port or 5432}",
+                user=parts.username or "postgres",
+                port=port,
+                dir=tmp,
+            )
+        )
+        command = [binary, str(config)]
+        if os.geteuid() == 0:  # PgBouncer will not run as root: as the server's user, who reaches its socket
+            owner = pwd.getpwuid(os.stat(socket_dir).st_uid).pw_name if socket_dir else "postgres"
+            command[1:1] = ["-u", owner]
+        # It logs to its logfile and to stderr too: no pipe, which it would fill and then stop on.
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        process.kill()
+                        process.wait()
+                        log = Path(tmp) / "pgbouncer.log"
+                        why = log.read_text()[-2000:] if log.exists() else "no log"
+                        raise RuntimeError(f"PgBouncer did not start: {why}") from None
+                    time.sleep(0.05)
+            yield "127.0.0.1", port
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+# Transaction pooling, a pool per database (every test has its own), on the tests' user whoever logs in.
+PGBOUNCER_INI = """
+[databases]
+* = {server} user={user}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+max_client_conn = 2000
+default_pool_size = 20
+server_reset_query =
+logfile = {dir}/pgbouncer.log
+pidfile = {dir}/pgbouncer.pid
+"""
+
+
+def through_pooler(dsn: str, address: tuple[str, int]) -> str:
+    """The same database, through the PgBouncer at `address`."""
+    host, port = address
+    parts = urlsplit(dsn)
+    user = parts.username or "postgres"
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}:{port}", query=""))
