@@ -169,11 +169,13 @@ def test_settings(database_url: str, **overrides: object) -> Settings:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def pooler(server_dsn: str) -> Iterator[None]:
-    """PgBouncer in transaction mode in front of the tests' PostgreSQL, when JOBQ_TEST_POOLER=pgbouncer."""
+def pooler(request: pytest.FixtureRequest) -> Iterator[None]:
+    """PgBouncer in transaction mode in front of the tests' PostgreSQL, when JOBQ_TEST_POOLER=pgbouncer
+    (only then is the server asked for here: a session of tests without a database starts none)."""
     if not POOLER:
         yield
         return
+    server_dsn = request.getfixturevalue("server_dsn")
     if POOLER != "pgbouncer":
         raise pytest.UsageError(f"JOBQ_TEST_POOLER={POOLER!r}: the one pooler known is pgbouncer")
     binary = pgbouncer_binary()
