@@ -292,7 +292,9 @@ async def test_failover_loses_no_acknowledged_enqueue_or_ack(cluster, start_serv
             )
             stop_working.set()
             await asyncio.gather(*tasks)
-            rows = await db.fetch("SELECT id, status FROM jobq.jobs WHERE id = ANY($1)", ledger.enqueued)
+            # Every job, also those whose enqueue was answered 503 after its commit (a 503 without
+            # `nothing_done` may follow one): workers lease and ack those too.
+            rows = await db.fetch("SELECT id, status FROM jobq.jobs WHERE queue = 'ha'")
         finally:
             await db.close()
     statuses = {row["id"]: row["status"] for row in rows}
@@ -301,8 +303,8 @@ async def test_failover_loses_no_acknowledged_enqueue_or_ack(cluster, start_serv
     assert ledger.problems == []
     assert set(ledger.statuses) <= {200, 201, 409, 503}, ledger.statuses
     assert ledger.statuses[503] > 0, "the gap was seen"
-    assert len(statuses) == len(set(ledger.enqueued)), "every enqueue answered 201 exists"
-    assert {statuses[job] for job, _ in ledger.acked} == {"completed"}
+    assert set(ledger.enqueued) <= set(statuses), "every enqueue answered 201 exists"
+    assert {statuses.get(job) for job, _ in ledger.acked} == {"completed"}
     acked = Counter(job for job, _ in ledger.acked)
     assert max(acked.values()) == 1, "no job acked under two leases"
     assert set(statuses.values()) == {"completed"}, "none lost"
@@ -310,7 +312,8 @@ async def test_failover_loses_no_acknowledged_enqueue_or_ack(cluster, start_serv
     print(
         f"failover: promoted {promoted_at - lost_at:.1f} s after the primary was lost, serving enqueues "
         f"again {serving - promoted_at:.1f} s after the promotion; {len(ledger.enqueued)} enqueues, "
-        f"{len(ledger.acked)} acks, answers {dict(ledger.statuses)}"
+        f"{len(ledger.acked)} acks ({len(set(statuses) - set(ledger.enqueued))} jobs committed under a 503), "
+        f"answers {dict(ledger.statuses)}"
     )
 
 
