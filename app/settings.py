@@ -249,11 +249,11 @@ def sqlalchemy_url(dsn: str) -> str:
     scheme, sep, rest = dsn.partition("://")
     if not sep:
         raise ValueError(f"not a database URL: {dsn!r}")
-    authority, slash, tail = rest.partition("/")
+    authority, _, tail = rest.partition("/")
     user, at, hosts = authority.rpartition("@")
     if "," not in hosts:
         return f"postgresql+asyncpg://{rest}"
-    path, question, query = tail.partition("?")
+    path, _, query = tail.partition("?")
     params = [f"host={quote(host, safe='')}" for host in hosts.split(",")] + ([query] if query else [])
     return f"postgresql+asyncpg://{user}{at}/{path}?{'&'.join(params)}"
 
