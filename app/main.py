@@ -78,9 +78,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # A schedules file with a mistake stops the start, before anything else, saying what is wrong.
         declared = scheduling.declared(settings.schedules_file) if settings.schedules_file else {}
         dsn = await resolve_database_url(settings)
+        session_url = settings.session_url(dsn)  # LISTEN, migrations, maintenance
         if settings.migrate_on_start:
             try:
-                await asyncio.to_thread(migrations.upgrade, settings.session_url(dsn), settings=settings)
+                await asyncio.to_thread(migrations.upgrade, session_url, settings=settings)
             except migrations.SchemaAhead as ahead:
                 # A newer release migrated (a rolling upgrade, or this build rolled back): nothing to
                 # upgrade. Serve; /readyz says whether this build can run on that schema.
@@ -89,12 +90,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         read_pool = None
         if settings.read_database_url:
             read_pool = await create_pool(settings.read_database_url, settings)
-        db = Database(
-            pool, settings, app.state.metrics, session_url=settings.session_url(dsn), read_pool=read_pool
-        )
+        db = Database(pool, settings, app.state.metrics, session_url=session_url, read_pool=read_pool)
         app.state.db = db
         app.state.wakeups = wakeups = Wakeups(
-            settings.session_url(dsn),
+            session_url,
             safety_interval=settings.wakeup_safety_interval,
             max_waiters=settings.max_waiters,
         )

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import asyncpg
@@ -189,15 +190,21 @@ def pooler(request: pytest.FixtureRequest) -> Iterator[None]:
             _pooler_address.clear()
 
 
+def tool_missing(reason: str) -> NoReturn:
+    """A test that needs a tool this machine lacks: skipped with `reason`, except under CI=true, where it
+    fails (.ci/run installs every tool the tests need)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; CI must run this test", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def pgbouncer(server_dsn: str) -> Iterator[tuple[str, int]]:
     """A PgBouncer of the test's own, in transaction mode in front of the tests' PostgreSQL: its address.
     Skipped where PgBouncer is not installed, except under CI=true (.ci/run installs it)."""
     binary = pgbouncer_binary()
     if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("PgBouncer is not installed (apt-get install pgbouncer); CI must run this test")
-        pytest.skip("PgBouncer is not installed (apt-get install pgbouncer)")
+        tool_missing("PgBouncer is not installed (apt-get install pgbouncer)")
     with running_pgbouncer(binary, server_dsn) as address:
         yield address
 

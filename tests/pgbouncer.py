@@ -17,11 +17,11 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from tests.service_process import free_port
 
+DEBIAN_PGBOUNCER = "/usr/sbin/pgbouncer"  # where Debian puts it, often not on a user's PATH
+
 
 def pgbouncer_binary() -> str | None:
-    return shutil.which("pgbouncer") or next(
-        (path for path in ("/usr/sbin/pgbouncer",) if os.path.exists(path)), None
-    )
+    return shutil.which("pgbouncer") or (DEBIAN_PGBOUNCER if os.path.exists(DEBIAN_PGBOUNCER) else None)
 
 
 @contextmanager

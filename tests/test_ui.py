@@ -16,6 +16,8 @@ import pytest
 from helpers import enqueue, enqueue_many, lease, lease_one, make_dead
 from waiting import until
 
+from tests.fixtures import tool_missing
+
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,21 +34,15 @@ CHROMIUM_ARGS = [
 ]
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture
 async def page(service) -> AsyncIterator[object]:
     """A fresh Chromium page; the dashboard's confirm() questions are answered yes."""
     try:
         from playwright.async_api import async_playwright
     except ImportError:
-        _unavailable("the playwright package is not installed (pip install -e '.[test]')")
+        tool_missing("the playwright package is not installed (pip install -e '.[test]')")
     if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
-        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+        tool_missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     ARTIFACTS.mkdir(exist_ok=True)
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
