@@ -99,9 +99,9 @@ MAX_KIND = MAX_QUEUE_NAME
 # PostgreSQL's text cannot hold, so no key, error or payload has one to find (NO_NUL, for keys too).
 MAX_SEARCH = 200
 NO_NUL = r"^[^\x00]*$"
-# Lease tokens are UUIDs; longer spellings of one are accepted up to this many characters, and refused
-# beyond (the API and the SQS API's receipt handles alike).
-MAX_LEASE_TOKEN = 128
+# Lease tokens are a UUID and the job's queue (app/jobs/rows.py); other spellings of one are accepted up
+# to this many characters, and refused beyond (the API and the SQS API's receipt handles alike).
+MAX_LEASE_TOKEN = 200
 # Job ids stay below 2^53, so every JSON client (JavaScript's numbers included) reads them exactly.
 MAX_JOB_ID = 2**53 - 1
 
@@ -180,11 +180,21 @@ class Job(Base):
         ),
         # The dead-letter list, newest first, per queue or across queues.
         Index("ix_jobs_dead", "queue", "id", postgresql_where=text("status = 'dead'")),
-        # A queue's jobs of every status, newest first (GET /jobs?queue=).
-        Index("ix_jobs_queue_id", "queue", "id"),
-        # One job per schedule slot, however many replicas fire (app/jobs/schedules.py).
+        # A queue's jobs of every status, newest first (GET /jobs?queue=). Unique, as the primary key
+        # of a jobs table distributed by queue would be (README: Scaling out).
+        Index("uq_jobs_queue_id", "queue", "id", unique=True),
+        # One job per schedule slot, however many replicas fire (app/jobs/schedules.py); per queue too,
+        # as a distributed table needs. The first goes once no code names it as an arbiter (0014).
         Index(
             "uq_jobs_schedule_slot",
+            "schedule",
+            "schedule_slot",
+            unique=True,
+            postgresql_where=text("schedule_slot IS NOT NULL"),
+        ),
+        Index(
+            "uq_jobs_queue_schedule_slot",
+            "queue",
             "schedule",
             "schedule_slot",
             unique=True,
@@ -258,7 +268,7 @@ class Job(Base):
     # What flow control groups the job by (a tenant, a customer, an SQS MessageGroupId); NULL: none.
     key: Mapped[str | None] = mapped_column(Text)
     # The schedule that enqueued the job, and the slot (the cron time) it was enqueued for; NULL slot:
-    # enqueued by a trigger. A slot's job is unique (uq_jobs_schedule_slot).
+    # enqueued by a trigger. A slot's job is unique (uq_jobs_queue_schedule_slot).
     schedule: Mapped[str | None] = mapped_column(Text)
     schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

@@ -709,7 +709,8 @@ LEASE_FLOW_RATED = Query.define("lease_flow_rated", _lease_flow(rated=True))
 
 # Complete jobs whose latest lease token the caller holds. Accepted after the lease expired (lease expiry
 # moved the job to pending or dead but kept the token), because the work was done; refused once anyone
-# leased the job again (new token) or nack or dead retry cleared the token.
+# leased the job again (new token) or nack or dead retry cleared the token. Each item names its job by
+# queue and id (the queue its lease token carries: app/jobs/rows.py), as do NACK, RELEASE and EXTEND.
 # Each row back names the (id, token) that completed it: one statement may carry several items for one
 # job (a batch, or acks of two workers coalesced), and only the item holding that token was done by it.
 # :results holds each item's result as JSON text (NULL: none), or is NULL itself when no item has one,
@@ -722,13 +723,18 @@ ACK = Query.define(
         UPDATE jobq.jobs j
         SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL,
             result = a.result::jsonb
-        FROM unnest(:ids::bigint[], :lease_tokens::uuid[], :results::text[]) AS a(id, lease_token, result)
-        WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.status IN ('running', 'pending', 'dead')
+        FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :results::text[])
+             AS a(id, queue, lease_token, result)
+        WHERE j.id = a.id AND j.queue = a.queue AND j.lease_token = a.lease_token
+          AND j.status IN ('running', 'pending', 'dead')
         RETURNING j.id, a.lease_token, j.queue, j.key, j.run_at, {_notify_done()}
     ), {_notify("acked", KEY_FREED)}
     SELECT id, lease_token, queue, done FROM acked WHERE {NOTIFIED}
     """,
 )
+
+# The queue of each job (lease tokens issued before they named their queue: app/jobs/rows.py).
+JOB_QUEUES = Query.define("job_queues", "SELECT id, queue FROM jobq.jobs WHERE id = ANY(:ids::bigint[])")
 
 # Where an ack, nack or extend changed nothing: is the job unknown (404), already completed under this
 # very token (a repeated ack, answered as success), or leased by someone else (409 lease_lost)?
@@ -752,9 +758,10 @@ NACK = Query.define(
         SELECT n.*, (n.dead OR j.attempts >= coalesce(j.max_attempts, q.max_attempts)) AS to_dead,
                least(q.backoff_cap,
                      q.backoff_base * power(2, least(j.attempts - 1, 60)) * (1 + 0.3 * random())) AS backoff
-        FROM unnest(:ids::bigint[], :lease_tokens::uuid[], :errors::text[], :retry_afters::float8[],
-                    :deads::bool[]) AS n(id, lease_token, error, retry_after, dead)
-        JOIN jobq.jobs j ON j.id = n.id
+        FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :errors::text[],
+                    :retry_afters::float8[], :deads::bool[])
+             AS n(id, queue, lease_token, error, retry_after, dead)
+        JOIN jobq.jobs j ON j.id = n.id AND j.queue = n.queue
         JOIN jobq.queues q ON q.name = j.queue
     ), nacked AS (
         UPDATE jobq.jobs j
@@ -763,7 +770,7 @@ NACK = Query.define(
                           ELSE now() + make_interval(secs => coalesce(n.retry_after, n.backoff)) END,
             last_error = n.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
         FROM n
-        WHERE j.id = n.id AND j.lease_token = n.lease_token AND j.status = 'running'
+        WHERE j.id = n.id AND j.queue = n.queue AND j.lease_token = n.lease_token AND j.status = 'running'
         RETURNING j.id, n.lease_token, j.queue, j.key, j.status, j.run_at,
                   {_notify_done(finished="n.to_dead")}
     ), {_notify("nacked", f"status = 'pending' OR {KEY_FREED}")}
@@ -781,8 +788,8 @@ RELEASE = Query.define(
         UPDATE jobq.jobs j
         SET status = 'pending', attempts = j.attempts - 1, lease_token = NULL, lease_expires_at = NULL,
             worker_id = NULL, updated_at = now()
-        FROM unnest(:ids::bigint[], :lease_tokens::uuid[]) AS r(id, lease_token)
-        WHERE j.id = r.id AND j.lease_token = r.lease_token AND j.status = 'running'
+        FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[]) AS r(id, queue, lease_token)
+        WHERE j.id = r.id AND j.queue = r.queue AND j.lease_token = r.lease_token AND j.status = 'running'
         RETURNING j.id, r.lease_token, j.queue, j.run_at
     ), {_notify("released")}
     SELECT id, lease_token FROM released WHERE {NOTIFIED}
@@ -797,7 +804,7 @@ EXTEND = Query.define(
     UPDATE jobq.jobs
     SET lease_expires_at = now() + make_interval(secs => :visibility_timeout), updated_at = now(),
         progress = coalesce(:progress::jsonb, progress)
-    WHERE id = :id AND lease_token = :lease_token AND status = 'running'
+    WHERE id = :id AND queue = :queue AND lease_token = :lease_token AND status = 'running'
     RETURNING id, lease_expires_at
     """,
 )
@@ -1499,8 +1506,8 @@ NEXT_DUE = Query.define(
 )
 
 # The job of each slot of :slots (a NULL slot: a trigger), from the schedule's settings, its queue locked
-# and created on first use as every enqueue does. A slot that has its job already (uq_jobs_schedule_slot)
-# gets no second one.
+# and created on first use as every enqueue does. A slot that has its job already (uq_jobs_schedule_slot,
+# uq_jobs_queue_schedule_slot: no arbiter is named, so either serves) gets no second one.
 FIRE_SCHEDULE = Query.define(
     "fire_schedule",
     f"""
@@ -1513,7 +1520,7 @@ FIRE_SCHEDULE = Query.define(
         FROM jobq.schedules s, unnest(:slots::timestamptz[]) AS slot
         WHERE s.name = :name AND {LOCKED}
         ORDER BY slot
-        ON CONFLICT (schedule, schedule_slot) WHERE schedule_slot IS NOT NULL DO NOTHING
+        ON CONFLICT DO NOTHING
         RETURNING j.id, j.queue, j.run_at
     ), {_notify("j")}
     SELECT max(id) AS last_job_id, count(*) AS jobs FROM j WHERE {NOTIFIED}

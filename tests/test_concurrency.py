@@ -109,7 +109,9 @@ async def check_drained(db, queue: str, ids: list[int], ledger: Ledger) -> None:
     assert [(r["status"], r["attempts"], r["n"], r["done"]) for r in rows] == [
         ("completed", 1, len(ids), len(ids))
     ]
-    tokens = await db.fetch("SELECT id, lease_token::text AS t FROM jobq.jobs WHERE queue = $1", queue)
+    tokens = await db.fetch(
+        "SELECT id, lease_token::text || '.' || queue AS t FROM jobq.jobs WHERE queue = $1", queue
+    )
     assert {(r["id"], r["t"]) for r in tokens} == {(job_id, token) for job_id, token, _ in ledger.deliveries}
 
 

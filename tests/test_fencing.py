@@ -77,7 +77,8 @@ async def stale_and_current(client: httpx.AsyncClient, db, queue: str) -> tuple[
 
 async def job_row(db, job_id: int):
     return await db.fetchrow(
-        "SELECT status, attempts, lease_token::text AS lease_token, last_error FROM jobq.jobs WHERE id = $1",
+        "SELECT status, attempts, lease_token::text || '.' || queue AS lease_token, last_error"
+        " FROM jobq.jobs WHERE id = $1",
         job_id,
     )
 

@@ -17,6 +17,7 @@ from app import jobs
 from app.db import Database
 from app.errors import Conflict, LeaseLost, NotFound, PayloadTooLarge
 from app.models import DEFAULT_MAX_ATTEMPTS
+from app.tokens import token_text
 from app.wakeups import Wakeups
 
 pytestmark = pytest.mark.anyio
@@ -145,7 +146,7 @@ async def test_lease_claims_by_priority_then_run_at(database, db):
     for job in leased:
         stored = await row(db, job["id"])
         assert (stored["status"], stored["attempts"], stored["worker_id"]) == ("running", 1, "w1")
-        assert str(stored["lease_token"]) == job["lease_token"]
+        assert token_text(stored["lease_token"], stored["queue"]) == job["lease_token"]
         assert t0 + timedelta(seconds=120) <= stored["lease_expires_at"] <= t1 + timedelta(seconds=120)
     assert await status_of(db, future["id"]) == "pending"
 

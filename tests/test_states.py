@@ -35,13 +35,16 @@ Run = Callable[[asyncpg.Connection, int], Awaitable[Any]]
 
 
 def statement(query: q.Query, **args: Any) -> Run:
-    """Run `query` with `args`; `:id` (or `:ids`) is the job's, `:lease_token(s)` the job's token."""
+    """Run `query` with `args`; `:id` (or `:ids`) is the job's, `:queue(s)` its queue, `:lease_token(s)`
+    the job's token."""
 
     async def run(conn: asyncpg.Connection, job_id: int) -> Any:
         given = dict(args)
         for name, value in {
             "id": job_id,
             "ids": [job_id],
+            "queue": QUEUE,
+            "queues": [QUEUE],
             "lease_token": TOKEN,
             "lease_tokens": [TOKEN],
         }.items():

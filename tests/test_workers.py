@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 import pytest
 from helpers import assert_problem, db_now, enqueue, lease, lease_one, row
 
+from app.tokens import token_text
+
 pytestmark = pytest.mark.anyio
 
 LEASE_FIELDS = {
@@ -77,7 +79,7 @@ async def test_lease_returns_all_fields_and_counts_the_attempt(client, db):
     assert ts(got["created_at"]) == ts(job["created_at"])
     assert isinstance(got["lease_token"], str) and got["lease_token"]
     r = await row(db, job["id"])
-    assert (r["status"], r["attempts"], str(r["lease_token"]), r["worker_id"]) == (
+    assert (r["status"], r["attempts"], token_text(r["lease_token"], r["queue"]), r["worker_id"]) == (
         "running", 1, got["lease_token"], "w1",
     )  # fmt: skip
     assert ts(got["lease_expires_at"]) == r["lease_expires_at"]
@@ -239,6 +241,30 @@ async def test_ack_with_wrong_token_is_lease_lost(client, db, token):
     assert before["status"] == "running"
 
 
+async def test_a_token_names_its_queue_and_a_bare_uuid_as_issued_before_still_serves(client, db):
+    # Tokens carry the job's queue (app/tokens.py); one with the right UUID and another queue is not the
+    # lease. The bare UUID, as jobq issued tokens before, still extends, nacks and acks.
+    job = await enqueue(client, "emails")
+    got = await lease_one(client, "emails")
+    bare, queue = got["lease_token"].split(".", 1)
+    assert queue == "emails" and bare == str((await row(db, job["id"]))["lease_token"])
+    before = dict(await row(db, job["id"]))
+    for other in (f"{bare}.sms", f"{bare}.", f"{bare}.emails.x"):
+        assert_problem(
+            await client.post("/ack", json={"id": job["id"], "lease_token": other}), 409, "lease_lost"
+        )
+    assert dict(await row(db, job["id"])) == before
+    r = await client.post("/extend", json={"id": job["id"], "lease_token": bare, "visibility_timeout": 60})
+    assert r.status_code == 200, r.text
+    r = await client.post("/nack", json={"id": job["id"], "lease_token": bare, "retry_after": 0})
+    assert r.status_code == 200 and r.json()["status"] == "pending"
+    again = await lease_one(client, "emails")
+    bare = again["lease_token"].split(".", 1)[0]
+    r = await client.post("/ack/batch", json={"items": [{"id": job["id"], "lease_token": bare}]})
+    assert r.json() == {"results": [{"id": job["id"], "ok": True}]}
+    assert (await row(db, job["id"]))["status"] == "completed"
+
+
 async def test_ack_unknown_job_is_not_found_and_unleased_job_is_lease_lost(client, db):
     assert_problem(await client.post("/ack", json={"id": MISSING_ID, "lease_token": tok()}), 404, "not_found")
     job = await enqueue(client)
@@ -371,7 +397,8 @@ async def test_extend_sets_deadline_from_now(client, db):
     for bad in ({"visibility_timeout": 43201}, {"visibility_timeout": 0}, {}):
         assert_problem(await client.post("/extend", json={**body, **bad}), 422, "validation_error")
     before = dict(await row(db, job["id"]))
-    assert (before["status"], str(before["lease_token"])) == ("running", got["lease_token"])
+    assert before["status"] == "running"
+    assert token_text(before["lease_token"], before["queue"]) == got["lease_token"]
     r = await client.post("/extend", json={"id": job["id"], "lease_token": tok(), "visibility_timeout": 9})
     assert_problem(r, 409, "lease_lost")
     r = await client.post("/extend", json={"id": MISSING_ID, "lease_token": tok(), "visibility_timeout": 9})
@@ -402,7 +429,7 @@ async def test_ack_batch_mixed_results_in_order(client, db):
     ]
     assert (await row(db, a["id"]))["status"] == "completed"
     rb = await row(db, b["id"])
-    assert (rb["status"], str(rb["lease_token"])) == ("running", lb["lease_token"])
+    assert (rb["status"], token_text(rb["lease_token"], rb["queue"])) == ("running", lb["lease_token"])
 
 
 async def test_nack_batch_mixed_results_in_order(client, db):
@@ -423,7 +450,8 @@ async def test_nack_batch_mixed_results_in_order(client, db):
     ra = await row(db, a["id"])
     assert (ra["status"], ra["last_error"]) == ("pending", "bad")
     rb = await row(db, b["id"])
-    assert (rb["status"], rb["last_error"], str(rb["lease_token"])) == ("running", None, lb["lease_token"])
+    assert (rb["status"], rb["last_error"]) == ("running", None)
+    assert token_text(rb["lease_token"], rb["queue"]) == lb["lease_token"]
 
 
 @pytest.mark.parametrize("path", ["/ack/batch", "/nack/batch"])
@@ -457,7 +485,7 @@ async def test_stale_worker_is_fenced(client, db):
     after = dict(await row(db, job["id"]))
     assert after == before
     assert (after["status"], after["worker_id"]) == ("running", "w2")
-    assert str(after["lease_token"]) == second["lease_token"]
+    assert token_text(after["lease_token"], after["queue"]) == second["lease_token"]
     r = await client.post("/ack", json={"id": job["id"], "lease_token": second["lease_token"]})
     assert r.status_code == 200 and r.json() == {"id": job["id"], "status": "completed"}
     assert (await row(db, job["id"]))["status"] == "completed"

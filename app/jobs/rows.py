@@ -10,6 +10,7 @@ import asyncpg
 from app import queries as q
 from app.errors import Conflict, NotFound
 from app.jsontext import JSONText
+from app.tokens import token_text
 
 Row = dict[str, Any]
 # The queues a caller may see, as LIKE patterns (app/access.py Grant.like); None: every queue. Queries
@@ -33,7 +34,7 @@ def as_job(row: asyncpg.Record) -> Row:
             out["progress"] = JSONText(progress)
     token = out.pop("lease_token", None)
     if token is not None:
-        out["lease_token"] = str(token)
+        out["lease_token"] = token_text(token, out["queue"])
     return out
 
 

@@ -26,22 +26,30 @@ from app.jobs.flow import BUSY_RETRY, FlowClaim, lease_flow, queue_flow
 from app.jobs.rows import Row, as_job, job_status
 from app.jobs.shared import shared
 from app.jsontext import encode_json
+from app.tokens import parse_token
 from app.wakeups import Wakeups
 
 MAX_SHARED_LEASE = 1000  # jobs per shared LEASE statement
 
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+Tokens = list[uuid.UUID | str | None]
 
 
-def _lease_token(text: str) -> uuid.UUID | str | None:
-    """Tokens are UUIDs inside; anything else cannot be any job's current token. A token as jobq wrote
-    it goes to asyncpg as it is (its UUID codec parses it in C); other spellings are parsed here."""
-    if _CANONICAL_UUID.fullmatch(text):
-        return text
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        return None
+def _leases(items: Sequence[JobLeaseLike]) -> tuple[list[int], list[str | None], Tokens]:
+    """The items' job ids, and the queues and UUIDs their lease tokens carry (app/jobs/rows.py)."""
+    parsed = [parse_token(i.lease_token) for i in items]
+    return [i.id for i in items], [queue for _, queue in parsed], [token for token, _ in parsed]
+
+
+async def _with_queues(
+    conn: asyncpg.Connection, ids: list[int], queues: list[str | None]
+) -> list[str | None]:
+    """`queues`, with the queue of each job whose token did not name it (a bare UUID, as jobq issued
+    before tokens named their queue) looked up by id; None for a job that does not exist."""
+    if None not in queues:
+        return queues
+    missing = [job_id for job_id, queue in zip(ids, queues, strict=True) if queue is None]
+    found = dict(await conn.fetch(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=missing)))
+    return [found.get(job_id) if queue is None else queue for job_id, queue in zip(ids, queues, strict=True)]
 
 
 # --- lease -----------------------------------------------------------------------------------------
@@ -190,7 +198,7 @@ async def _release_undelivered(db: Database, leased: list[Row]) -> None:
 # --- ending a lease: ack, nack, release ------------------------------------------------------------
 
 
-def _item_keys(ids: list[int], tokens: list[uuid.UUID | str | None]) -> list[tuple[int, str]]:
+def _item_keys(ids: list[int], tokens: Tokens) -> list[tuple[int, str]]:
     """What tells the items of one ACK, NACK or RELEASE apart: (job id, lease token as text). Several
     items may name one job (a batch, or calls of two workers coalesced); each is answered by whether
     its own token did the deed, never by whether the job changed."""
@@ -309,12 +317,14 @@ async def ack_batch(db: Database, items: Sequence[JobLeaseLike | AckLike]) -> li
 async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | None] | None) -> list[Row]:
     """ACK: complete each job under its lease token, with its result (JSON text; None: none). `texts`
     is None, or all None, for a statement without results: ACK then gets NULL, and no more work."""
-    tokens = [_lease_token(i.lease_token) for i in items]
-    ids = [i.id for i in items]
+    ids, queues, tokens = _leases(items)
     keys = _item_keys(ids, tokens)
     sent = None if texts is None or texts.count(None) == len(texts) else texts
     async with db.acquire() as conn:
-        acked = await conn.fetch(q.ACK.text, *q.ACK.args(ids=ids, lease_tokens=tokens, results=sent))
+        queues = await _with_queues(conn, ids, queues)
+        acked = await conn.fetch(
+            q.ACK.text, *q.ACK.args(ids=ids, queues=queues, lease_tokens=tokens, results=sent)
+        )
         # An (id, token) twice in one statement is one ack repeated: every such item is done.
         done = _done(acked)
         failed = [job_id for job_id, key in zip(ids, keys, strict=True) if key not in done]
@@ -347,13 +357,14 @@ async def nack(db: Database, item: NackLike) -> Row:
 async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
     """Give jobs back after a failed attempt: retry later, or dead. A result per item, in order."""
     cut = db.settings.max_error_chars
-    ids = [i.id for i in items]
-    tokens = [_lease_token(i.lease_token) for i in items]
+    ids, queues, tokens = _leases(items)
     async with db.acquire() as conn:
+        queues = await _with_queues(conn, ids, queues)
         rows = await conn.fetch(
             q.NACK.text,
             *q.NACK.args(
                 ids=ids,
+                queues=queues,
                 lease_tokens=tokens,
                 errors=[_error_text(i.error, cut) for i in items],
                 retry_afters=[i.retry_after for i in items],
@@ -391,11 +402,11 @@ async def release(db: Database, items: Sequence[JobLeaseLike]) -> list[Row]:
     """Give running jobs back untouched, under their current lease tokens: pending again at once, the
     attempt not counted (a worker that took more than it will start, or is stopping before it starts).
     A result per item, in order, like ack_batch."""
-    ids = [i.id for i in items]
-    tokens = [_lease_token(i.lease_token) for i in items]
+    ids, queues, tokens = _leases(items)
     keys = _item_keys(ids, tokens)
     async with db.acquire() as conn:
-        rows = await conn.fetch(q.RELEASE.text, *q.RELEASE.args(ids=ids, lease_tokens=tokens))
+        queues = await _with_queues(conn, ids, queues)
+        rows = await conn.fetch(q.RELEASE.text, *q.RELEASE.args(ids=ids, queues=queues, lease_tokens=tokens))
         # The same lease twice: only the first item gave it back.
         released = _row_per_item(keys, rows)
         failed = [job_id for job_id, row in zip(ids, released, strict=True) if row is None]
@@ -422,12 +433,15 @@ async def extend(
         f"the progress of job {job_id}",
         "the lease is as it was; extend again without progress or with a smaller one",
     )
+    token, queue = parse_token(lease_token)
     async with db.acquire() as conn:
+        (queue,) = await _with_queues(conn, [job_id], [queue])
         row = await conn.fetchrow(
             q.EXTEND.text,
             *q.EXTEND.args(
                 id=job_id,
-                lease_token=_lease_token(lease_token),
+                queue=queue,
+                lease_token=token,
                 visibility_timeout=visibility_timeout,
                 progress=text,
             ),

@@ -57,6 +57,7 @@ from app.jobs.background import prune_in_batches
 from app.jobs.rows import Row, as_job
 from app.sqs import queries as sq
 from app.sqs.protocol import invalid_parameter
+from app.tokens import parse_token
 
 # SQS's deduplication interval, seconds: of MessageDeduplicationId and of ReceiveRequestAttemptId.
 DEDUPLICATION_INTERVAL = 300.0
@@ -216,7 +217,7 @@ async def keep_receive(db: Database, queue: str, attempt_id: str, leased: list[R
         "queue": queue,
         "attempt_id": attempt_id,
         "ids": [job["id"] for job in leased],
-        "lease_tokens": [job["lease_token"] for job in leased],
+        "lease_tokens": [parse_token(job["lease_token"])[0] for job in leased],
         "interval": DEDUPLICATION_INTERVAL,
     }
     key = {"queue": queue, "attempt_id": attempt_id}

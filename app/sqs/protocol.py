@@ -12,13 +12,13 @@ import base64
 import hashlib
 import re
 import struct
-import uuid
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
 from app.models import MAX_JOB_ID, QUEUE_NAME_PATTERN
+from app.tokens import parse_token
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 ACCOUNT = "000000000000"  # every queue URL and ARN names this account; jobq has one namespace
@@ -119,8 +119,9 @@ def parse_receipt_handle(handle: Any) -> tuple[int, str]:
     try:
         text = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode()
         job_id, token = text.split(":", 1)
-        uuid.UUID(token)
         number = int(job_id)
+        if parse_token(token)[0] is None:
+            raise ValueError(token)
     except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise receipt_handle_invalid(f'The receipt handle "{handle}" is not valid.') from exc
     if not 1 <= number <= MAX_JOB_ID:

@@ -113,7 +113,7 @@ REPLAY_RECEIVE = Query.define(
             + make_interval(secs => coalesce(:visibility_timeout::float8, q.visibility_timeout)),
         updated_at = now()
     FROM held, jobq.queues q
-    WHERE j.id = held.id AND j.lease_token = held.lease_token AND j.status = 'running'
+    WHERE j.id = held.id AND j.queue = :queue AND j.lease_token = held.lease_token AND j.status = 'running'
       AND q.name = j.queue
     RETURNING {LEASED_JOB}, held.ord
     """,
@@ -155,8 +155,8 @@ REPLACE_RECEIVE_ATTEMPT = Query.define(
     WHERE a.queue = :queue AND a.attempt_id = :attempt_id
       AND (a.expires_at <= now()
            OR NOT EXISTS (SELECT FROM unnest(a.ids, a.lease_tokens) AS h(id, lease_token)
-                          JOIN jobq.jobs j ON j.id = h.id AND j.lease_token = h.lease_token
-                                          AND j.status = 'running'))
+                          JOIN jobq.jobs j ON j.id = h.id AND j.queue = a.queue
+                                          AND j.lease_token = h.lease_token AND j.status = 'running'))
     RETURNING attempt_id
     """,
 )
