@@ -1,7 +1,8 @@
 """Work each service process does on its own: expiring leases, pruning finished jobs, expired
 idempotency keys, workers long gone and old rollups, reading the metrics' database gauges, writing the
-workers it saw lease and the rollups of what it counted (every metrics interval), and vacuuming the
-jobs table where autovacuum does not (app/maintenance.py).
+workers it saw lease and the rollups of what it counted (every metrics interval; with the gauges, what
+holds back vacuum and the jobs table's state), and vacuuming the jobs table where autovacuum does not
+(app/maintenance.py).
 
 Every replica runs these loops; the statements claim rows with SKIP LOCKED and re-check states, so
 replicas share the work instead of colliding. A failing step (database down) is logged and retried on
@@ -61,8 +62,11 @@ def start(db: Database) -> list[asyncio.Task]:
         queues = await jobs.queue_gauges(db)
         held = await flow.flow_gauges(db) if any(q["flow"] for q in queues) else []
         locks = await jobs.lock_waits(db)
+        health = await jobs.database_health(db)
         db.metrics.refreshed(
-            QueueGauges(queues, locks["waiting"], locks["longest_seconds"], time.time(), held=held)
+            QueueGauges(
+                queues, locks["waiting"], locks["longest_seconds"], time.time(), held=held, health=health
+            )
         )
         await jobs.write_rollups(db)  # with the lag just read
 

@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "QueueGauges"]
+__all__ = ["CONTENT_TYPE_LATEST", "DatabaseHealth", "Metrics", "QueueGauges", "holding_back"]
 
 # Seconds. Claims are a single indexed statement: sub-millisecond when healthy, so the low end is fine;
 # the tail (dead tuples in the claim index, lock contention) shows up in the upper buckets.
@@ -86,6 +86,39 @@ class PerQueue:
         return out
 
 
+# A holder of the vacuum horizon whose transaction has been open this long is a warning on the dashboard
+# (the README's alert rules start there too).
+HORIZON_WARN_SECONDS = 60.0
+HORIZON_HOLDERS = ("session", "replication_slot", "prepared_transaction")
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseHealth:
+    """What holds back vacuum, and the jobs table's state (app/jobs/background.py: ``database_health``;
+    the statements VACUUM_HORIZON and TABLE_HEALTH say what each number is)."""
+
+    # The oldest holder of each kind: holder, pid, name, state, seconds, xid_age, query.
+    horizon: list[dict[str, Any]] = field(default_factory=list)
+    # live_tuples, dead_tuples, bytes, claim_index_bytes, since_vacuum_seconds; None before the first read.
+    table: dict[str, Any] | None = None
+
+    @property
+    def oldest(self) -> dict[str, Any] | None:
+        """The holder that holds the horizon furthest back (oldest xmin, then longest open); None."""
+        if not self.horizon:
+            return None
+        return max(self.horizon, key=lambda h: (h["xid_age"] or 0, h["seconds"] or 0.0))
+
+
+def holding_back(holder: Mapping[str, Any]) -> bool:
+    """Whether a horizon holder is worth a warning: open HORIZON_WARN_SECONDS or more (a replication
+    slot, which has no time, when its xmin is 1,000,000 transactions old)."""
+    seconds = holder["seconds"]
+    if seconds is None:
+        return (holder["xid_age"] or 0) >= 1_000_000
+    return seconds >= HORIZON_WARN_SECONDS
+
+
 @dataclass(frozen=True, slots=True)
 class QueueGauges:
     """The database-side numbers at one moment (app/jobs/background.py: ``queue_gauges``, ``lock_waits``)."""
@@ -96,6 +129,7 @@ class QueueGauges:
     at: float = 0.0  # time.time() of the refresh; 0 before the first
     # Per queue under flow control: ready jobs held back by each kind of limit (app/jobs/flow.py).
     held: list[dict[str, Any]] = field(default_factory=list)
+    health: DatabaseHealth = field(default_factory=DatabaseHealth)
 
 
 class _Gauges:
@@ -145,6 +179,7 @@ class _Gauges:
             "How long the oldest statement now waiting for a lock has been running (0 when none waits).",
             value=snap.lock_wait_longest_seconds,
         )
+        yield from _health_gauges(snap.health)
         listening = self._metrics.listening
         yield GaugeMetricFamily(
             "jobq_listener_up",
@@ -156,6 +191,46 @@ class _Gauges:
             "jobq_gauges_refreshed_timestamp_seconds",
             "Unix time of the last refresh of the database gauges (0 before the first): alert when stale.",
             value=snap.at,
+        )
+
+
+def _health_gauges(health: DatabaseHealth) -> Iterator[Metric]:
+    seconds = GaugeMetricFamily(
+        "jobq_xmin_horizon_age_seconds",
+        "How long the oldest transaction of each kind that holds back vacuum of jobq's tables has been open"
+        " (session: a snapshot or transaction of a session of jobq's database; prepared_transaction); 0"
+        " when none.",
+        labels=["holder"],
+    )
+    xids = GaugeMetricFamily(
+        "jobq_xmin_horizon_age_transactions",
+        "Age in transaction ids of the oldest xmin of each kind that holds back vacuum of jobq's tables"
+        " (session, replication_slot, prepared_transaction); 0 when none.",
+        labels=["holder"],
+    )
+    oldest = {h["holder"]: h for h in health.horizon}
+    for kind in HORIZON_HOLDERS:
+        holder = oldest.get(kind)
+        if kind != "replication_slot":
+            seconds.add_metric([kind], (holder and holder["seconds"]) or 0.0)
+        xids.add_metric([kind], (holder and holder["xid_age"]) or 0)
+    yield seconds
+    yield xids
+    table = health.table
+    if table is None:
+        return
+    for name, key, what in (
+        ("jobq_jobs_table_live_tuples", "live_tuples", "Live rows of the jobs table (statistics estimate)."),
+        ("jobq_jobs_table_dead_tuples", "dead_tuples", "Dead rows of the jobs table not yet vacuumed."),
+        ("jobq_jobs_table_bytes", "bytes", "Size of the jobs table's heap, bytes."),
+        ("jobq_claim_index_bytes", "claim_index_bytes", "Size of the claim index (ix_jobs_claim), bytes."),
+    ):
+        yield GaugeMetricFamily(name, what, value=table[key])
+    if table["since_vacuum_seconds"] is not None:  # never vacuumed since statistics began: no sample
+        yield GaugeMetricFamily(
+            "jobq_jobs_table_vacuum_age_seconds",
+            "Seconds since the jobs table was last vacuumed (by autovacuum or VACUUM).",
+            value=table["since_vacuum_seconds"],
         )
 
 

@@ -1236,6 +1236,54 @@ LOCK_WAITS = Query.define(
 )
 
 
+# What holds back vacuum of jobq's tables (the xmin horizon of this database): per kind of holder, the
+# oldest one, by the age of its xmin in transactions. A session's snapshot or transaction (this
+# database's sessions, and walsenders, whose xmin is a standby's hot_standby_feedback), a replication
+# slot's xmin, a prepared transaction. Autovacuum and plain VACUUM hold nothing back (PostgreSQL leaves
+# vacuums out of the horizon), so they are not named. `seconds`: how long the transaction has been open
+# (a replication slot and a walsender have no such time).
+VACUUM_HORIZON = Query.define(
+    "vacuum_horizon",
+    r"""
+    WITH horizon AS (
+        SELECT 'session' AS holder, pid, application_name AS name, state,
+               CASE WHEN backend_type <> 'walsender'
+                    THEN extract(epoch FROM clock_timestamp() - xact_start)::float8 END AS seconds,
+               greatest(age(backend_xmin), age(backend_xid))::bigint AS xid_age, left(query, 200) AS query
+        FROM pg_stat_activity
+        WHERE (datname = current_database() OR backend_type = 'walsender') AND pid <> pg_backend_pid()
+          AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+          AND backend_type <> 'autovacuum worker' AND query !~* '^\s*vacuum\s*(\(|$|\s)(?!.*\mfull\M)'
+        UNION ALL
+        SELECT 'replication_slot', active_pid, slot_name::text,
+               CASE WHEN active THEN 'active' ELSE 'inactive' END, NULL, age(xmin)::bigint, NULL
+        FROM pg_replication_slots
+        WHERE xmin IS NOT NULL AND (database IS NULL OR database = current_database())
+        UNION ALL
+        SELECT 'prepared_transaction', NULL, gid, 'prepared',
+               extract(epoch FROM clock_timestamp() - prepared)::float8, age(transaction)::bigint, NULL
+        FROM pg_prepared_xacts
+        WHERE database = current_database()
+    )
+    SELECT DISTINCT ON (holder) * FROM horizon ORDER BY holder, xid_age DESC, seconds DESC NULLS LAST
+    """,
+)
+
+# The jobs table's health: live and dead tuples (the statistics collector's estimates), its size and its
+# claim index's, in bytes, and seconds since it was last vacuumed (NULL: never since statistics reset).
+TABLE_HEALTH = Query.define(
+    "table_health",
+    """
+    SELECT n_live_tup AS live_tuples, n_dead_tup AS dead_tuples, pg_relation_size(relid) AS bytes,
+           pg_relation_size('jobq.ix_jobs_claim'::regclass) AS claim_index_bytes,
+           extract(epoch FROM clock_timestamp() - greatest(last_vacuum, last_autovacuum))::float8
+               AS since_vacuum_seconds
+    FROM pg_stat_user_tables
+    WHERE relid = 'jobq.jobs'::regclass
+    """,
+)
+
+
 # Create a queue or change its settings; a NULL argument keeps the current value (or the default).
 # Flow-control settings come as :flow, a JSON object holding only those to change (a null clears one):
 # {"key_concurrency": 2, "fair": true, "rate": {"limit": 100, "period": 60}, "key_rate": null}. The

@@ -440,6 +440,33 @@ class Health(BaseModel):
     status: str
 
 
+class HorizonHolder(BaseModel):
+    holder: str = Field(description="session, replication_slot or prepared_transaction.")
+    pid: int | None = Field(description="The session's process id (a slot's: of its walsender, if active).")
+    name: str | None = Field(description="The session's application_name, the slot's name, or the gid.")
+    state: str | None = Field(description="The session's state (e.g. idle in transaction), or the slot's.")
+    seconds: float | None = Field(description="How long its transaction has been open (null: no such time).")
+    xid_age: int = Field(description="How many transactions old its xmin is.")
+    query: str | None = Field(description="The session's last statement, cut at 200 characters.")
+
+
+class JobsTableHealth(BaseModel):
+    live_tuples: int
+    dead_tuples: int = Field(description="Rows dead and not yet vacuumed (statistics estimate).")
+    bytes: int = Field(description="The jobs table's heap.")
+    claim_index_bytes: int
+    since_vacuum_seconds: float | None = Field(description="Since its last vacuum; null: none recorded.")
+
+
+class DatabaseHealth(BaseModel):
+    as_of: datetime | None = Field(description="When this replica last read it (every metrics interval).")
+    oldest_snapshot: HorizonHolder | None = Field(
+        description="What holds back vacuum of jobq's tables furthest: the oldest xmin in the database."
+    )
+    holding_back: bool = Field(description="Open a minute or more (a slot: 1,000,000 transactions).")
+    jobs_table: JobsTableHealth | None
+
+
 class Readiness(BaseModel):
     ready: bool
     database: bool
@@ -450,6 +477,8 @@ class Readiness(BaseModel):
     compatible: bool | None = None
     # The oldest code revision the schema runs, as its migration recorded it (null if unknown).
     compatible_from: str | None = None
+    # Details only: readiness does not depend on them.
+    database_health: DatabaseHealth | None = None
 
 
 # --- schedules -------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -10,6 +11,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import until
+
+from app.metrics import DatabaseHealth
+from app.ui import pages
 
 pytestmark = pytest.mark.anyio
 
@@ -254,6 +258,105 @@ async def test_lock_waits_are_visible(start_service, database_url):
     finally:
         await holder.close()
         await waiter.close()
+
+
+async def test_a_snapshot_that_holds_back_vacuum_is_named_within_one_interval(start_service, database_url):
+    """A REPEATABLE READ session that keeps its snapshot while jobs flow: the next refresh of the gauges
+    counts it (seconds and transactions behind), and /readyz and the dashboard name it (pid,
+    application, state); once it ends, nothing holds the horizon and the gauges fall back."""
+    interval = 0.2
+    service = start_service(metrics_interval=interval)
+
+    def refreshed_after(moment: float):
+        async def check() -> dict | None:  # the samples of the first refresh begun after `moment`
+            samples = await scrape(client)
+            at = value(samples, "jobq_gauges_refreshed_timestamp_seconds")
+            return samples if at >= moment + interval else None
+
+        return check
+
+    holder = await asyncpg.connect(database_url, server_settings={"application_name": "report-export"})
+    try:
+        async with httpx.AsyncClient(base_url=service.url) as client:
+            tx = holder.transaction(isolation="repeatable_read")
+            await tx.start()
+            await holder.fetchval("SELECT count(*) FROM jobq.jobs")  # the snapshot is taken here
+            held_from = time.time()
+            pid = holder.get_server_pid()
+            for n in range(20):  # jobs flow: each enqueue, lease and ack is a transaction it holds back
+                await post(client, "/jobs", {"queue": "flow", "payload": n}, 201)
+                (job,) = (await post(client, "/lease", {"queue": "flow"}))["jobs"]
+                await post(client, "/ack", {"id": job["id"], "lease_token": job["lease_token"]})
+
+            samples = await until(refreshed_after(held_from))
+            held_for = time.time() - held_from
+            seconds = value(samples, "jobq_xmin_horizon_age_seconds", holder="session")
+            assert 0 < seconds <= held_for + 1
+            assert value(samples, "jobq_xmin_horizon_age_transactions", holder="session") >= 20
+            for kind in ("replication_slot", "prepared_transaction"):
+                assert value(samples, "jobq_xmin_horizon_age_transactions", holder=kind) == 0
+            assert value(samples, "jobq_jobs_table_dead_tuples") is not None
+            assert value(samples, "jobq_claim_index_bytes") > 0
+
+            ready = (await client.get("/readyz")).json()
+            oldest = ready["database_health"]["oldest_snapshot"]
+            assert ready["ready"] is True and ready["database_health"]["holding_back"] is False  # < 1 min
+            assert (oldest["holder"], oldest["pid"], oldest["name"], oldest["state"]) == (
+                "session",
+                pid,
+                "report-export",
+                "idle in transaction",
+            )
+            assert oldest["xid_age"] >= 20 and oldest["query"] == "SELECT count(*) FROM jobq.jobs"
+            page = (await client.get("/ui")).text
+            assert f"session report-export (pid {pid}, idle in transaction)" in page
+
+            await tx.rollback()
+
+            await until(refreshed_after(time.time()))
+            ready = (await client.get("/readyz")).json()
+            assert (ready["database_health"]["oldest_snapshot"] or {}).get("pid") != pid
+            assert "report-export" not in (await client.get("/ui")).text
+    finally:
+        await holder.close()
+
+
+def test_the_dashboard_warns_of_a_holder_open_a_minute():
+    health = DatabaseHealth(
+        [
+            {
+                "holder": "session",
+                "pid": 7,
+                "name": "psql",
+                "state": "idle in transaction",
+                "seconds": 75.0,
+                "xid_age": 12345,
+                "query": "SELECT 1",
+            },
+            {
+                "holder": "replication_slot",
+                "pid": None,
+                "name": "standby_1",
+                "state": "inactive",
+                "seconds": None,
+                "xid_age": 200,
+                "query": None,
+            },
+        ],
+        {
+            "live_tuples": 10,
+            "dead_tuples": 4000,
+            "bytes": 3 * 2**20,
+            "claim_index_bytes": 65536,
+            "since_vacuum_seconds": None,
+        },
+    )
+    html = pages.database_health(health)
+    assert '<p class="flash warn horizon">' in html and "session psql (pid 7, idle in transaction)" in html
+    assert "open 1 m 15 s, 12,345 transactions old" in html
+    assert "4,000 dead; 3.0 MB, claim index 64 kB; no vacuum recorded" in html
+    slot_only = pages.database_health(DatabaseHealth([health.horizon[1]], None))
+    assert "replication slot standby_1: 200 transactions old." in slot_only and "warn" not in slot_only
 
 
 async def test_request_latency_is_per_route_template(client):

@@ -26,7 +26,7 @@ from app.jobs.arguments import (
     QueueSettings,
     QueueSettingsLike,
 )
-from app.jobs.background import expire_leases, lock_waits, prune_finished, queue_gauges
+from app.jobs.background import database_health, expire_leases, lock_waits, prune_finished, queue_gauges
 from app.jobs.health import schema_revision
 from app.jobs.idempotency import Once, prune_idempotency_keys
 from app.jobs.operators import (
@@ -69,6 +69,7 @@ __all__ = [
     "cancel_jobs",
     "completed_lately",
     "configure_queue",
+    "database_health",
     "dead_jobs",
     "list_jobs",
     "list_workers",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from app import queries as q
 from app.db import Database
 from app.jobs.rows import Row
+from app.metrics import DatabaseHealth
 
 EXPIRE_BATCH = 1000  # leases per EXPIRE_LEASES statement
 
@@ -53,3 +54,11 @@ async def lock_waits(db: Database) -> Row:
     """Sessions of this database waiting for a lock: `waiting`, and `longest_seconds`."""
     async with db.acquire() as conn:
         return dict(await conn.fetchrow(q.LOCK_WAITS.text))
+
+
+async def database_health(db: Database) -> DatabaseHealth:
+    """What holds back vacuum of jobq's tables, and the jobs table's state, read on the primary."""
+    async with db.acquire() as conn:
+        horizon = [dict(r) for r in await conn.fetch(q.VACUUM_HORIZON.text)]
+        table = await conn.fetchrow(q.TABLE_HEALTH.text)
+    return DatabaseHealth(horizon, dict(table) if table is not None else None)

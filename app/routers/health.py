@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from fastapi import APIRouter
 
 from app import jobs
 from app.deps import DB, answers
 from app.errors import DATABASE_UNAVAILABLE
+from app.metrics import QueueGauges, holding_back
 from app.migrations import compatibility, head_revision
 from app.problems import problem
 from app.schemas import Health, Readiness
 from app.web import JobqRoute, JSONBody
 
 router = APIRouter(tags=["health"], route_class=JobqRoute, default_response_class=JSONBody)
+
+
+def database_health(gauges: QueueGauges) -> dict[str, Any]:
+    """What the metrics' last refresh read of what holds back vacuum, and of the jobs table."""
+    oldest = gauges.health.oldest
+    return {
+        "as_of": datetime.fromtimestamp(gauges.at, UTC).isoformat() if gauges.at else None,
+        "oldest_snapshot": oldest,
+        "holding_back": oldest is not None and holding_back(oldest),
+        "jobs_table": gauges.health.table,
+    }
 
 
 @router.get("/healthz", response_model=None, responses=answers(Health, auth=False))
@@ -25,7 +40,8 @@ async def healthz() -> JSONBody:
 async def readyz(db: DB):
     """Ready when the database answers and this build can run on its schema: at this build's head, or
     at a newer revision whose recorded `compatible_from` is this build's head or older (a rolling
-    upgrade, or a rollback of the code). Else 503, saying why and what to do."""
+    upgrade, or a rollback of the code). Else 503, saying why and what to do. `database_health`, as of
+    the last metrics refresh, names what holds back vacuum: a detail, never a reason to be unready."""
     expected = head_revision()
     try:
         revision, floor = await jobs.schema_revision(db)
@@ -48,6 +64,7 @@ async def readyz(db: DB):
         "expected_revision": expected,
         "compatible": verdict.ready,
         "compatible_from": verdict.compatible_from,
+        "database_health": database_health(db.metrics.gauges),
     }
     if not verdict.ready:
         return problem(503, "unavailable", verdict.detail, ready=False, **body)

@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 import orjson
 
 from app.jobs.rollups import ROLLUP_ORIGIN, SERIES, SPANS
+from app.metrics import DatabaseHealth, holding_back
 from app.models import JobStatus
 from app.ui.charts import line_chart
 
@@ -189,7 +190,42 @@ def queues_page(
         f'<p class="meta">Lag is the age of the oldest ready job. Rates are this process\'s, over the last '
         f"minute. Sessions waiting for a lock: <b>{gauges.lock_waiting}</b> ({refreshed}).</p>"
     )
-    return layout("Queues", f"<h1>Queues</h1>{table}{summary}", flash=flash, refresh=True)
+    health = database_health(gauges.health) if gauges.at else ""
+    return layout("Queues", f"<h1>Queues</h1>{table}{summary}{health}", flash=flash, refresh=True)
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB" if n >= 2**20 else f"{n / 1024:,.0f} kB"
+
+
+def database_health(health: DatabaseHealth) -> str:
+    """What holds back vacuum of jobq's tables, named (pid, application, state, how long), a warning once
+    it has held a minute; and the jobs table's rows, size and last vacuum."""
+    oldest = health.oldest
+    if oldest is None:
+        horizon = '<p class="meta horizon">Vacuum: no open transaction holds back the jobs table.</p>'
+    else:
+        who = f"{oldest['holder'].replace('_', ' ')} {esc(oldest['name'] or '')}".rstrip()
+        if oldest["pid"] is not None:
+            who += f" (pid {oldest['pid']}{', ' + esc(oldest['state']) if oldest['state'] else ''})"
+        held = f"open {duration(oldest['seconds'])}, " if oldest["seconds"] is not None else ""
+        warn = holding_back(oldest)
+        horizon = (
+            f'<p class="{"flash warn" if warn else "meta"} horizon">Vacuum: the oldest snapshot is the {who}:'
+            f" {held}{oldest['xid_age']:,} transactions old."
+            + (" Dead jobs rows it can see cannot be vacuumed while it stays open." if warn else "")
+            + (f" Last statement: <code>{esc(oldest['query'])}</code>" if oldest["query"] else "")
+            + "</p>"
+        )
+    table = health.table
+    if table is None:
+        return horizon
+    vacuumed = table["since_vacuum_seconds"]
+    return horizon + (
+        f'<p class="meta jobs-table">Jobs table: {table["live_tuples"]:,} live rows, {table["dead_tuples"]:,}'
+        f" dead; {_bytes(table['bytes'])}, claim index {_bytes(table['claim_index_bytes'])};"
+        f" {'vacuumed ' + duration(vacuumed) + ' ago' if vacuumed is not None else 'no vacuum recorded'}.</p>"
+    )
 
 
 def _rate_text(limit: int | None, period: float | None) -> str:
