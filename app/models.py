@@ -90,6 +90,10 @@ MAX_QUEUE_NAME = 128
 QUEUE_NAME_PATTERN = rf"^[{QUEUE_NAME_CHARS}]{{1,{MAX_QUEUE_NAME}}}$"
 # A job's key: any text of 1-256 characters (a tenant id, an email address, an SQS MessageGroupId).
 MAX_KEY = 256
+# W3C Trace Context (https://www.w3.org/TR/trace-context/): a traceparent as version 00 writes it, in
+# lower case, and a tracestate of at most 512 characters (what the recommendation lets a vendor cut to).
+TRACEPARENT_PATTERN = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+MAX_TRACESTATE = 512
 
 # Job kinds (what a job is: send_email) are spelled as queue names are, wherever checked (the API, the
 # CHECK constraint below).
@@ -158,6 +162,11 @@ class Job(Base):
         CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="max_attempts_positive"),
         CheckConstraint(f"kind ~ '{KIND_PATTERN}'", name="kind_format"),
         CheckConstraint(f"char_length(key) BETWEEN 1 AND {MAX_KEY}", name="key_length"),
+        CheckConstraint(
+            f"traceparent ~ '{TRACEPARENT_PATTERN}'"
+            f" AND char_length(coalesce(tracestate, '')) <= {MAX_TRACESTATE}",
+            name="trace_context",
+        ),
         # The claim: ready jobs of one queue in lease order. Partial, so however many finished rows the
         # table holds, this index holds only the waiting ones.
         Index(
@@ -271,6 +280,9 @@ class Job(Base):
     # enqueued by a trigger. A slot's job is unique (uq_jobs_queue_schedule_slot).
     schedule: Mapped[str | None] = mapped_column(Text)
     schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The W3C trace context the job was enqueued under (its producer's span); NULL: none given.
+    traceparent: Mapped[str | None] = mapped_column(Text)
+    tracestate: Mapped[str | None] = mapped_column(Text)
 
 
 class Key(Base):

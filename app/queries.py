@@ -77,7 +77,7 @@ JOB = f"""
     j.id, j.queue, j.kind, j.key, j.status, j.payload, j.priority, j.run_at, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at,
-    j.result, j.progress, j.schedule, j.schedule_slot, j.worker_id
+    j.result, j.progress, j.schedule, j.schedule_slot, j.worker_id, j.traceparent, j.tracestate
 """
 
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs
@@ -85,7 +85,7 @@ JOB = f"""
 LEASED_JOB = f"""
     j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
-    j.run_at, j.created_at, j.last_error, j.lease_token, j.lease_expires_at
+    j.run_at, j.created_at, j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate
 """
 
 # Wake-ups: every statement that makes jobs ready (or schedules them) sends one NOTIFY per queue it touched,
@@ -167,12 +167,16 @@ LOCKED = "(SELECT count(*) FROM locked) > 0"
 #   sent (jobs.enqueue_batch builds it), so a batch of 1,000 is not sent back and decoded column by column.
 _INSERT_NEW = f"""
     j AS (
-        INSERT INTO jobq.jobs AS j (queue, payload, priority, run_at, max_attempts, kind, key)
+        INSERT INTO jobq.jobs AS j
+            (queue, payload, priority, run_at, max_attempts, kind, key, traceparent, tracestate)
         SELECT queue, payload::jsonb, coalesce(priority, 0),
-               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, kind, key
+               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, kind, key,
+               traceparent, tracestate
         FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
-                    :delays::float8[], :max_attempts::int[], :kinds::text[], :job_keys::text[])
-             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, kind, key, ord)
+                    :delays::float8[], :max_attempts::int[], :kinds::text[], :job_keys::text[],
+                    :traceparents::text[], :tracestates::text[])
+             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, kind, key,
+                                  traceparent, tracestate, ord)
         WHERE {LOCKED}
         ORDER BY ord
         RETURNING j.id, j.queue, j.run_at, j.created_at, j.max_attempts
@@ -212,16 +216,18 @@ ENQUEUE = Query.define(
         SELECT nextval('jobq.jobs_id_seq') AS id, t.*
         FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
                     :delays::float8[], :max_attempts::int[], :kinds::text[], :job_keys::text[],
-                    :dedup_keys::text[])
+                    :traceparents::text[], :tracestates::text[], :dedup_keys::text[])
              WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, kind, key,
-                                  dedup_key, ord)
+                                  traceparent, tracestate, dedup_key, ord)
     ), {_queue_locks("input")}, new_queues AS (
         INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
     ), j AS (
-        INSERT INTO jobq.jobs AS j (id, queue, payload, priority, run_at, max_attempts, kind, key, dedup_key)
+        INSERT INTO jobq.jobs AS j
+            (id, queue, payload, priority, run_at, max_attempts, kind, key, traceparent, tracestate,
+             dedup_key)
         SELECT id, queue, payload::jsonb, coalesce(priority, 0),
                coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, kind, key,
-               dedup_key
+               traceparent, tracestate, dedup_key
         FROM input WHERE {LOCKED} ORDER BY ord
         ON CONFLICT (queue, dedup_key) WHERE status IN ('pending', 'running') AND dedup_key IS NOT NULL
         DO NOTHING

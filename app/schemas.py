@@ -8,7 +8,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from app.cron import Cron
 from app.models import (
@@ -18,8 +26,10 @@ from app.models import (
     MAX_KIND,
     MAX_LEASE_TOKEN,
     MAX_QUEUE_NAME,
+    MAX_TRACESTATE,
     MAX_VISIBILITY_TIMEOUT,
     QUEUE_NAME_PATTERN,
+    TRACEPARENT_PATTERN,
     CatchUp,
     JobStatus,
 )
@@ -89,8 +99,30 @@ class Body(BaseModel):
 # --- producers -------------------------------------------------------------------------------------
 
 
+def _traceparent(value: str) -> str:
+    """A traceparent that names a trace: W3C forbids version ff and all-zero trace and parent ids."""
+    version, trace_id, parent_id, _ = value.split("-")
+    if version == "ff" or trace_id == "0" * 32 or parent_id == "0" * 16:
+        raise ValueError(
+            "a traceparent of version ff, or with an all-zero trace or parent id, names no trace"
+        )
+    return value
+
+
+TraceParent = Annotated[str, Field(pattern=TRACEPARENT_PATTERN), AfterValidator(_traceparent)]
+# Printable ASCII, as its list members are.
+TraceState = Annotated[str, Field(min_length=1, max_length=MAX_TRACESTATE, pattern=r"^[ -~]+$")]
+
+
 class EnqueueRequest(Body):
-    model_config = ConfigDict(json_schema_extra={"not": {"required": ["run_at", "delay"]}})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {"required": ["run_at", "delay"]},
+            # A tracestate (not null) needs a traceparent (not null).
+            "if": {"required": ["tracestate"], "properties": {"tracestate": {"type": "string"}}},
+            "then": {"required": ["traceparent"], "properties": {"traceparent": {"type": "string"}}},
+        }
+    )
 
     queue: QueueName
     # Any: the service only stores the payload, so it is not walked and validated value by value.
@@ -105,11 +137,22 @@ class EnqueueRequest(Body):
     dedup_key: DedupKey | None = None
     kind: Kind | None = None
     key: JobKey | None = None
+    traceparent: TraceParent | None = Field(
+        default=None,
+        description="The W3C trace context (traceparent) the job is part of, kept with it and handed to its"
+        " workers; default: the request's `traceparent` header, if any. Version 00 as written, lower case.",
+        examples=["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"],
+    )
+    tracestate: TraceState | None = Field(
+        default=None, description="The W3C tracestate that goes with `traceparent` (never without it)."
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
         if self.run_at is not None and self.delay is not None:
             raise ValueError("give run_at or delay, not both")
+        if self.tracestate is not None and self.traceparent is None:
+            raise ValueError("tracestate goes with a traceparent: give both, or neither")
         return self
 
 
@@ -145,6 +188,8 @@ class Job(BaseModel):
         description="The worker_id its latest lease was taken with (the worker running it, or the last "
         "one that did); null when never leased, leased without one, or released.",
     )
+    traceparent: str | None = Field(default=None, description="The trace context it was enqueued under.")
+    tracestate: str | None = Field(default=None, description="With traceparent, as enqueued.")
 
 
 class EnqueuedJob(Job):
@@ -180,6 +225,8 @@ class LeasedJob(BaseModel):
     last_error: str | None
     lease_token: str
     lease_expires_at: datetime
+    traceparent: str | None = Field(default=None, description="The trace context it was enqueued under.")
+    tracestate: str | None = Field(default=None, description="With traceparent, as enqueued.")
 
 
 class LeaseResponse(BaseModel):

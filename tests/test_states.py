@@ -174,6 +174,8 @@ ENQUEUE_ARGS = dict(
     max_attempts=NO,
     kinds=NO,
     job_keys=NO,
+    traceparents=NO,
+    tracestates=NO,
 )
 ONCE = dict(scope="", key="k", request_hash=b"h", ttl=60.0)
 EACH_ONCE = dict(scopes=[""], keys=["k"], request_hashes=[b"h"], ttl=60.0)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 
 LEASE_FIELDS = {
     "id", "queue", "kind", "key", "payload", "priority", "attempts", "max_attempts", "run_at", "created_at",
-    "last_error", "lease_token", "lease_expires_at",
+    "last_error", "lease_token", "lease_expires_at", "traceparent", "tracestate",
 }  # fmt: skip
 MISSING_ID = 987_654_321
 

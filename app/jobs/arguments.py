@@ -35,6 +35,10 @@ class NewJobLike(Protocol):
     def kind(self) -> str | None: ...  # what the job is (send_email); stored and shown, nothing more
     @property
     def key(self) -> str | None: ...  # what flow control groups it by (a tenant); stored and shown
+    @property
+    def traceparent(self) -> str | None: ...  # the W3C trace context it was enqueued under (valid)
+    @property
+    def tracestate(self) -> str | None: ...  # only with a traceparent
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,8 @@ class NewJob:
     dedup_key: str | None = None
     kind: str | None = None
     key: str | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 class JobLeaseLike(Protocol):

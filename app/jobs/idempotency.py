@@ -57,7 +57,8 @@ def keyed(requests: Sequence[NewJobLike], payloads: list[str], once: Once) -> Ke
     """The call, with the SHA-256 of its route and of every field of every job (payloads as stored: the
     request's spacing does not matter, its values do). A field added later (`kind`, `key`) is hashed only when
     given, so a request without it hashes as it did before: its retry may reach an older replica, or
-    one of this build may answer a retry of a request an older replica carried out."""
+    one of this build may answer a retry of a request an older replica carried out. The trace context
+    is not hashed: a client's retry is a span of its own (the job keeps the first one's)."""
     fields = [
         once.route,
         [

@@ -47,6 +47,8 @@ def _columns(requests: Sequence[NewJobLike], payloads: list[str]) -> dict[str, l
         "max_attempts": column([r.max_attempts for r in requests]),
         "kinds": column([r.kind for r in requests]),
         "job_keys": column([r.key for r in requests]),
+        "traceparents": column([r.traceparent for r in requests]),
+        "tracestates": column([r.tracestate for r in requests]),
     }
 
 
@@ -129,7 +131,17 @@ class NewJobs(Sequence[Row]):
             self.requests, self.payloads, self.ids, self.run_ats, self.max_attempts, strict=True
         ):
             r = request
-            shape = (r.queue, r.kind, r.key, r.priority, r.dedup_key, run_at, max_attempts)
+            shape = (
+                r.queue,
+                r.kind,
+                r.key,
+                r.priority,
+                r.dedup_key,
+                run_at,
+                max_attempts,
+                r.traceparent,
+                r.tracestate,
+            )
             template = templates.get(shape)
             if template is None:
                 template = templates[shape] = self._template(request, run_at, max_attempts)
@@ -259,5 +271,7 @@ def new_job(
         "schedule": None,
         "schedule_slot": None,
         "worker_id": None,
+        "traceparent": request.traceparent,
+        "tracestate": request.tracestate,
         "duplicate": False,
     }

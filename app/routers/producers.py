@@ -7,6 +7,7 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
+from pydantic import TypeAdapter, ValidationError
 
 from app import jobs
 from app.auth import Admin, Caller, Producer, Reader
@@ -19,6 +20,8 @@ from app.schemas import (
     EnqueuedJob,
     EnqueueRequest,
     Job,
+    TraceParent,
+    TraceState,
 )
 from app.web import JobqRoute, JSONBody, disconnected
 
@@ -39,7 +42,22 @@ IDEMPOTENCY_HEADER = {
             "carried out once: the repeat gets the first answer again and inserts nothing, for "
             "JOBQ_IDEMPOTENCY_TTL seconds (300). Another request under a key in use is 409 conflict. "
             "Keys are per token. A fresh random value per call, e.g. a UUID.",
-        }
+        },
+        {
+            "name": "traceparent",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string"},
+            "description": "W3C Trace Context, as OpenTelemetry's HTTP instrumentation sends it: the trace "
+            "context of each job that gives none of its own. Ignored when it is not a valid traceparent.",
+        },
+        {
+            "name": "tracestate",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string"},
+            "description": "W3C Trace Context: kept with `traceparent` from the header.",
+        },
     ]
 }
 
@@ -58,6 +76,30 @@ def _once(request: Request, route: str) -> jobs.Once | None:
     return jobs.Once(scope, key, route)
 
 
+def _traced(request: Request, requests: list[EnqueueRequest]) -> list[EnqueueRequest]:
+    """`requests`, each without a traceparent of its own given the request's W3C `traceparent` header
+    (and `tracestate`), as an HTTP client instrumented with OpenTelemetry sends them. A header that is not
+    a valid traceparent is ignored, as W3C Trace Context asks; a tracestate is kept only if valid too."""
+    header = request.headers.get("traceparent")
+    if header is None:
+        return requests
+    try:
+        traceparent = TRACEPARENT.validate_python(header.strip())
+    except ValidationError:
+        return requests
+    state = request.headers.get("tracestate")
+    try:
+        tracestate = TRACESTATE.validate_python(state.strip()) if state else None
+    except ValidationError:
+        tracestate = None
+    trace = {"traceparent": traceparent, "tracestate": tracestate}
+    return [r if r.traceparent is not None else r.model_copy(update=trace) for r in requests]
+
+
+TRACEPARENT: TypeAdapter[str] = TypeAdapter(TraceParent)
+TRACESTATE: TypeAdapter[str] = TypeAdapter(TraceState)
+
+
 @router.post(
     "/jobs",
     status_code=201,
@@ -69,6 +111,7 @@ def _once(request: Request, route: str) -> jobs.Once | None:
 )
 async def enqueue(body: EnqueueRequest, db: DB, caller: Caller, request: Request) -> JSONBody:
     caller.admit(body.queue)
+    (body,) = _traced(request, [body])
     job = await jobs.enqueue(db, body, _once(request, "/jobs"))
     return JSONBody(job, status_code=200 if job["duplicate"] else 201)
 
@@ -86,7 +129,7 @@ async def enqueue_batch(body: EnqueueBatchRequest, db: DB, caller: Caller, reque
     if caller.queues is not None:
         for i, job in enumerate(body.jobs):
             caller.admit(job.queue, where=f"jobs[{i}].queue")
-    answer = await jobs.enqueue_batch(db, body.jobs, once=_once(request, "/jobs/batch"))
+    answer = await jobs.enqueue_batch(db, _traced(request, body.jobs), once=_once(request, "/jobs/batch"))
     return JSONBody({"jobs": answer}, status_code=201)
 
 

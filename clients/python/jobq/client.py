@@ -125,6 +125,8 @@ def _leased_job(j: Mapping[str, Any], time: Callable[[str], datetime] = datetime
         time(j["lease_expires_at"]),
         j.get("kind"),
         j.get("key"),
+        j.get("traceparent"),
+        j.get("tracestate"),
     )
 
 

@@ -214,6 +214,9 @@ class Job:
     schedule_slot: datetime | None = None
     # The worker_id its latest lease was taken with (the worker running it, or the last that did).
     worker_id: str | None = None
+    # The W3C trace context it was enqueued under; None when none was given.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +236,8 @@ class LeasedJob:
     lease_expires_at: datetime
     kind: str | None = None  # as enqueued; None when none was given
     key: str | None = None  # as enqueued; None when none was given
+    traceparent: str | None = None  # the W3C trace context it was enqueued under; None: none
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
