@@ -35,7 +35,7 @@ Tokens = list[uuid.UUID | str | None]
 
 
 def _leases(items: Sequence[JobLeaseLike]) -> tuple[list[int], list[str | None], Tokens]:
-    """The items' job ids, and the queues and UUIDs their lease tokens carry (app/jobs/rows.py)."""
+    """The items' job ids, and the queues and UUIDs their lease tokens carry (app/tokens.py)."""
     parsed = [parse_token(i.lease_token) for i in items]
     return [i.id for i in items], [queue for _, queue in parsed], [token for token, _ in parsed]
 
