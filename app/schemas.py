@@ -109,7 +109,18 @@ def _traceparent(value: str) -> str:
     return value
 
 
-TraceParent = Annotated[str, Field(pattern=TRACEPARENT_PATTERN), AfterValidator(_traceparent)]
+# The schema says all of it in one pattern, with lookaheads (which pydantic's own regex engine lacks, so
+# it checks the simple pattern and then _traceparent).
+TraceParent = Annotated[
+    str,
+    Field(
+        pattern=TRACEPARENT_PATTERN,
+        json_schema_extra={
+            "pattern": "^(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$"
+        },
+    ),
+    AfterValidator(_traceparent),
+]
 # Printable ASCII, as its list members are.
 TraceState = Annotated[str, Field(min_length=1, max_length=MAX_TRACESTATE, pattern=r"^[ -~]+$")]
 
