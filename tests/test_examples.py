@@ -74,12 +74,14 @@ async def test_node_worker(service, db):
         await client.configure_queue("node", backoff_base=0)  # retries come due at once
         ok = await client.enqueue("node", {"to": "ada@example.com"})
         failing = await client.enqueue("node", {"fail": "no such mailbox"}, max_attempts=2)
-        slow = await client.enqueue("node", {"seconds": 1.5})  # outlives its 0.8 s lease, extended
+        # Outlives its 2 s lease, extended. The lease leaves room for a stalled machine: a failing job
+        # whose nack is late loses its lease and runs again.
+        slow = await client.enqueue("node", {"seconds": 3})
 
     worker = start(
         ["node", "examples/node/worker.mjs", "node"],
         service.url,
-        JOBQ_VISIBILITY_TIMEOUT="0.8",
+        JOBQ_VISIBILITY_TIMEOUT="2",
         JOBQ_TOKEN="worker-token",
     )
     try:
