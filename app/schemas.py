@@ -15,6 +15,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    TypeAdapter,
+    ValidationError,
     model_validator,
 )
 
@@ -123,6 +125,25 @@ TraceParent = Annotated[
 ]
 # Printable ASCII, as its list members are.
 TraceState = Annotated[str, Field(min_length=1, max_length=MAX_TRACESTATE, pattern=r"^[ -~]+$")]
+_TRACEPARENT: TypeAdapter[str] = TypeAdapter(TraceParent)
+_TRACESTATE: TypeAdapter[str] = TypeAdapter(TraceState)
+
+
+def _valid(adapter: TypeAdapter[str], value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return adapter.validate_python(value.strip())
+    except ValidationError:
+        return None
+
+
+def trace_context(traceparent: str | None, tracestate: str | None) -> tuple[str | None, str | None]:
+    """A trace context given beside a job rather than in its fields (a request's headers, an SQS message
+    attribute), taken as W3C Trace Context asks: an invalid traceparent is ignored, and the tracestate
+    with it; an invalid tracestate alone is dropped. (None, None) when there is none to take."""
+    parent = _valid(_TRACEPARENT, traceparent)
+    return (None, None) if parent is None else (parent, _valid(_TRACESTATE, tracestate))
 
 
 class EnqueueRequest(Body):

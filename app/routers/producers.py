@@ -7,7 +7,6 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import TypeAdapter, ValidationError
 
 from app import jobs
 from app.auth import Admin, Caller, Producer, Reader
@@ -20,8 +19,7 @@ from app.schemas import (
     EnqueuedJob,
     EnqueueRequest,
     Job,
-    TraceParent,
-    TraceState,
+    trace_context,
 )
 from app.web import JobqRoute, JSONBody, disconnected
 
@@ -80,24 +78,13 @@ def _traced(request: Request, requests: list[EnqueueRequest]) -> list[EnqueueReq
     """`requests`, each without a traceparent of its own given the request's W3C `traceparent` header
     (and `tracestate`), as an HTTP client instrumented with OpenTelemetry sends them. A header that is not
     a valid traceparent is ignored, as W3C Trace Context asks; a tracestate is kept only if valid too."""
-    header = request.headers.get("traceparent")
-    if header is None:
+    traceparent, tracestate = trace_context(
+        request.headers.get("traceparent"), request.headers.get("tracestate")
+    )
+    if traceparent is None:
         return requests
-    try:
-        traceparent = TRACEPARENT.validate_python(header.strip())
-    except ValidationError:
-        return requests
-    state = request.headers.get("tracestate")
-    try:
-        tracestate = TRACESTATE.validate_python(state.strip()) if state else None
-    except ValidationError:
-        tracestate = None
     trace = {"traceparent": traceparent, "tracestate": tracestate}
     return [r if r.traceparent is not None else r.model_copy(update=trace) for r in requests]
-
-
-TRACEPARENT: TypeAdapter[str] = TypeAdapter(TraceParent)
-TRACESTATE: TypeAdapter[str] = TypeAdapter(TraceState)
 
 
 @router.post(

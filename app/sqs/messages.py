@@ -6,7 +6,8 @@ fencing holds: a handle from an earlier receive deletes nothing once the message
 
 The payload is the body: a message's body is stored as a JSON string, so jobq's API, CLI and workers
 see exactly the text that was sent; a job enqueued through jobq's API with any other JSON payload is
-received through SQS with that JSON text as its body.
+received through SQS with that JSON text as its body. Its trace context is the job's traceparent
+(app/sqs/trace_context.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from app.sqs.protocol import (
     receipt_handle,
     receipt_handle_invalid,
 )
+from app.sqs.trace_context import TRACE_HEADER, SentTrace, sent_trace, trace_header
 
 # A receipt handle may carry a spelling of a UUID longer than MAX_LEASE_TOKEN (uuid.UUID ignores any
 # number of hyphens); DeleteMessage and a visibility of 0 refuse it as the API would, for the whole request.
@@ -60,6 +62,7 @@ class _Outgoing:
     body: str
     delay: int | None
     attributes: dict[str, dict[str, str]]
+    trace: SentTrace
     group: str | None = None  # MessageGroupId: the job's key (flow control: a fair queue's tenant)
     dedup: str | None = None  # a FIFO message's deduplication id (app/sqs/fifo.py)
     size: int = 0  # bytes as SQS counts them: the body and the attributes
@@ -79,6 +82,8 @@ def _outgoing(entry: Body, max_bytes: int, fifo: Fifo | None, entry_id: str | No
         raise missing_parameter("MessageBody")
     check_message_text(text, "the message body")
     attributes = check_message_attributes(entry.get("MessageAttributes"))
+    # System attributes do not count towards the size, as in SQS.
+    trace = sent_trace(entry.get("MessageSystemAttributes"), attributes)
     size = len(text.encode()) + sum(
         len(n.encode())
         + len(a["DataType"].encode())
@@ -104,7 +109,7 @@ def _outgoing(entry: Body, max_bytes: int, fifo: Fifo | None, entry_id: str | No
         if delay is not None:
             raise _not_for_this_queue("DelaySeconds", delay)
         dedup = fifo_queues.deduplication_id(fifo, dedup, text)
-    return _Outgoing(entry_id, text, delay, attributes, group, dedup, size)
+    return _Outgoing(entry_id, text, delay, attributes, trace, group, dedup, size)
 
 
 def _max_message_bytes(ctx: Context, row: asyncpg.Record) -> int:
@@ -139,6 +144,8 @@ async def _enqueue(
             payload=m.body,
             delay=float(m.delay if m.delay is not None else default_delay),
             key=m.group,
+            traceparent=m.trace.traceparent,
+            tracestate=m.trace.tracestate,
         )
         for m in messages
     ]
@@ -184,6 +191,8 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
         sent: Body = {"MessageId": str(job_id), "MD5OfMessageBody": md5_of_body(m.body)}
         if m.attributes:
             sent["MD5OfMessageAttributes"] = md5_of_attributes(m.attributes)
+        if m.trace.system_attributes:
+            sent["MD5OfMessageSystemAttributes"] = md5_of_attributes(m.trace.system_attributes)
         if fifo is not None:
             sent["SequenceNumber"] = sequence_number(job_id)
         out.append(sent)
@@ -317,6 +326,8 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         }
         if job["key"] is not None:
             attributes["MessageGroupId"] = job["key"]
+        if job["traceparent"] is not None:
+            attributes[TRACE_HEADER] = trace_header(job["traceparent"])
         if fifo is not None:
             attributes["SequenceNumber"] = sequence_number(job["id"])
         chosen = {k: v for k, v in attributes.items() if everything or k in system}
