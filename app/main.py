@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import __version__, access_log, background, embedded, migrations, problems
+from app import __version__, access_log, background, embedded, migrations, problems, tracing
 from app import scheduler as scheduling
 from app.access import Tokens
 from app.db import Database, create_pool
@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 # A newer release migrated (a rolling upgrade, or this build rolled back): nothing to
                 # upgrade. Serve; /readyz says whether this build can run on that schema.
                 log.warning("%s", ahead)
+        tracing.start()  # when the OpenTelemetry environment asks for it (app/tracing.py)
         pool = await create_pool(dsn, settings)
         read_pool = None
         if settings.read_database_url:
@@ -116,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await background.last_writes(db)
             await scheduler.stop()
             await pool.close()
+            await asyncio.to_thread(tracing.stop)  # exports the spans still held
             if read_pool is not None:
                 await read_pool.close()
             if not settings.database_url:

@@ -88,6 +88,11 @@ LEASED_JOB = f"""
     j.run_at, j.created_at, j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate
 """
 
+# What the spans of a statement that ends attempts need of each job (app/tracing.py): its trace context,
+# and the attempt. Cheap when tracing is off: NULL, NULL and an integer.
+TRACED = "j.traceparent, j.tracestate, j.attempts"
+TRACED_OUT = "traceparent, tracestate, attempts"
+
 # Wake-ups: every statement that makes jobs ready (or schedules them) sends one NOTIFY per queue it touched,
 # not one per job: {"queue", "n": jobs made ready, "run_at": the earliest run_at, epoch seconds}. PostgreSQL
 # delivers it at commit, to every replica's listener (app/wakeups.py), which wakes up to n waiting
@@ -733,9 +738,9 @@ ACK = Query.define(
              AS a(id, queue, lease_token, result)
         WHERE j.id = a.id AND j.queue = a.queue AND j.lease_token = a.lease_token
           AND j.status IN ('running', 'pending', 'dead')
-        RETURNING j.id, a.lease_token, j.queue, j.key, j.run_at, {_notify_done()}
+        RETURNING j.id, a.lease_token, j.queue, j.key, j.run_at, {_notify_done()}, {TRACED}
     ), {_notify("acked", KEY_FREED)}
-    SELECT id, lease_token, queue, done FROM acked WHERE {NOTIFIED}
+    SELECT id, lease_token, queue, done, {TRACED_OUT} FROM acked WHERE {NOTIFIED}
     """,
 )
 
@@ -778,9 +783,9 @@ NACK = Query.define(
         FROM n
         WHERE j.id = n.id AND j.queue = n.queue AND j.lease_token = n.lease_token AND j.status = 'running'
         RETURNING j.id, n.lease_token, j.queue, j.key, j.status, j.run_at,
-                  {_notify_done(finished="n.to_dead")}
+                  {_notify_done(finished="n.to_dead")}, {TRACED}
     ), {_notify("nacked", f"status = 'pending' OR {KEY_FREED}")}
-    SELECT id, lease_token, queue, status, run_at FROM nacked WHERE {NOTIFIED}
+    SELECT id, lease_token, queue, status, run_at, {TRACED_OUT} FROM nacked WHERE {NOTIFIED}
     """,
 )
 
@@ -837,9 +842,10 @@ EXPIRE_LEASES = Query.define(
             lease_expires_at = NULL, updated_at = now()
         FROM expired, jobq.queues q
         WHERE j.id = expired.id AND q.name = j.queue
-        RETURNING j.id, j.queue, j.key, j.status, j.run_at, {_notify_done(finished="j.status = 'dead'")}
+        RETURNING j.id, j.queue, j.key, j.status, j.run_at, {_notify_done(finished="j.status = 'dead'")},
+                  {TRACED}
     ), {_notify("returned", f"status = 'pending' OR {KEY_FREED}")}
-    SELECT id, queue, status FROM returned WHERE {NOTIFIED}
+    SELECT id, queue, status, {TRACED_OUT} FROM returned WHERE {NOTIFIED}
     """,
 )
 

@@ -89,6 +89,36 @@ class Service:
         raise RuntimeError("no VmRSS")
 
 
+# An OTLP/HTTP receiver that takes every export and keeps nothing: where traced services send their spans.
+_SINK = """
+import http.server, sys
+class Sink(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
+"""
+
+
+class OtlpSink:
+    """An OTLP/HTTP receiver in its own process, discarding what it gets: `env` points a service at it."""
+
+    def __init__(self, port: int = 8918) -> None:
+        self.env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+        self.process = subprocess.Popen([sys.executable, "-c", _SINK, str(port)])
+
+    def __enter__(self) -> OtlpSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")

@@ -25,7 +25,7 @@ import pickup
 import raw
 import served
 import worker
-from common import ROOT, Service, fresh_database, summary_ms, write_results
+from common import ROOT, OtlpSink, Service, fresh_database, summary_ms, write_results
 
 PAYLOAD = {"to": "ada@example.com", "template": "welcome", "n": 1}
 PAYLOAD_TEXT = '{"to": "ada@example.com", "template": "welcome", "n": 1}'
@@ -244,6 +244,31 @@ class Bench:
         print(
             f"  {'pickup, LISTEN down (ms)':34} p50 {down['p50_ms']} p99 {down['p99_ms']} (safety poll {safety}s)"
         )
+
+    async def tracing(self) -> None:
+        """The service exporting every span (OpenTelemetry, 100 % sampling, to an OTLP receiver that
+        keeps nothing) against the same service not tracing, in alternating rounds, on jobs that all
+        carry a trace context: the batch drain and the one-job drain."""
+        traced_job = {"traceparent": "'00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'"}
+        with OtlpSink() as sink:
+            async with Service(self.dsn, port=8919, JOBQ_MIGRATE_ON_START="false", **sink.env) as traced:
+                for workers, batch, total in ((4, 100, self.n(50_000)), (16, 1, self.n(5000))):
+
+                    async def drain(url: str, workers=workers, batch=batch, total=total) -> float:
+                        queue = self.queue("tr")
+                        await self.backlog(queue, total, **traced_job)
+                        done, seconds = await served.drain(url, queue, workers, batch)
+                        return done / seconds
+
+                    j, r = await self.alternate(lambda: drain(traced.url), lambda: drain(self.url))
+                    self.record(
+                        f"drain {batch} x {workers}, traced",
+                        j,
+                        r,
+                        "jobs/s",
+                        ">= 0.9 x untraced",
+                        "the same, tracing off",
+                    )
 
     async def limited_backlog(self, queue: str, count: int, keyed: bool) -> None:
         """`count` jobs; keyed: over 1,000 keys, in a queue with key_concurrency 2 (flow control)."""
@@ -638,6 +663,7 @@ SCENARIOS = [
     "full_cycle",
     "sqs",
     "pooled",
+    "tracing",
     "pickup",
     "waiting",
     "scale_",

@@ -4,7 +4,10 @@ the rest of their life."""
 
 from __future__ import annotations
 
+import time
+
 from app import queries as q
+from app import tracing
 from app.db import Database
 from app.jobs.rows import Row
 from app.metrics import DatabaseHealth
@@ -15,6 +18,7 @@ EXPIRE_BATCH = 1000  # leases per EXPIRE_LEASES statement
 async def expire_leases(db: Database) -> list[Row]:
     """Return every expired lease to pending (or dead); the jobs changed."""
     changed: list[Row] = []
+    started = time.time_ns()
     async with db.acquire() as conn:
         while True:
             rows = await conn.fetch(q.EXPIRE_LEASES.text, *q.EXPIRE_LEASES.args(batch=EXPIRE_BATCH))
@@ -22,7 +26,9 @@ async def expire_leases(db: Database) -> list[Row]:
             if len(rows) < EXPIRE_BATCH:
                 break
     db.metrics.expired.count(changed)
-    db.metrics.dead_lettered.count([r for r in changed if r["status"] == "dead"])
+    dead = [r for r in changed if r["status"] == "dead"]
+    db.metrics.dead_lettered.count(dead)
+    tracing.record("dead-letter", dead, started)
     return changed
 
 

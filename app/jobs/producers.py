@@ -11,6 +11,7 @@ from functools import partial
 import asyncpg
 
 from app import queries as q
+from app import tracing
 from app.coalesce import Batcher
 from app.db import Database
 from app.errors import JobqError, NotFound
@@ -62,6 +63,7 @@ async def enqueue_batch(
         if isinstance(answer, JobqError):
             raise answer
         return answer
+    started = time.time_ns()
     if all(r.dedup_key is None for r in requests):
         async with db.acquire() as conn:
             if then is None:
@@ -71,6 +73,7 @@ async def enqueue_batch(
                     new = await insert_new(conn, requests, payloads)
                     await then(conn, new)
         db.metrics.enqueued.count_queues(new.queues)
+        tracing.record("send", new, started)
         return new
 
     async with db.acquire() as conn:
@@ -78,7 +81,9 @@ async def enqueue_batch(
             answers, results = await insert_deduplicated(conn, requests, payloads)
             if then is not None:
                 await then(conn, results)
-    db.metrics.enqueued.count([row for row in results if not row["duplicate"]])
+    inserted = [row for row in results if not row["duplicate"]]
+    db.metrics.enqueued.count(inserted)
+    tracing.record("send", inserted, started)
     return answers
 
 

@@ -18,6 +18,7 @@ from functools import partial
 import asyncpg
 
 from app import queries as q
+from app import tracing
 from app.coalesce import Batcher
 from app.db import Database
 from app.errors import Invalid, JobqError, LeaseLost, NotFound, PayloadTooLarge
@@ -155,7 +156,7 @@ async def _lease_shared(
         timeouts += [call.visibility_timeout] * call.max_jobs
         workers += [call.worker_id] * call.max_jobs
     flow = await queue_flow(db, queue)
-    started = time.perf_counter()
+    started, began = time.perf_counter(), time.time_ns()
     if flow.flow:
         claim = await lease_flow(db, queue, flow, timeouts, workers)
         rows, slots = claim.rows, claim.slots
@@ -168,6 +169,7 @@ async def _lease_shared(
             )
         slots = [row["slot"] for row in rows]
     db.metrics.claimed(queue, time.perf_counter() - started, len(rows))
+    tracing.record("lease", rows, began)
     shares: list[list[tuple[int, Row]]] = [[] for _ in calls]
     for slot, row in zip(slots, rows, strict=True):
         shares[owner[slot - 1]].append((slot, as_job(row)))
@@ -320,6 +322,7 @@ async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | No
     ids, queues, tokens = _leases(items)
     keys = _item_keys(ids, tokens)
     sent = None if texts is None or texts.count(None) == len(texts) else texts
+    started = time.time_ns()
     async with db.acquire() as conn:
         queues = await _with_queues(conn, ids, queues)
         acked = await conn.fetch(
@@ -330,6 +333,7 @@ async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | No
         failed = [job_id for job_id, key in zip(ids, keys, strict=True) if key not in done]
         leases = await _lease_status(conn, failed) if failed else {}
     db.metrics.acked.count(acked)
+    tracing.record("ack", acked, started)
     results = []
     for job_id, key, token in zip(ids, keys, tokens, strict=True):
         if key in done:
@@ -358,6 +362,7 @@ async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
     """Give jobs back after a failed attempt: retry later, or dead. A result per item, in order."""
     cut = db.settings.max_error_chars
     ids, queues, tokens = _leases(items)
+    started = time.time_ns()
     async with db.acquire() as conn:
         queues = await _with_queues(conn, ids, queues)
         rows = await conn.fetch(
@@ -376,7 +381,10 @@ async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
         failed = [job_id for job_id, row in zip(ids, nacked, strict=True) if row is None]
         leases = await _lease_status(conn, failed) if failed else {}
     db.metrics.nacked.count(rows)
-    db.metrics.dead_lettered.count([r for r in rows if r["status"] == "dead"])
+    dead = [r for r in rows if r["status"] == "dead"]
+    db.metrics.dead_lettered.count(dead)
+    tracing.record("nack", rows, started)
+    tracing.record("dead-letter", dead, started)
     return [
         {"id": job_id, "ok": True, "status": row["status"], "run_at": row["run_at"]}
         if row is not None

@@ -26,6 +26,7 @@ import typer
 from jobq.client import AsyncClient, Client, RetryPolicy
 from jobq.serving import StatusLine, load_target, serve
 from jobq.tasks import Tasks
+from jobq.tracing import export_from_environment
 from jobq.types import (
     FINISHED,
     NO_LIMIT,
@@ -856,10 +857,14 @@ def worker(
             )
             await serve(runner, status_every=status_interval, status_line=status_line)
 
+    flush_spans = export_from_environment()
     try:
         asyncio.run(main())
     except JobqError as exc:
         _refused(exc, token)
+    finally:
+        if flush_spans is not None:
+            flush_spans()
 
 
 def _settle_garbage_collection() -> None:

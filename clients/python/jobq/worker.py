@@ -41,12 +41,13 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jobq.client import AsyncClient, Completion, Failure
 from jobq.pools import MAX_BATCH, Batcher, Outcome, Threads
 from jobq.tasks import Fail, Retry, Running, Tasks, UnknownTask, _current, is_async
+from jobq.tracing import traced
 from jobq.types import (
     ItemResult,
     JobqError,
@@ -100,6 +101,10 @@ class Route:
     run: Handler
     is_async: bool
     visibility_timeout: float | None = None
+
+    def traced(self) -> Route:
+        """The route running its handler in its job's span, when spans go anywhere (jobq/tracing.py)."""
+        return replace(self, run=traced(self.run, self.is_async))
 
 
 def result_of(job: LeasedJob, value: Any) -> Any:
@@ -280,6 +285,10 @@ class Worker:
     async def run(self) -> Stats:
         """Work until `stop()`; the counts of what was done. A refusal by the service other than
         `unavailable` (a bad token, an invalid queue name) ends the run with that error."""
+        # A tracer provider set up after the worker was made (at the start of a program) counts.
+        self._routes = {name: route.traced() for name, route in self._routes.items()}
+        if self._route_all is not None:
+            self._route_all = self._route_all.traced()
         for queue in self.queues:
             self._visibility[queue] = self.visibility_timeout or await self._queue_visibility_timeout(queue)
         self._shortest = min(self._visibility.values())

@@ -1,0 +1,190 @@
+"""OpenTelemetry spans of what happens to jobs: enqueue, lease, ack, nack and dead-lettering.
+
+Exported over OTLP/HTTP (protobuf) when the OpenTelemetry SDK's own configuration asks for it:
+OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set, and OTEL_SDK_DISABLED not `true`.
+The SDK reads every other OTEL_* variable itself (OTEL_SERVICE_NAME, default here `jobq`;
+OTEL_TRACES_SAMPLER; OTEL_EXPORTER_OTLP_HEADERS; the batch processor's limits). With tracing off, `record`
+returns at once.
+
+The spans follow the OpenTelemetry messaging conventions: `messaging.system` is `jobq`, the queue is
+`messaging.destination.name`, spans are named `<operation> <queue>` (`send`, `lease`, `ack`, `nack`,
+`dead-letter`). A job's trace context is the `traceparent` it was enqueued with. There is one span
+per statement, not per job, which keeps a traced drain cheap: a span about one job on its first attempt is
+a child of that context, so the job's first run shows in its producer's trace; a span about a retry, or
+about several jobs at once (a batch, or concurrent calls the service ran as one statement), links to
+their contexts instead (once each: a batch enqueued in one request shares one), and names the jobs in
+`jobq.job.ids`. A job without a trace context gets root spans."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    Tracer,
+    TraceState,
+    set_span_in_context,
+)
+
+from app import __version__
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+log = logging.getLogger("jobq.tracing")
+
+# A job as its spans need it: id, queue, traceparent, tracestate, attempts so far (1 while its first
+# attempt runs; 0 before it ever ran).
+Traced = tuple[int, str, "str | None", "str | None", int]
+
+# What kind of messaging operation each span is (messaging.operation.type) and its span kind.
+OPERATIONS = {
+    "send": ("send", SpanKind.PRODUCER),
+    "lease": ("receive", SpanKind.CLIENT),
+    "ack": ("settle", SpanKind.CLIENT),
+    "nack": ("settle", SpanKind.CLIENT),
+    "dead-letter": (None, SpanKind.INTERNAL),
+}
+MAX_LINKS = 128  # the SDK's default span link limit: more would be dropped anyway
+
+_tracer: Tracer | None = None
+_provider: TracerProvider | None = None
+
+
+def wanted() -> bool:
+    """Whether the OpenTelemetry configuration in the environment asks for spans to be exported."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return bool(
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+
+
+def start() -> None:
+    """Start exporting spans, if the environment asks for it (`wanted`)."""
+    global _tracer, _provider
+    if not wanted() or _tracer is not None:
+        return
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({SERVICE_VERSION: __version__})
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "jobq"}))
+    _provider = TracerProvider(resource=resource)  # its sampler: OTEL_TRACES_SAMPLER, parent-based by default
+    _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    _tracer = _provider.get_tracer("jobq", __version__)
+    log.info("exporting OpenTelemetry spans to %s", _endpoint())
+
+
+def stop() -> None:
+    """Export the spans still held, then stop (it blocks: call it from a thread)."""
+    global _tracer, _provider
+    if _provider is not None:
+        _provider.shutdown()
+    _tracer = _provider = None
+
+
+def _endpoint() -> str:
+    return os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", ""
+    )
+
+
+def enabled() -> bool:
+    return _tracer is not None
+
+
+def record(operation: str, jobs: Iterable[Mapping[str, Any]], started: int) -> None:
+    """The span of one statement (or call) that did `operation` to `jobs` (rows holding id, queue,
+    traceparent, tracestate and attempts), from `started` (time.time_ns()) to now: one span per queue
+    among them. No jobs, no span."""
+    if _tracer is None:
+        return
+    ended = time.time_ns()
+    by_queue: dict[str, list[Traced]] = defaultdict(list)
+    for r in jobs:
+        by_queue[r["queue"]].append((r["id"], r["queue"], r["traceparent"], r["tracestate"], r["attempts"]))
+    for queue, queued in by_queue.items():
+        _span(_tracer, operation, queue, queued, started, ended)
+
+
+def _span(
+    tracer: Tracer,
+    operation: str,
+    queue: str,
+    jobs: list[Traced],
+    started: int,
+    ended: int,
+) -> None:
+    kind_of, kind = OPERATIONS[operation]
+    attributes: dict[str, str | int | list[int]] = {
+        "messaging.system": "jobq",
+        "messaging.destination.name": queue,
+        "messaging.operation.name": operation,
+    }
+    if kind_of is not None:
+        attributes["messaging.operation.type"] = kind_of
+    parent = None
+    links: dict[
+        tuple[str, str | None], SpanContext
+    ] = {}  # one per distinct context: a batch often shares one
+    if len(jobs) == 1:
+        job_id, _, traceparent, tracestate, attempts = jobs[0]
+        attributes["messaging.message.id"] = str(job_id)
+        if operation != "send":
+            attributes["messaging.message.delivery_count"] = attempts
+        enqueued = _span_context(traceparent, tracestate)
+        if enqueued is not None and attempts <= 1:
+            parent = enqueued
+        elif enqueued is not None:
+            links[traceparent, tracestate] = enqueued  # type: ignore[index]
+    else:
+        attributes["messaging.batch.message_count"] = len(jobs)
+        attributes["jobq.job.ids"] = [job[0] for job in jobs]
+        for _, _, traceparent, tracestate, _ in jobs:
+            enqueued = _span_context(traceparent, tracestate)
+            if enqueued is not None and len(links) < MAX_LINKS:
+                links[traceparent, tracestate] = enqueued  # type: ignore[index]
+    context = _ROOT if parent is None else set_span_in_context(NonRecordingSpan(parent))
+    span = tracer.start_span(
+        f"{operation} {queue}",
+        context,
+        kind,
+        attributes=attributes,
+        links=[Link(c) for c in links.values()],
+        start_time=started,
+    )
+    span.end(end_time=ended)
+
+
+_ROOT = Context()  # the parent of a root span: never the context the caller happens to be in
+
+
+@functools.lru_cache(maxsize=4096)
+def _span_context(traceparent: str | None, tracestate: str | None) -> SpanContext | None:
+    """A job's trace context; None without one. Its traceparent was checked when the job was stored, and
+    every version lays out its first 55 characters as version 00 does (W3C Trace Context). Cached: the
+    lease and the ack of a job read the same one."""
+    if traceparent is None:
+        return None
+    return SpanContext(
+        trace_id=int(traceparent[3:35], 16),
+        span_id=int(traceparent[36:52], 16),
+        is_remote=True,
+        trace_flags=TraceFlags(int(traceparent[53:55], 16)),
+        trace_state=TraceState.from_header([tracestate]) if tracestate else None,
+    )
