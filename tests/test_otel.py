@@ -115,7 +115,7 @@ def until(check, timeout: float = 30.0):
 
 
 # OTLP's span kinds (opentelemetry.proto.trace.v1.Span.SpanKind).
-PRODUCER, CONSUMER, CLIENT = 4, 5, 3
+PRODUCER, CONSUMER = 4, 5
 
 
 def test_one_trace_from_producer_through_two_replicas_to_the_handler(receiver, database_url):
