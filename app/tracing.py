@@ -44,10 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobq.tracing")
 
-# A job as its spans need it: id, queue, traceparent, tracestate, attempts so far (1 while its first
-# attempt runs; 0 before it ever ran).
-Traced = tuple[int, str, "str | None", "str | None", int]
-
 # What kind of messaging operation each span is (messaging.operation.type) and its span kind.
 OPERATIONS = {
     "send": ("send", SpanKind.PRODUCER),
@@ -104,32 +100,23 @@ def _endpoint() -> str:
     )
 
 
-def enabled() -> bool:
-    return _tracer is not None
+Job = Mapping[str, Any]  # a row holding a job's id, queue, traceparent, tracestate and attempts
 
 
-def record(operation: str, jobs: Iterable[Mapping[str, Any]], started: int) -> None:
-    """The span of one statement (or call) that did `operation` to `jobs` (rows holding id, queue,
-    traceparent, tracestate and attempts), from `started` (time.time_ns()) to now: one span per queue
-    among them. No jobs, no span."""
+def record(operation: str, jobs: Iterable[Job], started: int) -> None:
+    """The span of one statement (or call) that did `operation` to `jobs`, from `started`
+    (time.time_ns()) to now: one span per queue among them. No jobs, no span."""
     if _tracer is None:
         return
     ended = time.time_ns()
-    by_queue: dict[str, list[Traced]] = defaultdict(list)
-    for r in jobs:
-        by_queue[r["queue"]].append((r["id"], r["queue"], r["traceparent"], r["tracestate"], r["attempts"]))
+    by_queue: dict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        by_queue[job["queue"]].append(job)
     for queue, queued in by_queue.items():
         _span(_tracer, operation, queue, queued, started, ended)
 
 
-def _span(
-    tracer: Tracer,
-    operation: str,
-    queue: str,
-    jobs: list[Traced],
-    started: int,
-    ended: int,
-) -> None:
+def _span(tracer: Tracer, operation: str, queue: str, jobs: list[Job], started: int, ended: int) -> None:
     kind_of, kind = OPERATIONS[operation]
     attributes: dict[str, str | int | list[int]] = {
         "messaging.system": "jobq",
@@ -139,26 +126,25 @@ def _span(
     if kind_of is not None:
         attributes["messaging.operation.type"] = kind_of
     parent = None
-    links: dict[
-        tuple[str, str | None], SpanContext
-    ] = {}  # one per distinct context: a batch often shares one
+    # One link per distinct context: the jobs of a batch often share one.
+    links: dict[tuple[str, str | None], SpanContext] = {}
     if len(jobs) == 1:
-        job_id, _, traceparent, tracestate, attempts = jobs[0]
-        attributes["messaging.message.id"] = str(job_id)
+        (job,) = jobs
+        attributes["messaging.message.id"] = str(job["id"])
         if operation != "send":
-            attributes["messaging.message.delivery_count"] = attempts
-        enqueued = _span_context(traceparent, tracestate)
-        if enqueued is not None and attempts <= 1:
+            attributes["messaging.message.delivery_count"] = job["attempts"]
+        enqueued = _span_context(job["traceparent"], job["tracestate"])
+        if enqueued is not None and job["attempts"] <= 1:
             parent = enqueued
         elif enqueued is not None:
-            links[traceparent, tracestate] = enqueued  # type: ignore[index]
+            links[job["traceparent"], job["tracestate"]] = enqueued
     else:
         attributes["messaging.batch.message_count"] = len(jobs)
-        attributes["jobq.job.ids"] = [job[0] for job in jobs]
-        for _, _, traceparent, tracestate, _ in jobs:
-            enqueued = _span_context(traceparent, tracestate)
+        attributes["jobq.job.ids"] = [job["id"] for job in jobs]
+        for job in jobs:
+            enqueued = _span_context(job["traceparent"], job["tracestate"])
             if enqueued is not None and len(links) < MAX_LINKS:
-                links[traceparent, tracestate] = enqueued  # type: ignore[index]
+                links[job["traceparent"], job["tracestate"]] = enqueued
     context = _ROOT if parent is None else set_span_in_context(NonRecordingSpan(parent))
     span = tracer.start_span(
         f"{operation} {queue}",
