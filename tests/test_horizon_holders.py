@@ -37,6 +37,17 @@ def _run(*command: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def _pg_ctl(data: Path, *args: str) -> None:
+    _run(str(PG_BIN / "pg_ctl"), "-D", str(data), *args)
+
+
+def _start(data: Path, port: int, *settings: str) -> None:
+    """Start the server in `data` on 127.0.0.1:`port` (its socket beside its data), with `settings`."""
+    options = [f"port={port}", "listen_addresses=127.0.0.1", f"unix_socket_directories={data.parent}"]
+    options += ["max_prepared_transactions=4", *settings]
+    _pg_ctl(data, "-o", " ".join(f"-c {o}" for o in options), "-l", f"{data}.log", "-w", "start")
+
+
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[str, str]]:
     """A primary allowing prepared transactions, and a standby streaming from it through the physical
@@ -48,44 +59,20 @@ def servers() -> Iterator[tuple[str, str]]:
         primary, standby = Path(root, "primary"), Path(root, "standby")
         ports = free_port(), free_port()
         _run(str(PG_BIN / "initdb"), "-D", str(primary), "-U", "postgres", "--auth=trust")
-        settings = f"-c port={ports[0]} -c listen_addresses=127.0.0.1 -c max_prepared_transactions=4"
-        settings += f" -c unix_socket_directories={root}"
-        _run(
-            str(PG_BIN / "pg_ctl"),
-            "-D",
-            str(primary),
-            "-o",
-            settings,
-            "-l",
-            f"{root}/primary.log",
-            "-w",
-            "start",
-        )
+        _start(primary, ports[0])
         try:
             base = ["-h", "127.0.0.1", "-p", str(ports[0]), "-U", "postgres"]
             _run(str(PG_BIN / "pg_basebackup"), *base, "-D", str(standby), "-R", "-C", "-S", "standby_slot")
-            settings = f"-c port={ports[1]} -c listen_addresses=127.0.0.1 -c hot_standby_feedback=on"
-            settings += f" -c unix_socket_directories={root} -c max_prepared_transactions=4"
-            _run(
-                str(PG_BIN / "pg_ctl"),
-                "-D",
-                str(standby),
-                "-o",
-                settings,
-                "-l",
-                f"{root}/standby.log",
-                "-w",
-                "start",
-            )
+            _start(standby, ports[1], "hot_standby_feedback=on")
             try:
                 _run("psql", *base, "-c", "CREATE DATABASE jobq")
                 dsn = f"postgresql://postgres@127.0.0.1:{ports[0]}/jobq"
                 migrations.upgrade(dsn)
                 yield dsn, f"postgresql://postgres@127.0.0.1:{ports[1]}/jobq"
             finally:
-                _run(str(PG_BIN / "pg_ctl"), "-D", str(standby), "-m", "immediate", "stop")
+                _pg_ctl(standby, "-m", "immediate", "stop")
         finally:
-            _run(str(PG_BIN / "pg_ctl"), "-D", str(primary), "-m", "immediate", "stop")
+            _pg_ctl(primary, "-m", "immediate", "stop")
 
 
 def gauge(text: str, name: str, holder: str) -> float:
