@@ -1,4 +1,4 @@
-"""Work each service process does on its own: expiring leases, pruning finished jobs, expired
+"""Work each service process does on its own: expiring leases, finished jobs' retention, expired
 idempotency keys, workers long gone and old rollups, reading the metrics' database gauges, writing the
 workers it saw lease and the rollups of what it counted (every metrics interval; with the gauges, what
 holds back vacuum and the jobs table's state), and vacuuming the jobs table where autovacuum does not
@@ -46,9 +46,15 @@ def start(db: Database) -> list[asyncio.Task]:
             log.info("returned %d expired leases", len(changed))
 
     async def prune() -> None:
-        pruned = await jobs.prune_finished(db)
-        if pruned:
-            log.info("pruned %d finished jobs past retention", pruned)
+        kept = await jobs.keep_history(db)
+        if kept.moved or kept.made or kept.dropped or kept.pruned:
+            log.info(
+                "finished jobs: %d moved to jobs_history, partitions made %s, dropped %s, %d pruned",
+                kept.moved,
+                [str(d) for d in kept.made],
+                [str(d) for d in kept.dropped],
+                kept.pruned,
+            )
         forgotten = await jobs.prune_idempotency_keys(db)
         if forgotten:
             log.info("forgot %d expired idempotency keys", forgotten)

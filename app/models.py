@@ -153,8 +153,62 @@ class Queue(Base):
     rate_counts: Mapped[list[int] | None] = mapped_column(ARRAY(Integer))
 
 
-class Job(Base):
-    """A unit of work. The table churns: fillfactor and autovacuum are tuned in the migration."""
+class JobColumns:
+    """A job's columns, as both tables that hold jobs have them: `jobs` (waiting, running and dead jobs)
+    and `jobs_history` (completed and cancelled ones, moved there by the statement that finished them:
+    app/queries.py, JOB_COLUMNS). A column added here is added to both tables, and to the `all_jobs`
+    view that unites them, in the same revision."""
+
+    queue: Mapped[str] = mapped_column(Text)
+    status: Mapped[JobStatus] = mapped_column(Text, server_default=text(f"'{JobStatus.PENDING}'"))
+    payload: Mapped[object] = mapped_column(JSONB)
+    priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))  # lower runs first
+    run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))  # leases so far
+    # NULL: the queue's max_attempts, read when it matters, so changing the queue setting applies to
+    # jobs already waiting.
+    max_attempts: Mapped[int | None] = mapped_column(Integer)
+    dedup_key: Mapped[str | None] = mapped_column(Text)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    # The latest lease's token. Kept after expiry so the last holder may still ack; cleared by nack and
+    # by dead retry, which end that lease for good.
+    lease_token: Mapped[UUID | None] = mapped_column(PG_UUID(as_uuid=True))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    worker_id: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # When the job reached a final state (completed or cancelled); retention counts from here.
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # SQS message attributes ({name: {DataType, StringValue | BinaryValue}}) of a message sent through
+    # the SQS API (app/sqs), and when SQS first handed it out (ApproximateFirstReceiveTimestamp).
+    message_attributes: Mapped[dict | None] = mapped_column(JSONB)
+    first_received_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # What the job is (send_email), for a worker to route it by; the service only stores and shows it.
+    # NULL: none given.
+    kind: Mapped[str | None] = mapped_column(Text)
+    # What the worker's ack sent (any JSON value, at most JOBQ_MAX_RESULT_BYTES encoded); NULL: none.
+    # Goes with the row at the queue's retention.
+    result: Mapped[object | None] = mapped_column(JSONB)
+    # What the worker last sent with an extend (same limit), kept after the job ends; NULL: none yet.
+    progress: Mapped[object | None] = mapped_column(JSONB)
+    # Someone waits for the job to finish (GET /jobs/{id}?wait=N): the statement that finishes it then
+    # notifies its id (queries.DONE_CHANNEL). Set by the waiter, never cleared.
+    awaited: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # What flow control groups the job by (a tenant, a customer, an SQS MessageGroupId); NULL: none.
+    key: Mapped[str | None] = mapped_column(Text)
+    # The schedule that enqueued the job, and the slot (the cron time) it was enqueued for; NULL slot:
+    # enqueued by a trigger. A slot's job is unique (uq_jobs_queue_schedule_slot).
+    schedule: Mapped[str | None] = mapped_column(Text)
+    schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The W3C trace context the job was enqueued under (its producer's span); NULL: none given.
+    traceparent: Mapped[str | None] = mapped_column(Text)
+    tracestate: Mapped[str | None] = mapped_column(Text)
+
+
+class Job(JobColumns, Base):
+    """A unit of work not finished yet: pending, running, or dead. The table churns (every row is
+    inserted, updated once or twice, and deleted when it finishes): fillfactor and autovacuum are tuned
+    in the migration."""
 
     __tablename__ = "jobs"
     __table_args__ = (
@@ -239,50 +293,25 @@ class Job(Base):
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
-    queue: Mapped[str] = mapped_column(Text)
-    status: Mapped[JobStatus] = mapped_column(Text, server_default=text(f"'{JobStatus.PENDING}'"))
-    payload: Mapped[object] = mapped_column(JSONB)
-    priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))  # lower runs first
-    run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))  # leases so far
-    # NULL: the queue's max_attempts, read when it matters, so changing the queue setting applies to
-    # jobs already waiting.
-    max_attempts: Mapped[int | None] = mapped_column(Integer)
-    dedup_key: Mapped[str | None] = mapped_column(Text)
-    last_error: Mapped[str | None] = mapped_column(Text)
-    # The latest lease's token. Kept after expiry so the last holder may still ack; cleared by nack and
-    # by dead retry, which end that lease for good.
-    lease_token: Mapped[UUID | None] = mapped_column(PG_UUID(as_uuid=True))
-    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    worker_id: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    # When the job reached a final state (completed or cancelled); retention counts from here.
-    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # SQS message attributes ({name: {DataType, StringValue | BinaryValue}}) of a message sent through
-    # the SQS API (app/sqs), and when SQS first handed it out (ApproximateFirstReceiveTimestamp).
-    message_attributes: Mapped[dict | None] = mapped_column(JSONB)
-    first_received_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # What the job is (send_email), for a worker to route it by; the service only stores and shows it.
-    # NULL: none given.
-    kind: Mapped[str | None] = mapped_column(Text)
-    # What the worker's ack sent (any JSON value, at most JOBQ_MAX_RESULT_BYTES encoded); NULL: none.
-    # Goes with the row at the queue's retention.
-    result: Mapped[object | None] = mapped_column(JSONB)
-    # What the worker last sent with an extend (same limit), kept after the job ends; NULL: none yet.
-    progress: Mapped[object | None] = mapped_column(JSONB)
-    # Someone waits for the job to finish (GET /jobs/{id}?wait=N): the statement that finishes it then
-    # notifies its id (queries.DONE_CHANNEL). Set by the waiter, never cleared.
-    awaited: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
-    # What flow control groups the job by (a tenant, a customer, an SQS MessageGroupId); NULL: none.
-    key: Mapped[str | None] = mapped_column(Text)
-    # The schedule that enqueued the job, and the slot (the cron time) it was enqueued for; NULL slot:
-    # enqueued by a trigger. A slot's job is unique (uq_jobs_queue_schedule_slot).
-    schedule: Mapped[str | None] = mapped_column(Text)
-    schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # The W3C trace context the job was enqueued under (its producer's span); NULL: none given.
-    traceparent: Mapped[str | None] = mapped_column(Text)
-    tracestate: Mapped[str | None] = mapped_column(Text)
+
+
+class JobHistory(JobColumns, Base):
+    """Completed and cancelled jobs, each moved here by the statement that finished it, until its
+    `purge_after` (its queue's retention, counted from when it finished). Partitioned by day of
+    `purge_after`: retention drops a day's partition whole (app/jobs/history.py) instead of deleting rows,
+    and the rows are written once and never updated, so the table makes no dead tuples. The partitions
+    (`jobs_history_pYYYYMMDD`, and `jobs_history_default` for a row no day's partition takes) are made by
+    the service, not by the migrations."""
+
+    __tablename__ = "jobs_history"
+    __table_args__ = (
+        # A queue's finished jobs, newest first (GET /jobs?queue=); the primary key finds one by id.
+        Index("ix_jobs_history_queue_id", "queue", "id"),
+        {"postgresql_partition_by": "RANGE (purge_after)"},
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    purge_after: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
 
 
 class Key(Base):

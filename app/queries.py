@@ -18,15 +18,20 @@ pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW
            RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE   PURGE_QUEUE, DELETE_QUEUE
 running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED                 ACK, NACK, RELEASE, EXPIRE_LEASES,
                                                                PURGE_QUEUE, DELETE_QUEUE
-completed  ACK                                                 PRUNE_FINISHED, DELETE_QUEUE
+completed  ACK                                                 PRUNE_HISTORY_DEFAULT (and partitions
+                                                               dropped: retention), DELETE_QUEUE
 dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, PURGE_DEAD_JOBS,
            (out of attempts)                                   ACK (the last holder, late), DELETE_QUEUE
-cancelled  CANCEL, CANCEL_JOBS                                 PRUNE_FINISHED, DELETE_QUEUE
+cancelled  CANCEL, CANCEL_JOBS                                 PRUNE_HISTORY_DEFAULT (and partitions
+                                                               dropped: retention), DELETE_QUEUE
 =========  ==================================================  ============================================
 
-Led out by a DELETE (PURGE_*, PRUNE_FINISHED, DELETE_QUEUE), the row is gone. EXTEND keeps a running job
-running, RUN_NOW a pending job pending. Statuses are written in the SQL as literals ('pending'): the test
-checks each is a ``JobStatus``.
+Completed and cancelled jobs live in jobq.jobs_history (see JOB_COLUMNS), the others in jobq.jobs.
+Led out by a DELETE (PURGE_*, PRUNE_HISTORY_DEFAULT, DELETE_QUEUE), or when retention drops a day's
+partition of jobs_history (app/jobs/history.py), the row is gone; MOVE_FINISHED moves finished rows
+that are still in jobq.jobs and changes no status. EXTEND keeps a running job running, RUN_NOW a pending
+job pending. Statuses are written in the SQL as literals ('pending'): the test checks each is a
+``JobStatus``.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from app.models import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION,
     DEFAULT_VISIBILITY_TIMEOUT,
+    JobHistory,
 )
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -92,6 +98,46 @@ LEASED_JOB = f"""
 # and the attempt. Cheap when tracing is off: NULL, NULL and an integer.
 TRACED = "j.traceparent, j.tracestate, j.attempts"
 TRACED_OUT = "traceparent, tracestate, attempts"
+
+# Finished jobs leave jobq.jobs: the statement that completes or cancels a job deletes it there and
+# inserts it, finished, into jobq.jobs_history, where it stays until its `purge_after`, its queue's
+# retention counted from then (a later change of the retention applies to jobs finished after it). So
+# jobq.jobs holds only pending, running and dead jobs, and stays as small as the work in flight however
+# many finished jobs are kept; jobs_history is written once per job and never updated, and retention
+# drops its partitions a day at a time (app/jobs/history.py). Statements that look a job up by id, or
+# list or count jobs of every status, read the view jobq.all_jobs, both tables in one snapshot.
+JOB_COLUMNS = tuple(c.name for c in JobHistory.__table__.columns if c.name != "purge_after")
+
+
+RETAINED = f"make_interval(secs => coalesce(r.retention, {DEFAULT_RETENTION}))"  # r: the job's queue
+
+
+def _to_history(source: str, changes: dict[str, str], finished: str = "now()", where: str = "true") -> str:
+    """An INSERT into jobq.jobs_history of the rows `m` of `source` (jobs taken out of jobq.jobs), with
+    `changes` ({column: SQL}) applied, each kept until `finished` plus its queue's retention."""
+    values = ", ".join(changes.get(c, f"m.{c}") for c in JOB_COLUMNS)
+    return f"""
+        INSERT INTO jobq.jobs_history AS j ({", ".join(JOB_COLUMNS)}, purge_after)
+        SELECT {values}, {finished} + {RETAINED}
+        FROM {source} m LEFT JOIN jobq.queues r ON r.name = m.queue
+        WHERE {where}"""
+
+
+# Jobs `taken` out of jobq.jobs, finished now: completed by ACK (with what its item sent as `acked_result`),
+# cancelled by CANCEL. And finished jobs left in jobq.jobs as they are (MOVE_FINISHED), but those past
+# their retention, which go.
+_FINISHED_NOW = {"completed_at": "now()", "updated_at": "now()"}
+_COMPLETED = _to_history(
+    "taken",
+    {"status": "'completed'", "lease_expires_at": "NULL", "result": "m.acked_result::jsonb", **_FINISHED_NOW},
+)
+_CANCELLED = _to_history("taken", {"status": "'cancelled'", **_FINISHED_NOW})
+_MOVED = _to_history(
+    "(SELECT j.* FROM jobq.jobs j JOIN doomed USING (id))",
+    {},
+    finished="m.completed_at",
+    where=f"m.completed_at + {RETAINED} > now()",
+)
 
 # Wake-ups: every statement that makes jobs ready (or schedules them) sends one NOTIFY per queue it touched,
 # not one per job: {"queue", "n": jobs made ready, "run_at": the earliest run_at, epoch seconds}. PostgreSQL
@@ -369,21 +415,24 @@ def _in_scope(column: str) -> str:
 GET_JOB = Query.define(
     "get_job",
     f"""
-    SELECT {JOB} FROM jobq.jobs j LEFT JOIN jobq.queues q ON q.name = j.queue
+    SELECT {JOB} FROM jobq.all_jobs j LEFT JOIN jobq.queues q ON q.name = j.queue
     WHERE j.id = :id AND {_in_scope("j.queue")}
     """,
 )
 
 
-# Cancel jobs that have not started (CANCEL: one, CANCEL_JOBS: the dashboard's selection). Running,
-# finished and dead jobs are left alone.
+# Cancel jobs that have not started (CANCEL: one, CANCEL_JOBS: the dashboard's selection), moving them
+# to jobq.jobs_history. Running, finished and dead jobs are left alone.
 def _cancel(which: str) -> str:
     return f"""
-    WITH cancelled AS (
-        UPDATE jobq.jobs j SET status = 'cancelled', completed_at = now(), updated_at = now()
-        FROM jobq.queues q
+    WITH taken AS (
+        DELETE FROM jobq.jobs j USING jobq.queues q
         WHERE {which} AND j.status = 'pending' AND q.name = j.queue AND {_in_scope("j.queue")}
-        RETURNING {JOB}, {_notify_done()}
+        RETURNING j.*
+    ), j AS ({_CANCELLED}
+        RETURNING j.*, {_notify_done()}
+    ), cancelled AS (
+        SELECT {JOB}, j.done FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
     ), {_notify("cancelled", f"{KEY_FREED} AND attempts > 0")}
     SELECT * FROM cancelled WHERE {NOTIFIED}
     """
@@ -718,40 +767,41 @@ def _lease_flow(rated: bool) -> str:
 LEASE_FLOW = Query.define("lease_flow", _lease_flow(rated=False))
 LEASE_FLOW_RATED = Query.define("lease_flow_rated", _lease_flow(rated=True))
 
-# Complete jobs whose latest lease token the caller holds. Accepted after the lease expired (lease expiry
-# moved the job to pending or dead but kept the token), because the work was done; refused once anyone
-# leased the job again (new token) or nack or dead retry cleared the token. Each item names its job by
-# queue and id (the queue its lease token carries: app/jobs/rows.py), as do NACK, RELEASE and EXTEND.
+# Complete jobs whose latest lease token the caller holds, moving them to jobq.jobs_history. Accepted
+# after the lease expired (lease expiry moved the job to pending or dead but kept the token), because the
+# work was done; refused once anyone leased the job again (new token) or nack or dead retry cleared the
+# token. Each item names its job by queue and id (the queue its lease token carries: app/jobs/rows.py),
+# as do NACK, RELEASE and EXTEND.
 # Each row back names the (id, token) that completed it: one statement may carry several items for one
 # job (a batch, or acks of two workers coalesced), and only the item holding that token was done by it.
 # :results holds each item's result as JSON text (NULL: none), or is NULL itself when no item has one,
 # as most acks do: unnest pads it with NULLs, so an ack without results sends and parses nothing more.
-# A repeated ack finds the job completed and changes nothing, its result included.
+# A repeated ack finds the job completed (in jobs_history) and changes nothing, its result included.
 ACK = Query.define(
     "ack",
     f"""
-    WITH acked AS (
-        UPDATE jobq.jobs j
-        SET status = 'completed', completed_at = now(), updated_at = now(), lease_expires_at = NULL,
-            result = a.result::jsonb
-        FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :results::text[])
-             AS a(id, queue, lease_token, result)
+    WITH taken AS (
+        DELETE FROM jobq.jobs j
+        USING unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :results::text[])
+              AS a(id, queue, lease_token, result)
         WHERE j.id = a.id AND j.queue = a.queue AND j.lease_token = a.lease_token
           AND j.status IN ('running', 'pending', 'dead')
-        RETURNING j.id, a.lease_token, j.queue, j.key, j.run_at, {_notify_done()}, {TRACED}
+        RETURNING j.*, a.result AS acked_result
+    ), acked AS ({_COMPLETED}
+        RETURNING j.id, j.lease_token, j.queue, j.key, j.run_at, {_notify_done()}, {TRACED}
     ), {_notify("acked", KEY_FREED)}
     SELECT id, lease_token, queue, done, {TRACED_OUT} FROM acked WHERE {NOTIFIED}
     """,
 )
 
 # The queue of each job (lease tokens issued before they named their queue: app/jobs/rows.py).
-JOB_QUEUES = Query.define("job_queues", "SELECT id, queue FROM jobq.jobs WHERE id = ANY(:ids::bigint[])")
+JOB_QUEUES = Query.define("job_queues", "SELECT id, queue FROM jobq.all_jobs WHERE id = ANY(:ids::bigint[])")
 
 # Where an ack, nack or extend changed nothing: is the job unknown (404), already completed under this
 # very token (a repeated ack, answered as success), or leased by someone else (409 lease_lost)?
 LEASE_STATUS = Query.define(
     "lease_status",
-    "SELECT id, status, lease_token FROM jobq.jobs WHERE id = ANY(:ids::bigint[])",
+    "SELECT id, status, lease_token FROM jobq.all_jobs WHERE id = ANY(:ids::bigint[])",
 )
 
 # Give jobs back after a failed attempt. Only the current holder of a running lease may.
@@ -849,24 +899,65 @@ EXPIRE_LEASES = Query.define(
     """,
 )
 
-# Retention: delete finished jobs past their queue's retention, a bounded batch per statement so no
-# delete holds many locks or a long transaction; the caller loops while batches come back full.
-PRUNE_FINISHED = Query.define(
-    "prune_finished",
-    """
+# Finished jobs still in jobq.jobs (finished before jobs_history existed, or by a replica of an older
+# release during a rolling upgrade) moved to jobs_history, kept until their completed_at plus their
+# queue's retention; those past it already are only deleted. A bounded batch per statement, so no move
+# holds many locks or a long transaction; the caller loops while batches come back full.
+MOVE_FINISHED = Query.define(
+    "move_finished",
+    f"""
     WITH doomed AS (
-        SELECT j.id FROM jobq.jobs j JOIN jobq.queues q ON q.name = j.queue
-        WHERE j.status IN ('completed', 'cancelled')
-          AND j.completed_at < now() - make_interval(secs => q.retention)
-        ORDER BY j.completed_at
+        SELECT id FROM jobq.jobs
+        WHERE status IN ('completed', 'cancelled')
+        ORDER BY completed_at
         LIMIT :batch
-        FOR UPDATE OF j SKIP LOCKED
+        FOR UPDATE SKIP LOCKED
+    ), kept AS ({_MOVED}
     )
     DELETE FROM jobq.jobs j USING doomed WHERE j.id = doomed.id
     """,
 )
 
-# Forget idempotency keys past their expires_at, a bounded batch per statement like PRUNE_FINISHED.
+# Retention in the default partition of jobs_history, which holds the finished jobs no day's partition
+# took (app/jobs/history.py): the rows past their purge_after deleted, a bounded batch per statement.
+PRUNE_HISTORY_DEFAULT = Query.define(
+    "prune_history_default",
+    """
+    WITH doomed AS (
+        SELECT id, purge_after FROM jobq.jobs_history_default
+        WHERE purge_after <= now()
+        LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM jobq.jobs_history_default h USING doomed
+    WHERE h.id = doomed.id AND h.purge_after = doomed.purge_after
+    """,
+)
+
+# The day partitions of jobs_history (named jobs_history_pYYYYMMDD, each holding the jobs whose
+# purge_after falls on that day, UTC).
+HISTORY_PARTITIONS = Query.define(
+    "history_partitions",
+    """
+    SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'jobq.jobs_history'::regclass AND c.relname ~ '^jobs_history_p[0-9]{8}$'
+    """,
+)
+
+# The days (UTC) whose partitions jobs_history needs now: for each retention in use (and the default,
+# for queues still to come), the day a job finished now is purged, and the day after (made a day ahead,
+# so a partition is there before its first job, whenever the next round runs). `today`: partitions of
+# days before it hold only jobs past their purge_after, and go whole.
+HISTORY_DAYS = Query.define(
+    "history_days",
+    f"""
+    SELECT (now() AT TIME ZONE 'UTC')::date AS today,
+           array_agg(DISTINCT (now() AT TIME ZONE 'UTC' + make_interval(secs => r, days => d))::date) AS days
+    FROM (SELECT retention FROM jobq.queues UNION SELECT {DEFAULT_RETENTION}) t(r), generate_series(0, 1) d
+    """,
+)
+
+# Forget idempotency keys past their expires_at, a bounded batch per statement like MOVE_FINISHED.
 PRUNE_IDEMPOTENCY_KEYS = Query.define(
     "prune_idempotency_keys",
     """
@@ -1005,7 +1096,7 @@ def _job_window(queue: bool, status: bool, columns: str = "j.id") -> str:
         where.append("j.queue = :queue")
     if status:
         where.append("j.status = :status")
-    return f"SELECT {columns} FROM jobq.jobs j WHERE {' AND '.join(where)} ORDER BY j.id DESC LIMIT :scan"
+    return f"SELECT {columns} FROM jobq.all_jobs j WHERE {' AND '.join(where)} ORDER BY j.id DESC LIMIT :scan"
 
 
 def _list_jobs(queue: bool, status: bool) -> Query:
@@ -1023,7 +1114,7 @@ def _list_jobs(queue: bool, status: bool) -> Query:
             ORDER BY w.id DESC
             LIMIT :limit
         ) page
-        JOIN jobq.jobs j ON j.id = page.id
+        JOIN jobq.all_jobs j ON j.id = page.id
         LEFT JOIN jobq.queues q ON q.name = j.queue
         ORDER BY j.id DESC
         """,
@@ -1115,13 +1206,14 @@ LOCK_QUEUE = Query.define(
 DELETE_QUEUE = Query.define(
     "delete_queue",
     """
-    WITH gone AS (DELETE FROM jobq.jobs WHERE queue = :queue)
+    WITH gone AS (DELETE FROM jobq.jobs WHERE queue = :queue),
+         finished AS (DELETE FROM jobq.jobs_history WHERE queue = :queue)
     DELETE FROM jobq.queues WHERE name = :queue RETURNING name
     """,
 )
 
 JOB_STATUS = Query.define(
-    "job_status", f"SELECT status FROM jobq.jobs WHERE id = :id AND {_in_scope('queue')}"
+    "job_status", f"SELECT status FROM jobq.all_jobs WHERE id = :id AND {_in_scope('queue')}"
 )
 
 # Per-queue counts. `pending` is ready now; `scheduled` waits for a future run_at (both are state pending).
@@ -1146,7 +1238,7 @@ QUEUE_STATS = Query.define(
                count(*) FILTER (WHERE status = 'dead') AS dead,
                count(*) FILTER (WHERE status = 'completed') AS completed,
                min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()) AS oldest_ready
-        FROM jobq.jobs
+        FROM jobq.all_jobs
         WHERE status <> 'cancelled' AND (:queue::text IS NULL OR queue = :queue::text)
           AND {_in_scope("queue")}
         GROUP BY queue
@@ -1566,8 +1658,11 @@ NEXT_DUE = Query.define(
 )
 
 # The job of each slot of :slots (a NULL slot: a trigger), from the schedule's settings, its queue locked
-# and created on first use as every enqueue does. A slot that has its job already (uq_jobs_schedule_slot,
-# uq_jobs_queue_schedule_slot: no arbiter is named, so either serves) gets no second one.
+# and created on first use as every enqueue does. A slot whose job is still in jobq.jobs
+# (uq_jobs_schedule_slot, uq_jobs_queue_schedule_slot: no arbiter is named, so either serves) gets no
+# second one; once that job finished it is in jobs_history, which these indexes do not cover, but a slot
+# is fired once all the same: it is fired under the schedule's row lock, which moves next_run_at past it
+# in the same transaction (app/jobs/schedules.py).
 FIRE_SCHEDULE = Query.define(
     "fire_schedule",
     f"""

@@ -1,12 +1,15 @@
-"""Soak: minutes of steady mixed load at about half the measured maximum, watched over time.
+"""Soak: minutes of steady mixed load, watched over time.
 
-    .venv/bin/python bench/soak.py [--minutes 5] [--rate 300]
+    make soak            (or: .venv/bin/python bench/soak.py [--minutes 30] [--rate 1000])
 
 Producers enqueue `rate` jobs a second (single and batch), workers lease and ack them (5 % are "lost"
-by their worker and come back after a 2 s lease), retention is 30 s so pruning runs all along. Every
-`--every` seconds it records the service's RSS, the p50/p99 of enqueue and the p99 of ack latency in that window,
-the jobs table's and indexes' size, and the backlog. At the end every job that got a 2xx must be
-completed or still pending, and none lost. Results: a table here, JSON in bench/results/soak.json.
+by their worker and come back after a 2 s lease), retention is 30 s so retention runs all along. Every
+`--every` seconds it records the service's RSS, the p50/p99 of enqueue and the p99 of lease (claims
+that found jobs) and ack latency in that window, the hot table's size against its live rows', its
+indexes' size, backlog, dead tuples and autovacuums, and jobs_history's size. At the end every job that
+got a 2xx must be completed or still pending, and none lost; and the verdict: the hot table under 2 x
+its live rows, the lease p99 of the last minute within 1.2 x the first's. Results: a table here, JSON in
+bench/results/soak.json.
 """
 
 from __future__ import annotations
@@ -14,12 +17,41 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import time
 
 import asyncpg
 import httpx
 import served
 from common import Service, fresh_database, percentile, write_results
+
+# The hot table (jobq.jobs: pending, running and dead jobs): its size, its live rows' size (what it would
+# take packed), its indexes' size, its backlog, dead tuples and autovacuums; and jobs_history's size.
+SIZES = """
+    SELECT pg_table_size('jobq.jobs') AS t, pg_indexes_size('jobq.jobs') AS i,
+           (SELECT coalesce(sum(pg_column_size(j.*)), 0) FROM jobq.jobs j) AS rows,
+           (SELECT count(*) FROM jobq.jobs WHERE status IN ('pending', 'running')) AS backlog,
+           s.n_dead_tup AS dead, s.autovacuum_count AS vacuums,
+           (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0) FROM pg_inherits i
+            WHERE i.inhparent = 'jobq.jobs_history'::regclass) AS history
+    FROM pg_stat_user_tables s WHERE s.relid = 'jobq.jobs'::regclass
+"""
+
+
+def verdict(samples: list[dict]) -> dict:
+    """What issue-sized soaks are judged by: the hot table at the end against its live rows, and the
+    claim's p99 over the last minute against the first (medians of the samples in each)."""
+    per_minute = max(1, round(60 / (samples[1]["t"] - samples[0]["t"]))) if len(samples) > 1 else 1
+    first, last = samples[:per_minute], samples[-per_minute:]
+    end = samples[-1]
+    return {
+        "hot_table_vs_live_rows": round(end["table_mb"] / max(end["rows_mb"], 0.01), 2),
+        "lease_p99_last_vs_first_minute": round(
+            statistics.median(s["lease_p99_ms"] for s in last)
+            / statistics.median(s["lease_p99_ms"] for s in first),
+            2,
+        ),
+    }
 
 
 async def main(minutes: float, rate: int, every: float) -> None:
@@ -36,7 +68,7 @@ async def main(minutes: float, rate: int, every: float) -> None:
         stop = asyncio.Event()
         enqueued: set[int] = set()
         acked: set[int] = set()
-        lat = {"enqueue": [], "ack": []}
+        lat = {"enqueue": [], "lease": [], "ack": []}
 
         async def producer(http: served.Session) -> None:
             n = 0
@@ -59,9 +91,12 @@ async def main(minutes: float, rate: int, every: float) -> None:
 
         async def worker(http: served.Session) -> None:
             while not stop.is_set():
+                started = time.perf_counter()
                 jobs = (
                     await served.post(http, f"{url}/lease", {"queue": "soak", "max_jobs": 10, "wait": 1})
                 )["jobs"]
+                if jobs:  # a claim; a long-poll that found nothing waited for work, not for the claim
+                    lat["lease"].append(time.perf_counter() - started)
                 items = [
                     {"id": j["id"], "lease_token": j["lease_token"]} for j in jobs if random.random() > 0.05
                 ]
@@ -77,44 +112,43 @@ async def main(minutes: float, rate: int, every: float) -> None:
             tasks += [asyncio.create_task(worker(http)) for _ in range(8)]
             started = time.perf_counter()
             print(
-                f"{'t s':>5} {'RSS MB':>7} {'enq p99 ms':>10} {'ack p99 ms':>12} {'table MB':>9} {'index MB':>9} {'backlog':>8} {'live':>7} {'dead':>7} {'vacuums':>7}"
+                f"{'t s':>5} {'RSS MB':>7} {'enq p99':>8} {'lease p99':>9} {'ack p99':>8} {'hot MB':>7}"
+                f" {'rows MB':>7} {'index MB':>8} {'backlog':>7} {'dead':>7} {'vacuums':>7} {'history MB':>10}"
             )
             while time.perf_counter() - started < minutes * 60:
                 await asyncio.sleep(every)
                 window = {k: v[:] for k, v in lat.items()}
                 for v in lat.values():
                     v.clear()
-                sizes = await conn.fetchrow(
-                    "SELECT pg_table_size('jobq.jobs') AS t, pg_indexes_size('jobq.jobs') AS i,"
-                    " (SELECT count(*) FROM jobq.jobs WHERE status IN ('pending', 'running')) AS backlog,"
-                    " s.n_live_tup AS live, s.n_dead_tup AS dead, s.autovacuum_count AS vacuums"
-                    " FROM pg_stat_user_tables s WHERE s.relid = 'jobq.jobs'::regclass"
-                )
+                sizes = await conn.fetchrow(SIZES)
                 sample = {
                     "t": round(time.perf_counter() - started),
                     "rss_mb": round(service.rss_mb(), 1),
                     "enqueue_p50_ms": round(percentile(window["enqueue"], 50) * 1000, 1),
                     "enqueue_p99_ms": round(percentile(window["enqueue"], 99) * 1000, 1),
+                    "lease_p99_ms": round(percentile(window["lease"], 99) * 1000, 1),
                     "ack_p99_ms": round(percentile(window["ack"], 99) * 1000, 1),
-                    "table_mb": round(sizes["t"] / 2**20, 1),
-                    "index_mb": round(sizes["i"] / 2**20, 1),
+                    "table_mb": round(sizes["t"] / 2**20, 2),
+                    "rows_mb": round(sizes["rows"] / 2**20, 2),
+                    "index_mb": round(sizes["i"] / 2**20, 2),
                     "backlog": sizes["backlog"],
-                    "live_rows": sizes["live"],
                     "dead_rows": sizes["dead"],
                     "autovacuums": sizes["vacuums"],
+                    "history_mb": round(sizes["history"] / 2**20, 1),
                 }
                 samples.append(sample)
                 print(
-                    f"{sample['t']:5} {sample['rss_mb']:7} {sample['enqueue_p99_ms']:10} {sample['ack_p99_ms']:12}"
-                    f" {sample['table_mb']:9} {sample['index_mb']:9} {sample['backlog']:8}"
-                    f" {sample['live_rows']:7} {sample['dead_rows']:7} {sample['autovacuums']:7}"
+                    f"{sample['t']:5} {sample['rss_mb']:7} {sample['enqueue_p99_ms']:8} {sample['lease_p99_ms']:9}"
+                    f" {sample['ack_p99_ms']:8} {sample['table_mb']:7} {sample['rows_mb']:7}"
+                    f" {sample['index_mb']:8} {sample['backlog']:7} {sample['dead_rows']:7}"
+                    f" {sample['autovacuums']:7} {sample['history_mb']:10}"
                 )
             stop.set()
             await asyncio.gather(*tasks)
 
         # Nothing lost: every job a producer was told about is still in the table, or was acked (only
         # completed jobs are pruned, after their retention).
-        rows = await conn.fetch("SELECT id, status FROM jobq.jobs WHERE queue = 'soak'")
+        rows = await conn.fetch("SELECT id, status FROM jobq.all_jobs WHERE queue = 'soak'")
         status = {r["id"]: r["status"] for r in rows}
         pruned = [i for i in enqueued if i not in status]
         lost = [i for i in pruned if i not in acked]
@@ -128,8 +162,12 @@ async def main(minutes: float, rate: int, every: float) -> None:
         "lost": len(lost),
         "dead_or_cancelled": len(wrong),
         "samples": samples,
-    }
+    } | verdict(samples)
     print(f"enqueued {len(enqueued)}, pruned after completion {len(pruned)}, lost {len(lost)}")
+    print(
+        f"hot table {result['hot_table_vs_live_rows']} x its live rows (< 2);"
+        f" lease p99 last minute {result['lease_p99_last_vs_first_minute']} x the first (<= 1.2)"
+    )
     print("written to", write_results("soak", result))
 
 
@@ -137,8 +175,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--minutes", type=float, default=5)
-    parser.add_argument("--rate", type=int, default=300, help="jobs enqueued per second")
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--rate", type=int, default=1000, help="jobs enqueued per second")
     parser.add_argument("--every", type=float, default=15, help="seconds between samples")
     args = parser.parse_args()
     asyncio.run(main(args.minutes, args.rate, args.every))

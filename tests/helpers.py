@@ -24,6 +24,8 @@ from tests.waiting import quiet, until
 # A test-only trigger that records every status change of every job, in the order the statements ran
 # (`seq`), with the start of the statement that made it (`at`, statement_timestamp(): the clock a claim's
 # rate windows use, app/queries.py WINDOW_CLOCK). Installed in a test's database; read from public.history.
+# A job that leaves jobq.jobs (completed or cancelled, moved to jobs_history; or deleted) is recorded
+# with `new` = 'gone'.
 STATUS_HISTORY = """
 CREATE TABLE public.history (
     seq bigserial PRIMARY KEY, job bigint, queue text, key text, old text, new text,
@@ -31,13 +33,16 @@ CREATE TABLE public.history (
 );
 CREATE FUNCTION public.record() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.status IS DISTINCT FROM OLD.status THEN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO public.history (job, queue, key, old, new)
+        VALUES (OLD.id, OLD.queue, OLD.key, OLD.status, 'gone');
+    ELSIF NEW.status IS DISTINCT FROM OLD.status THEN
         INSERT INTO public.history (job, queue, key, old, new)
         VALUES (NEW.id, NEW.queue, NEW.key, OLD.status, NEW.status);
     END IF;
-    RETURN NEW;
+    RETURN NULL;
 END $$;
-CREATE TRIGGER record AFTER UPDATE ON jobq.jobs FOR EACH ROW EXECUTE FUNCTION public.record();
+CREATE TRIGGER record AFTER UPDATE OR DELETE ON jobq.jobs FOR EACH ROW EXECUTE FUNCTION public.record();
 """
 
 PROBLEM_KEYS = {"type", "title", "status", "detail", "code"}
@@ -123,14 +128,15 @@ async def make_dead(client: httpx.AsyncClient, queue: str = "q", error: str = "b
 # --- the database, read directly --------------------------------------------------------------------
 
 
-async def count(db: asyncpg.Connection, where: str = "TRUE", *args: Any, table: str = "jobs") -> int:
-    """Rows of a jobq table (jobs unless `table` says) that match `where`, with `args` as $1, $2 ..."""
+async def count(db: asyncpg.Connection, where: str = "TRUE", *args: Any, table: str = "all_jobs") -> int:
+    """Rows of a jobq table or view (all_jobs unless `table` says) that match `where`, with `args` as $1,
+    $2 ..."""
     return await db.fetchval(f"SELECT count(*) FROM jobq.{table} WHERE {where}", *args)
 
 
 async def row(db: asyncpg.Connection, job_id: int) -> asyncpg.Record | None:
     """The job's row, every column."""
-    return await db.fetchrow("SELECT * FROM jobq.jobs WHERE id = $1", job_id)
+    return await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", job_id)
 
 
 async def db_now(db: asyncpg.Connection) -> datetime:
@@ -140,7 +146,7 @@ async def db_now(db: asyncpg.Connection) -> datetime:
 
 async def status_of(db: asyncpg.Connection, job_id: int) -> str | None:
     """The job's status; None once the row is gone."""
-    return await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job_id)
+    return await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job_id)
 
 
 @asynccontextmanager
@@ -169,5 +175,5 @@ async def assert_nothing_stranded(
     async with AsyncClient(service.url, token=token) as client:
         job = await client.enqueue(queue, "after the stop")
     await until(quiet(service))
-    rows = await db.fetch("SELECT id, status, attempts FROM jobq.jobs")
+    rows = await db.fetch("SELECT id, status, attempts FROM jobq.all_jobs")
     assert {r["id"]: (r["status"], r["attempts"]) for r in rows} == {job.id: ("pending", 0)}

@@ -32,7 +32,7 @@ async def test_no_token_is_401_and_changes_nothing(secured, db):
     ):
         assert_refused(r, 401, "unauthorized")
         assert r.headers["www-authenticate"].startswith("Bearer")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_wrong_token_and_wrong_scheme_are_401(secured):
@@ -57,7 +57,7 @@ async def test_roles(secured, db):
     assert_refused(await secured.get("/queues", headers=producer), 403, "forbidden")
     assert_refused(await secured.get("/dead", headers=worker), 403, "forbidden")
     assert_refused(await secured.delete(f"/jobs/{job_id}", headers=producer), 403, "forbidden")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 2  # the refused enqueue left nothing
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 2  # the refused enqueue left nothing
 
     # Both producers and workers read jobs.
     assert (await secured.get(f"/jobs/{job_id}", headers=producer)).status_code == 200
@@ -66,7 +66,7 @@ async def test_roles(secured, db):
     (job,) = (await secured.post("/lease", json={"queue": "q"}, headers=worker)).json()["jobs"]
     ack = {"id": job["id"], "lease_token": job["lease_token"]}
     assert_refused(await secured.post("/ack", json=ack, headers=producer), 403, "forbidden")
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job["id"]) == "running"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job["id"]) == "running"
     assert (await secured.post("/ack", json=ack, headers=worker)).status_code == 200
 
     # Admin does everything.

@@ -41,10 +41,12 @@ async def test_lease_expiry_with_three_replicas(start_service, db):
             want = "pending" if attempt == 1 else "dead"
 
             async def all_expired() -> bool:
-                return await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = $1", want) == total
+                return (
+                    await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = $1", want) == total
+                )
 
             await _until(all_expired)
-            rows = await db.fetch("SELECT attempts, last_error FROM jobq.jobs")
+            rows = await db.fetch("SELECT attempts, last_error FROM jobq.all_jobs")
             assert len(rows) == total
             assert {r["attempts"] for r in rows} == {attempt}
             assert all(

@@ -88,7 +88,7 @@ async def test_celery_tasks_through_jobq(start_service, database_url, db):
         # Three messages (the retry is a new one), each received once and deleted after its task ran
         # (task_acks_late).
         await until(equals(states(db, "celery-tasks"), {"completed": 3}), timeout=10)
-        assert await db.fetchval("SELECT array_agg(attempts) FROM jobq.jobs") == [1, 1, 1]
+        assert await db.fetchval("SELECT array_agg(attempts) FROM jobq.all_jobs") == [1, 1, 1]
     finally:
         stop(worker)
 
@@ -137,7 +137,9 @@ async def test_celery_on_a_fifo_queue_runs_each_group_in_order(start_service, da
             assert [(r["attempt"], r["outcome"].split()[1]) for r in rows] == [
                 (n, moment) for n in range(steps) for moment in ("start", "end")
             ]
-        assert await db.fetchval("SELECT array_agg(DISTINCT key ORDER BY key) FROM jobq.jobs") == list(groups)
+        assert await db.fetchval("SELECT array_agg(DISTINCT key ORDER BY key) FROM jobq.all_jobs") == list(
+            groups
+        )
         await until(equals(states(db, "celery-tasks.fifo"), {"completed": len(groups) * steps}), timeout=10)
         kept = await db.fetchval("SELECT sqs_attributes FROM jobq.queues WHERE name = 'celery-tasks.fifo'")
         assert json.loads(kept)["FifoQueue"] == "true"

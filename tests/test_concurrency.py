@@ -102,7 +102,7 @@ async def check_drained(db, queue: str, ids: list[int], ledger: Ledger) -> None:
     assert set(ledger.acked) == set(ids) and set(ledger.acked.values()) == {1}
     assert len({w for _, _, w in ledger.deliveries}) > 1  # the work was actually shared
     rows = await db.fetch(
-        "SELECT status, attempts, count(*) AS n, count(completed_at) AS done FROM jobq.jobs"
+        "SELECT status, attempts, count(*) AS n, count(completed_at) AS done FROM jobq.all_jobs"
         " WHERE queue = $1 GROUP BY status, attempts",
         queue,
     )
@@ -110,7 +110,7 @@ async def check_drained(db, queue: str, ids: list[int], ledger: Ledger) -> None:
         ("completed", 1, len(ids), len(ids))
     ]
     tokens = await db.fetch(
-        "SELECT id, lease_token::text || '.' || queue AS t FROM jobq.jobs WHERE queue = $1", queue
+        "SELECT id, lease_token::text || '.' || queue AS t FROM jobq.all_jobs WHERE queue = $1", queue
     )
     assert {(r["id"], r["t"]) for r in tokens} == {(job_id, token) for job_id, token, _ in ledger.deliveries}
 
@@ -142,7 +142,7 @@ async def test_concurrent_enqueues_with_same_dedup_key_create_one_job(client, db
     assert created["duplicate"] is False
     assert all(b["duplicate"] is True for r, b in zip(answers, bodies, strict=False) if r.status_code == 200)
     assert all(b["payload"] == created["payload"] and b["dedup_key"] == "same" for b in bodies)
-    rows = await db.fetch("SELECT id, status, payload FROM jobq.jobs WHERE queue = 'dedup'")
+    rows = await db.fetch("SELECT id, status, payload FROM jobq.all_jobs WHERE queue = 'dedup'")
     assert [(r["id"], r["status"]) for r in rows] == [(created["id"], "pending")]
 
 
@@ -170,5 +170,7 @@ async def test_waiting_leases_each_get_a_different_job(client, db, service):
     assert [len(jobs) for jobs, _ in done] == [1] * callers
     assert len({job["lease_token"] for jobs, _ in done for job in jobs}) == total
     assert max(at for _, at in done) - enqueued_at < 5  # woken, not timed out
-    rows = await db.fetch("SELECT status, attempts, count(*) AS n FROM jobq.jobs GROUP BY status, attempts")
+    rows = await db.fetch(
+        "SELECT status, attempts, count(*) AS n FROM jobq.all_jobs GROUP BY status, attempts"
+    )
     assert [(r["status"], r["attempts"], r["n"]) for r in rows] == [("running", 1, total)]

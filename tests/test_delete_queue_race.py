@@ -16,7 +16,7 @@ from waiting import until
 pytestmark = pytest.mark.anyio
 
 ORPHANS = (
-    "SELECT count(*) FROM jobq.jobs j WHERE NOT EXISTS (SELECT FROM jobq.queues q WHERE q.name = j.queue)"
+    "SELECT count(*) FROM jobq.all_jobs j WHERE NOT EXISTS (SELECT FROM jobq.queues q WHERE q.name = j.queue)"
 )
 WAITING = (
     "SELECT count(*) FROM pg_stat_activity"
@@ -59,7 +59,7 @@ async def test_delete_queue_waits_for_an_enqueue_in_flight(service, db, database
         after = await later
         assert after.status_code == 201
         assert await db.fetchval(ORPHANS) == 0
-        assert await db.fetchval("SELECT array_agg(payload #>> '{}') FROM jobq.jobs") == ["after"]
+        assert await db.fetchval("SELECT array_agg(payload #>> '{}') FROM jobq.all_jobs") == ["after"]
         assert await leasable(http, "doomed") == {after.json()["id"]}
 
 
@@ -107,7 +107,9 @@ async def test_many_enqueues_racing_deletes_leave_no_orphan(service, db, databas
             stop.set()
             await asyncio.gather(*producers)
             assert await db.fetchval(ORPHANS) == 0
-            existing = {r["id"] for r in await db.fetch("SELECT id FROM jobq.jobs WHERE queue = $1", queue)}
+            existing = {
+                r["id"] for r in await db.fetch("SELECT id FROM jobq.all_jobs WHERE queue = $1", queue)
+            }
             after_delete = {i for started, ids in enqueued if started > deleted_at for i in ids}
             assert after_delete <= existing
             assert await leasable(http, queue) == existing

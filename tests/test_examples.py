@@ -63,7 +63,7 @@ def stop(process: subprocess.Popen) -> tuple[int, str, float]:
 
 def by_id(db):
     async def query() -> dict[int, tuple[str, int]]:
-        return {r["id"]: (r["status"], r["attempts"]) for r in await db.fetch("SELECT * FROM jobq.jobs")}
+        return {r["id"]: (r["status"], r["attempts"]) for r in await db.fetch("SELECT * FROM jobq.all_jobs")}
 
     return query
 
@@ -91,7 +91,7 @@ async def test_node_worker(service, db):
         status, output, took = stop(worker)
     assert status == 0 and took < 2, output  # a waiting long-poll is abandoned at once
 
-    errors = dict(await db.fetch("SELECT id, last_error FROM jobq.jobs"))
+    errors = dict(await db.fetch("SELECT id, last_error FROM jobq.all_jobs"))
     assert errors[failing.id].startswith("Error: no such mailbox\n    at handle (file://")
     assert errors[slow.id] is None  # never expired
     assert (
@@ -146,7 +146,7 @@ async def test_shell_producer_and_worker(service, db):
         status, output, took = stop(worker)
     assert status == 0 and took < 2, output
 
-    error = await db.fetchval("SELECT last_error FROM jobq.jobs WHERE id = $1", failing)
+    error = await db.fetchval("SELECT last_error FROM jobq.all_jobs WHERE id = $1", failing)
     assert error == f'exit status 3\nattempt 2 of job {failing}: {{"fail":true}}\ncannot do it'
     assert f"attempt 1 of job {ok}: " + json.dumps({"n": 1}, separators=(",", ":")) in output
     assert f"job {flaky} failed with exit status 1" in output and f"job {flaky} done" in output

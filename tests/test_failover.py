@@ -285,14 +285,14 @@ async def test_failover_loses_no_acknowledged_enqueue_or_ack(cluster, start_serv
         db = await asyncpg.connect(cluster.dsn)
         try:
             await until(
-                lambda: db.fetchval("SELECT count(*) = 0 FROM jobq.jobs WHERE status <> 'completed'"),
+                lambda: db.fetchval("SELECT count(*) = 0 FROM jobq.all_jobs WHERE status <> 'completed'"),
                 timeout=60,
             )
             stop_working.set()
             await asyncio.gather(*tasks)
             # Every job, also those whose enqueue was answered 503 after its commit (a 503 without
             # `nothing_done` may follow one): workers lease and ack those too.
-            rows = await db.fetch("SELECT id, status FROM jobq.jobs WHERE queue = 'ha'")
+            rows = await db.fetch("SELECT id, status FROM jobq.all_jobs WHERE queue = 'ha'")
         finally:
             await db.close()
     statuses = {row["id"]: row["status"] for row in rows}

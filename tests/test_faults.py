@@ -72,7 +72,7 @@ class Ledger:
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             while True:
                 left = await db.fetchval(
-                    "SELECT count(*) FROM jobq.jobs WHERE queue = $1 AND status <> 'completed'", queue
+                    "SELECT count(*) FROM jobq.all_jobs WHERE queue = $1 AND status <> 'completed'", queue
                 )
                 if left == 0:
                     break
@@ -81,7 +81,7 @@ class Ledger:
                 items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in r.json()["jobs"]]
                 if items:
                     await http.post("/ack/batch", json={"items": items})
-        rows = await db.fetch("SELECT id, status FROM jobq.jobs WHERE queue = $1", queue)
+        rows = await db.fetch("SELECT id, status FROM jobq.all_jobs WHERE queue = $1", queue)
         status = {r["id"]: r["status"] for r in rows}
         assert self.enqueued, "the load produced nothing"
         assert self.enqueued <= status.keys(), "an enqueue that got a 2xx is missing"
@@ -164,7 +164,7 @@ async def test_a_worker_that_dies_mid_job_gets_it_redelivered(client, db):
     assert (
         await client.post("/ack", json={"id": again["id"], "lease_token": again["lease_token"]})
     ).status_code == 200
-    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs")
+    row = await db.fetchrow("SELECT status, attempts FROM jobq.all_jobs")
     assert (row["status"], row["attempts"]) == ("completed", 2)
 
 
@@ -197,9 +197,9 @@ async def test_sql_injection_in_every_string_field_is_stored_or_refused(client, 
         bogus = await client.post("/ack", json={"id": leased["id"], "lease_token": attack})
         assert bogus.status_code == 409
         row = await db.fetchrow(
-            "SELECT payload, dedup_key, last_error FROM jobq.jobs WHERE id = $1", job["id"]
+            "SELECT payload, dedup_key, last_error FROM jobq.all_jobs WHERE id = $1", job["id"]
         )
         assert (row["dedup_key"], row["last_error"]) == (attack, attack)
         assert (await client.get("/dead", params={"queue": attack})).status_code == 422
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == len(INJECTIONS)
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == len(INJECTIONS)
     assert await db.fetchval("SELECT count(*) FROM jobq.queues") == 1

@@ -69,7 +69,7 @@ async def stale_and_current(client: httpx.AsyncClient, db, queue: str) -> tuple[
     token, now stale, the second worker's, current)."""
     (job_id,) = await enqueue_many(client, queue, 1)
     (first,) = await lease(client, queue, visibility_timeout=0.05)
-    await until(lambda: db.fetchval("SELECT status = 'pending' FROM jobq.jobs WHERE id = $1", job_id))
+    await until(lambda: db.fetchval("SELECT status = 'pending' FROM jobq.all_jobs WHERE id = $1", job_id))
     (second,) = await lease(client, queue)
     assert second["id"] == job_id
     return job_id, first["lease_token"], second["lease_token"]
@@ -78,7 +78,7 @@ async def stale_and_current(client: httpx.AsyncClient, db, queue: str) -> tuple[
 async def job_row(db, job_id: int):
     return await db.fetchrow(
         "SELECT status, attempts, lease_token::text || '.' || queue AS lease_token, last_error"
-        " FROM jobq.jobs WHERE id = $1",
+        " FROM jobq.all_jobs WHERE id = $1",
         job_id,
     )
 
@@ -173,7 +173,7 @@ async def test_the_same_token_twice_in_one_batch(client, db):
     mine = [item(released["id"], released["lease_token"])] * 2
     r = await client.post("/release", json={"items": mine})
     assert r.json()["results"] == [{"id": released["id"], "ok": True}, {"id": released["id"], **LOST}]
-    statuses = {r["id"]: r["status"] for r in await db.fetch("SELECT id, status FROM jobq.jobs")}
+    statuses = {r["id"]: r["status"] for r in await db.fetch("SELECT id, status FROM jobq.all_jobs")}
     assert statuses == {acked["id"]: "completed", nacked["id"]: "pending", released["id"]: "pending"}
 
 
@@ -249,7 +249,7 @@ async def test_nacks_with_lone_surrogates_are_cleaned_and_spoil_no_neighbour(sta
     assert [r.status_code for r in [first, *answers]] == [200] * 20, [
         r.text for r in answers if r.status_code != 200
     ]
-    rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.jobs")
+    rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.all_jobs")
     assert {(r["status"], r["attempts"]) for r in rows} == {("pending", 1)}
     cleaned = {
         job_id: text.replace("\udce9", "\ufffd").replace("\ud800", "\ufffd")
@@ -276,10 +276,12 @@ async def test_a_lease_postgresql_refuses_fails_alone(start_service, database_ur
     assert_problem(answers[2], 422, "validation_error")
     got = [j["id"] for r in (first, *answers) if r.status_code == 200 for j in r.json()["jobs"]]
     assert len(got) == len(set(got)) == 5
-    rows = await db.fetch("SELECT id, worker_id FROM jobq.jobs WHERE status = 'running'")
+    rows = await db.fetch("SELECT id, worker_id FROM jobq.all_jobs WHERE status = 'running'")
     assert {r["id"] for r in rows} == set(got)
     assert sorted(r["worker_id"] for r in rows) == ["w0", "w1", "w2", "w3", "w4"]
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'pending' AND attempts = 0") == 5
+    assert (
+        await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'pending' AND attempts = 0") == 5
+    )
 
 
 async def test_an_enqueue_postgresql_refuses_fails_alone(start_service, database_url, db):
@@ -297,7 +299,7 @@ async def test_an_enqueue_postgresql_refuses_fails_alone(start_service, database
     assert [r.status_code for r in [first, *answers]] == [201, 201, 201, 422, 201, 422, 201]
     assert_problem(answers[2], 422, "validation_error")
     assert_problem(answers[4], 422, "validation_error")
-    stored = await db.fetch("SELECT payload FROM jobq.jobs ORDER BY id")
+    stored = await db.fetch("SELECT payload FROM jobq.all_jobs ORDER BY id")
     assert sorted(json.loads(r["payload"])["n"] for r in stored) == [0, 1, 2, 4, 6]
 
 
@@ -328,7 +330,7 @@ async def test_acks_and_nacks_a_driver_refuses_fail_alone(kind, local_db, databa
     assert isinstance(answers[2], asyncpg.DataError), answers[2]
     assert [a["ok"] for k, a in enumerate(answers) if k != 2] == [True] * 4
     expected = "completed" if kind == "ack" else "pending"
-    assert await db.fetchval("SELECT array_agg(DISTINCT status) FROM jobq.jobs") == [expected]
+    assert await db.fetchval("SELECT array_agg(DISTINCT status) FROM jobq.all_jobs") == [expected]
 
 
 # --- point 8 (server half): retry alone only what provably did not commit -------------------------
@@ -394,7 +396,7 @@ async def test_a_shared_enqueue_cut_after_commit_is_not_inserted_again(start_ser
         service.stop()
         proxy.stop()
     assert proxy.cut_done.is_set() and proxy.cut_after_commit
-    rows = await db.fetch("SELECT id, payload FROM jobq.jobs")
+    rows = await db.fetch("SELECT id, payload FROM jobq.all_jobs")
     stored = Counter(json.loads(r["payload"])["n"] for r in rows)
     assert stored == Counter(range(20)), stored  # each once: the committed statement was not repeated
     ids = {json.loads(r["payload"])["n"]: r["id"] for r in rows}
@@ -452,4 +454,4 @@ async def test_a_shared_enqueue_whose_backend_is_terminated_is_not_retried(start
     assert first.status_code == 201
     for r in answers:
         assert_problem(r, 503, "unavailable")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'b'") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE queue = 'b'") == 0

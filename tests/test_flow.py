@@ -64,7 +64,8 @@ async def ack(http, job, **body):
 
 async def running_per_key(db, queue="f") -> dict[str, int]:
     rows = await db.fetch(
-        "SELECT key, count(*) AS n FROM jobq.jobs WHERE queue = $1 AND status = 'running' GROUP BY key", queue
+        "SELECT key, count(*) AS n FROM jobq.all_jobs WHERE queue = $1 AND status = 'running' GROUP BY key",
+        queue,
     )
     return {r["key"]: r["n"] for r in rows}
 

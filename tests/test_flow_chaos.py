@@ -48,7 +48,7 @@ async def run_chaos(database_url, tmp_path, *, limit: int, keys: int, per_key: i
                 assert r.status_code == 201, r.text
 
         async def completed() -> int:
-            return await conn.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'completed'")
+            return await conn.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'completed'")
 
         async def work(n: int) -> None:
             alive = [0, 1] if n % 2 == 0 else [1, 0]

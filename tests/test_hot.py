@@ -88,7 +88,7 @@ UNKNOWN_LEASE = {"id": 424242, "lease_token": "0b7e4a5c-1a2b-4c3d-8e9f-012345678
 )
 async def test_answers_agree(client, db, path, body, status):
     assert (await both_ways(client, path, body)).status_code == status
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_a_body_the_hot_parser_refuses_is_still_taken(client, db):
@@ -103,7 +103,7 @@ async def test_a_body_the_hot_parser_refuses_is_still_taken(client, db):
         k: v for k, v in routed.json().items() if k not in strip
     }
     assert json.loads(hot.text)["payload"]["n"] == 2**70
-    rows = await db.fetch("SELECT payload::text FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT payload::text FROM jobq.all_jobs ORDER BY id")
     assert rows[0][0] == rows[1][0]
 
 
@@ -111,7 +111,7 @@ async def test_no_content_type_goes_to_fastapi(client, db):
     r = await client.post("/jobs", content=b'{"queue": "q", "payload": 1}')
     routed = await client.post("/jobs", content=b'{"queue": "q", "payload": 1}', headers={"content-type": ""})
     assert r.status_code == routed.status_code == 422
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_roles_are_checked_alike(start_service):
@@ -143,7 +143,7 @@ async def test_queues_are_checked_alike(start_service, db):
         ):
             r = await both_ways(http, path, body, **auth)
             assert r.status_code == 403 and r.json()["allowed_queues"] == ["mine-*"], (path, r.text)
-        assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'pending'") == 1
+        assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'pending'") == 1
         for headers in (HOT, ROUTED):
             r = await http.post("/jobs", content=b'{"queue": "mine-1", "payload": 1}', headers=headers | auth)
             assert r.status_code == 201, r.text

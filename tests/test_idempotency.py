@@ -21,6 +21,7 @@ from waiting import until
 
 from app import jobs
 from app.jobs.idempotency import keyed
+from app.queries import QUEUE_LOCK_CLASS
 from jobq import AsyncClient, RetryPolicy, Unavailable
 from jobq.cli import cli
 
@@ -150,17 +151,14 @@ async def test_concurrent_requests_with_one_key_insert_once(client, db):
     """Requests with one key in flight together: the first inserts, the others wait for its commit and
     answer as it did, whether they ran as statements of their own or shared one."""
     job = {"queue": "mail", "payload": 1}
-    waiting = (
-        "SELECT count(*) FROM pg_stat_activity"
-        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    )
+    waiting = PARKED
 
     def post() -> asyncio.Task:
         return asyncio.create_task(client.post("/jobs", json=job, headers=key("together")))
 
     async with db.transaction():
         # Park every keyed statement before it inserts anything.
-        await db.execute("LOCK TABLE jobq.idempotency_keys IN SHARE MODE")
+        await db.execute(PARK)
         calls = [post()]
         await until(lambda: equals_async(db.fetchval(waiting), 1))
         # A second statement starts while the first is in flight, with whichever of these are queued.
@@ -172,6 +170,17 @@ async def test_concurrent_requests_with_one_key_insert_once(client, db):
     assert await count(db) == 1 and await count(db, table="idempotency_keys") == 1
 
 
+# Park every enqueue into "mail" before it inserts anything: the queue's lock held exclusively, as SQS
+# DeleteQueue takes it (app/queries.py, QUEUE_LOCK_CLASS), so each enqueue statement waits at its start.
+# Counted by their wait event, which pg_stat_activity reads live (its other columns are a snapshot taken
+# once per transaction).
+PARK = f"SELECT pg_advisory_xact_lock({QUEUE_LOCK_CLASS}, hashtext('mail'))"
+PARKED = (
+    "SELECT count(*) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+)
+
+
 async def equals_async(value, expected) -> bool:
     return await value == expected
 
@@ -179,10 +188,7 @@ async def equals_async(value, expected) -> bool:
 async def test_keyed_enqueues_sharing_a_statement_each_land_once(client, db):
     """Single enqueues with keys of their own share statements; sent again together with new ones, the
     repeats are answered from their keys and only the new ones are inserted."""
-    waiting = (
-        "SELECT count(*) FROM pg_stat_activity"
-        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    )
+    waiting = PARKED
 
     async def together(keys: list[str]) -> list[httpx.Response]:
         def post(k: str) -> asyncio.Task:
@@ -191,7 +197,7 @@ async def test_keyed_enqueues_sharing_a_statement_each_land_once(client, db):
             )
 
         async with db.transaction():
-            await db.execute("LOCK TABLE jobq.idempotency_keys IN SHARE MODE")
+            await db.execute(PARK)
             calls = [post(keys[0])]
             await until(lambda: equals_async(db.fetchval(waiting), 1))
             calls += [post(k) for k in keys[1:]]  # these share the second statement, or later ones
@@ -207,7 +213,7 @@ async def test_keyed_enqueues_sharing_a_statement_each_land_once(client, db):
     assert await count(db) == 25 and await count(db, table="idempotency_keys") == 25
     kept = await db.fetch("SELECT key, ids[1] AS id FROM jobq.idempotency_keys")
     by_payload = {
-        r["key"]: r["id"] for r in await db.fetch("SELECT payload #>> '{}' AS key, id FROM jobq.jobs")
+        r["key"]: r["id"] for r in await db.fetch("SELECT payload #>> '{}' AS key, id FROM jobq.all_jobs")
     }
     assert {r["key"]: r["id"] for r in kept} == by_payload
     # Keys kept by one statement share its created_at: some statement kept several.
@@ -329,7 +335,7 @@ async def test_the_client_retries_an_enqueue_whose_answer_was_lost_and_it_lands_
         other = await jobq.enqueue("mail", {"to": "bob"})  # a new call: a new key
     keys = [k for _, k in proxy.sent]
     assert keys[2] == keys[3] and len({keys[0], keys[2], keys[4]}) == 3
-    rows = await db.fetch("SELECT id FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT id FROM jobq.all_jobs ORDER BY id")
     assert [r["id"] for r in rows] == [job.id, *(j.id for j in batch), other.id]
 
 
@@ -356,7 +362,7 @@ async def test_other_calls_are_not_sent_again_once_they_may_have_been_done(servi
         with pytest.raises(Unavailable):
             await jobq.nack(leased, "failed", retry_after=60)
         assert [line for line, _ in proxy.sent] == ["POST /nack HTTP/1.1"]
-    assert await db.fetchval("SELECT last_error FROM jobq.jobs") == "failed"
+    assert await db.fetchval("SELECT last_error FROM jobq.all_jobs") == "failed"
 
 
 async def test_a_503_saying_nothing_was_done_is_retried_even_for_a_nack(start_service, db):
@@ -388,7 +394,7 @@ async def test_a_503_saying_nothing_was_done_is_retried_even_for_a_nack(start_se
         result = await nack
         await blocker
     assert result.status == "pending"
-    assert await db.fetchval("SELECT (attempts, last_error)::text FROM jobq.jobs") == "(1,failed)"
+    assert await db.fetchval("SELECT (attempts, last_error)::text FROM jobq.all_jobs") == "(1,failed)"
 
 
 def test_every_client_enqueue_call_carries_a_fresh_key():

@@ -413,22 +413,3 @@ async def test_expire_leases_returns_expired_jobs_to_pending_or_dead(database, d
     await ack(database, held(first))
     assert await status_of(db, retried["id"]) == "completed"
     assert await jobs.expire_leases(database) == []
-
-
-async def test_prune_finished_deletes_finished_jobs_past_retention(database, db):
-    await jobs.configure_queue(database, "short", jobs.QueueSettings(retention=0))
-    done = await enqueue(database, "short")
-    await ack(database, held(await lease_one(database, "short")))
-    cancelled = await enqueue(database, "short")
-    await jobs.cancel(database, cancelled["id"])
-    dead = await make_dead(database, "short")
-    pending = await enqueue(database, "short")
-    kept = await enqueue(database, "long")  # the default retention: a day
-    await ack(database, held(await lease_one(database, "long")))
-    assert await jobs.prune_finished(database) == 2
-    assert await status_of(db, done["id"]) is None and await status_of(db, cancelled["id"]) is None
-    assert [await status_of(db, i) for i in (pending["id"], dead, kept["id"])] == [
-        "pending",
-        "dead",
-        "completed",
-    ]

@@ -17,7 +17,7 @@ async def test_body_over_the_limit_is_413_from_its_length(start_service, db):
         assert_problem(await http.post("/jobs", json=big), 413, "payload_too_large")
         small = {"queue": "q", "payload": "x" * 100}
         assert (await http.post("/jobs", json=small)).status_code == 201
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 1
 
 
 async def test_streamed_body_is_cut_off_while_it_is_read(start_service, db):
@@ -36,7 +36,7 @@ async def test_streamed_body_is_cut_off_while_it_is_read(start_service, db):
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
     assert head.startswith(b"HTTP/1.1 413")
     writer.close()
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_nesting_deeper_than_the_limit_is_422(start_service, db):
@@ -59,7 +59,7 @@ async def test_nesting_deeper_than_the_limit_is_422(start_service, db):
         # Brackets inside strings are text, not nesting.
         r = await http.post("/jobs", json={"queue": "q", "payload": "[[[[[[[[[[[[[[[[[[[[[[["})
         assert r.status_code == 201
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 2
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 2
 
 
 def depth_of(value: object) -> int:
@@ -102,14 +102,14 @@ async def test_default_nesting_limit_holds_for_absurd_depth(client, db):
     body = '{"queue": "q", "payload": ' + "[" * 100_000 + "]" * 100_000 + "}"
     r = await client.post("/jobs", content=body, headers={"Content-Type": "application/json"})
     assert_problem(r, 422, "validation_error")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_nan_and_infinity_are_not_json(client, db):
     for bad in ('{"queue": "q", "payload": NaN}', '{"queue": "q", "payload": [Infinity]}'):
         r = await client.post("/jobs", content=bad, headers={"Content-Type": "application/json"})
         assert_problem(r, 422, "validation_error")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_big_integers_are_stored_exactly(client, db):
@@ -117,7 +117,7 @@ async def test_big_integers_are_stored_exactly(client, db):
     r = await client.post("/jobs", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 201
     assert json.loads(r.text)["payload"]["n"] == 123456789012345678901234567890
-    stored = await db.fetchval("SELECT payload->>'n' FROM jobq.jobs")
+    stored = await db.fetchval("SELECT payload->>'n' FROM jobq.all_jobs")
     assert stored == "123456789012345678901234567890"
 
 
@@ -130,4 +130,4 @@ async def test_long_error_texts_are_cut_not_refused(start_service, db):
             "/nack", json={"id": job["id"], "lease_token": job["lease_token"], "error": "e" * 5000}
         )
         assert r.status_code == 200
-    assert await db.fetchval("SELECT length(last_error) FROM jobq.jobs") == 100
+    assert await db.fetchval("SELECT length(last_error) FROM jobq.all_jobs") == 100

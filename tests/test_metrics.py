@@ -101,11 +101,11 @@ async def test_expired_leases_are_counted(start_service, db):
         assert len(leased["jobs"]) == 2
 
         async def swept() -> bool:
-            n = await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running'")
+            n = await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'running'")
             return n == 0
 
         await until(swept)
-        assert dict(await db.fetch("SELECT status, count(*) FROM jobq.jobs GROUP BY 1")) == {
+        assert dict(await db.fetch("SELECT status, count(*) FROM jobq.all_jobs GROUP BY 1")) == {
             "dead": 1,
             "pending": 1,
         }
@@ -122,7 +122,7 @@ async def database_gauges(db, queue: str) -> dict[str, float]:
                count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,
                count(*) FILTER (WHERE status = 'running') AS running,
                count(*) FILTER (WHERE status = 'dead') AS dead
-        FROM jobq.jobs WHERE queue = $1
+        FROM jobq.all_jobs WHERE queue = $1
         """,
         queue,
     )
@@ -280,7 +280,7 @@ async def test_a_snapshot_that_holds_back_vacuum_is_named_within_one_interval(st
         async with httpx.AsyncClient(base_url=service.url) as client:
             tx = holder.transaction(isolation="repeatable_read")
             await tx.start()
-            await holder.fetchval("SELECT count(*) FROM jobq.jobs")  # the snapshot is taken here
+            await holder.fetchval("SELECT count(*) FROM jobq.all_jobs")  # the snapshot is taken here
             held_from = time.time()
             pid = holder.get_server_pid()
             for n in range(20):  # jobs flow: each enqueue, lease and ack is a transaction it holds back
@@ -307,7 +307,7 @@ async def test_a_snapshot_that_holds_back_vacuum_is_named_within_one_interval(st
                 "report-export",
                 "idle in transaction",
             )
-            assert oldest["xid_age"] >= 20 and oldest["query"] == "SELECT count(*) FROM jobq.jobs"
+            assert oldest["xid_age"] >= 20 and oldest["query"] == "SELECT count(*) FROM jobq.all_jobs"
             page = (await client.get("/ui")).text
             assert f"session report-export (pid {pid}, idle in transaction)" in page
 

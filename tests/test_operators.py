@@ -64,7 +64,7 @@ async def test_dead_list_newest_first_with_error_and_attempts(client, db):
     for i, j in zip(range(2, -1, -1), page["jobs"], strict=False):
         assert j["status"] == "dead" and j["last_error"] == f"err {i}" and j["attempts"] == 1
         assert j["queue"] == "q" and j["max_attempts"] == 1
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'dead'") == 3
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'dead'") == 3
 
 
 async def test_dead_list_shows_kind(client, db):
@@ -74,7 +74,7 @@ async def test_dead_list_shows_kind(client, db):
     assert [(j["id"], j["kind"]) for j in page["jobs"]] == [(without, None), (with_kind, "send_email")]
     page = (await client.get("/dead", params={"queue": "q"})).json()
     assert [j["kind"] for j in page["jobs"]] == [None, "send_email"]
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'dead'") == 2
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'dead'") == 2
 
 
 async def test_dead_nack_dead_true(client, db):
@@ -163,12 +163,12 @@ async def test_retry_by_ids(client, db):
         assert r.status_code == 200, r.text
     assert r.json()["status"] == "dead"
     other = await make_dead(client, "q")
-    assert (await db.fetchrow("SELECT attempts FROM jobq.jobs WHERE id = $1", job["id"]))["attempts"] == 2
+    assert (await db.fetchrow("SELECT attempts FROM jobq.all_jobs WHERE id = $1", job["id"]))["attempts"] == 2
 
     r = await client.post("/dead/retry", json={"ids": [job["id"]]})
     assert r.status_code == 200, r.text
     assert r.json()["retried"] == 1 and r.json()["skipped"] == []
-    rec = await db.fetchrow("SELECT *, now() AS db_now FROM jobq.jobs WHERE id = $1", job["id"])
+    rec = await db.fetchrow("SELECT *, now() AS db_now FROM jobq.all_jobs WHERE id = $1", job["id"])
     assert rec["status"] == "pending" and rec["attempts"] == 0
     assert abs((rec["run_at"] - rec["db_now"]).total_seconds()) < 5
     assert rec["lease_token"] is None and rec["lease_expires_at"] is None
@@ -195,11 +195,11 @@ async def test_retry_by_queue(client, db):
 
 async def test_retry_ignores_jobs_that_are_not_dead(client, db):
     pending = await enqueue(client, "p", delay=3600)
-    before = dict(await db.fetchrow("SELECT * FROM jobq.jobs WHERE id = $1", pending["id"]))
+    before = dict(await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", pending["id"]))
     r = await client.post("/dead/retry", json={"ids": [pending["id"], 987654]})
     assert r.status_code == 200, r.text
     assert r.json()["retried"] == 0
-    assert dict(await db.fetchrow("SELECT * FROM jobq.jobs WHERE id = $1", pending["id"])) == before
+    assert dict(await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", pending["id"])) == before
 
 
 async def test_retry_skips_dead_job_whose_dedup_key_is_held(client, db):
@@ -235,7 +235,7 @@ async def test_retry_skips_dead_job_whose_dedup_key_is_held(client, db):
 async def test_retry_bad_bodies(client, db, body):
     await make_dead(client)
     assert_problem(await client.post("/dead/retry", json=body), 422, "validation_error")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'dead'") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'dead'") == 1
 
 
 # --- DELETE /dead/{id} -----------------------------------------------------------------------------
@@ -247,7 +247,7 @@ async def test_purge_dead(client, db):
     r = await client.delete(f"/dead/{job_id}")
     assert r.status_code == 200, r.text
     assert r.json()["id"] == job_id
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", job_id) == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE id = $1", job_id) == 0
     assert await status_of(db, keep) == "dead"
     assert_problem(await client.get(f"/jobs/{job_id}"), 404, "not_found")
     assert_problem(await client.delete(f"/dead/{job_id}"), 404, "not_found")
@@ -257,9 +257,9 @@ async def test_purge_non_dead_is_conflict(client, db):
     pending = await enqueue(client, "p")
     done = await complete(client, "c")
     for job in (pending, done):
-        before = dict(await db.fetchrow("SELECT * FROM jobq.jobs WHERE id = $1", job["id"]))
+        before = dict(await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", job["id"]))
         assert_problem(await client.delete(f"/dead/{job['id']}"), 409, "conflict")
-        assert dict(await db.fetchrow("SELECT * FROM jobq.jobs WHERE id = $1", job["id"])) == before
+        assert dict(await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", job["id"])) == before
 
 
 async def test_purge_unknown_and_bad_id(client):
@@ -410,7 +410,7 @@ async def test_patched_max_attempts_applies_to_jobs_without_their_own(client, db
         assert r.status_code == 200, r.text
         statuses.append(r.json()["status"])
     assert statuses == ["pending", "dead"]
-    rec = await db.fetchrow("SELECT status, attempts FROM jobq.jobs WHERE id = $1", job["id"])
+    rec = await db.fetchrow("SELECT status, attempts FROM jobq.all_jobs WHERE id = $1", job["id"])
     assert (rec["status"], rec["attempts"]) == ("dead", 2)
     assert (await client.get(f"/jobs/{own['id']}")).json()["max_attempts"] == 4
 
@@ -428,7 +428,7 @@ async def test_pause_and_resume(client, db):
     row = await queue_row(client, "pq")
     assert row["paused"] is True and row["pending"] == 2 and row["running"] == 0
     assert (await client.get("/queues/pq")).json()["paused"] is True
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'pending'") == 2
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'pending'") == 2
 
     r = await client.post("/queues/pq/resume")
     assert r.status_code == 200, r.text
@@ -479,7 +479,7 @@ async def test_retention_prunes_completed_and_cancelled(start_service, db):
 
         async def pruned() -> bool:
             n = await db.fetchval(
-                "SELECT count(*) FROM jobq.jobs WHERE id = ANY($1::bigint[])", done + [cancelled["id"]]
+                "SELECT count(*) FROM jobq.all_jobs WHERE id = ANY($1::bigint[])", done + [cancelled["id"]]
             )
             return n == 0
 
@@ -498,7 +498,7 @@ async def test_retention_small_keeps_recent_jobs(start_service, db):
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
         assert (await client.patch("/queues/r", json={"retention": 1.5})).status_code == 200
         job = (await complete(client, "r"))["id"]
-        completed_at = await db.fetchval("SELECT completed_at FROM jobq.jobs WHERE id = $1", job)
+        completed_at = await db.fetchval("SELECT completed_at FROM jobq.all_jobs WHERE id = $1", job)
         await asyncio.sleep(0.6)  # several prune passes, all within retention
         assert await status_of(db, job) == "completed"
 
@@ -516,11 +516,11 @@ async def test_run_now(client, db):
     r = await client.post(f"/jobs/{later['id']}/run")
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "pending" and r.json()["id"] == later["id"]
-    assert await db.fetchval("SELECT run_at <= now() FROM jobq.jobs WHERE id = $1", later["id"]) is True
+    assert await db.fetchval("SELECT run_at <= now() FROM jobq.all_jobs WHERE id = $1", later["id"]) is True
     # Due now: a second call would only move it back in line, so it is refused and nothing changes.
-    run_at = await db.fetchval("SELECT run_at FROM jobq.jobs WHERE id = $1", later["id"])
+    run_at = await db.fetchval("SELECT run_at FROM jobq.all_jobs WHERE id = $1", later["id"])
     assert_problem(await client.post(f"/jobs/{later['id']}/run"), 409, "conflict")
-    assert await db.fetchval("SELECT run_at FROM jobq.jobs WHERE id = $1", later["id"]) == run_at
+    assert await db.fetchval("SELECT run_at FROM jobq.all_jobs WHERE id = $1", later["id"]) == run_at
     leased = await lease_one(client, "q", later["id"])
     refused = await client.post(f"/jobs/{leased['id']}/run")
     assert_problem(refused, 409, "conflict")

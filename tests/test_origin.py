@@ -99,7 +99,7 @@ async def test_every_state_changing_route_is_covered(client, db):
         content = None if body is None else json.dumps(body)
         r = await client.request(method, path, content=content, headers=evil)
         assert_problem(r, 403, "forbidden")
-    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs WHERE id = $1", job_id)
+    row = await db.fetchrow("SELECT status, attempts FROM jobq.all_jobs WHERE id = $1", job_id)
     assert (row["status"], row["attempts"]) == ("pending", 0)
     assert await db.fetchval("SELECT max_attempts FROM jobq.queues WHERE name = 'q'") == 5
     # Reading is not refused: a cross-site page cannot read the answer anyway (no CORS headers).

@@ -65,9 +65,9 @@ async def test_the_service_through_pgbouncer(pgbouncer, database_url, start_serv
         assert {a.status_code for a in answers} == {201}
         samples = await scrape(client)
         assert value(samples, "jobq_listener_up") == 1.0
-    completed = await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'completed'")
+    completed = await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'completed'")
     assert completed == len(leased)
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'many'") == 40
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE queue = 'many'") == 40
     # The listener is a session of its own, to PostgreSQL itself.
     names = await db.fetch("SELECT application_name FROM pg_stat_activity WHERE datname = current_database()")
     assert "jobq-listener" in {n["application_name"] for n in names}

@@ -133,7 +133,10 @@ async def test_payload_any_json_stored_verbatim(client, db, payload):
 async def test_payload_null_is_stored_as_json_null(client, db):
     job = await enqueue(client, payload=None)
     assert job["payload"] is None
-    assert await db.fetchval("SELECT jsonb_typeof(payload) FROM jobq.jobs WHERE id = $1", job["id"]) == "null"
+    assert (
+        await db.fetchval("SELECT jsonb_typeof(payload) FROM jobq.all_jobs WHERE id = $1", job["id"])
+        == "null"
+    )
 
 
 @pytest.mark.parametrize("schedule", ["run_at", "delay"])

@@ -41,7 +41,7 @@ async def test_readme_walkthrough(service, db):
     assert "mailbox does not exist" in done.stdout
     assert '"retried":1' in done.stdout.replace(" ", "")
 
-    rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.all_jobs ORDER BY id")
     assert [(r["status"], r["attempts"]) for r in rows] == [("completed", 1), ("pending", 0)]
     assert rows[1]["last_error"] == "mailbox does not exist"
 
@@ -113,7 +113,7 @@ def stop_block(process: subprocess.Popen) -> str:
 
 async def jobs(db) -> list[tuple]:
     rows = await db.fetch(
-        "SELECT queue, payload, status, attempts, run_at > now() AS later FROM jobq.jobs ORDER BY id"
+        "SELECT queue, payload, status, attempts, run_at > now() AS later FROM jobq.all_jobs ORDER BY id"
     )
     return [(r["queue"], json.loads(r["payload"]), r["status"], r["attempts"], r["later"]) for r in rows]
 
@@ -148,7 +148,7 @@ async def test_readme_python_worker(service, db, tmp_path):
     try:
         await until(
             lambda: db.fetchval(
-                "SELECT count(*) = 2 FROM jobq.jobs WHERE attempts = 1 AND status <> 'running'"
+                "SELECT count(*) = 2 FROM jobq.all_jobs WHERE attempts = 1 AND status <> 'running'"
             )
         )
     finally:
@@ -157,7 +157,7 @@ async def test_readme_python_worker(service, db, tmp_path):
         ("emails", {"to": "ada@example.com"}, "completed", 1, False),
         ("emails", {"to": "eve@elsewhere.org"}, "pending", 1, True),
     ]
-    error = await db.fetchval("SELECT last_error FROM jobq.jobs WHERE status = 'pending'")
+    error = await db.fetchval("SELECT last_error FROM jobq.all_jobs WHERE status = 'pending'")
     assert (
         error.startswith("ValueError: will not send to eve@elsewhere.org\nTraceback") and "tasks.py" in error
     )
@@ -168,10 +168,10 @@ async def test_readme_python_tasks(service, db, tmp_path):
     (tmp_path / "shop.py").write_text(block("python-tasks"))
     worker = start_block("python-tasks-run", service.url, cwd=tmp_path)
     try:
-        await until(lambda: db.fetchval("SELECT count(*) = 2 FROM jobq.jobs WHERE status = 'completed'"))
+        await until(lambda: db.fetchval("SELECT count(*) = 2 FROM jobq.all_jobs WHERE status = 'completed'"))
     finally:
         output = stop_block(worker)
-    rows = await db.fetch("SELECT queue, kind, payload, max_attempts FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT queue, kind, payload, max_attempts FROM jobq.all_jobs ORDER BY id")
     assert [(r["queue"], r["kind"], json.loads(r["payload"]), r["max_attempts"]) for r in rows] == [
         ("emails", "send_email", {"to": "ada@example.com", "subject": "Welcome"}, 3),
         ("reports", "build_report", {"month": "2026-11"}, None),  # the queue's
@@ -197,11 +197,12 @@ async def test_readme_cli(service, db):
         ("emails", {"to": "bob@example.com"}, "pending", 0, True),
     ]
     row = await db.fetchrow(
-        "SELECT priority, max_attempts, dedup_key FROM jobq.jobs WHERE payload->>'to' LIKE 'bob%'"
+        "SELECT priority, max_attempts, dedup_key FROM jobq.all_jobs WHERE payload->>'to' LIKE 'bob%'"
     )
     assert tuple(row) == (5, 3, None)
     assert (
-        await db.fetchval("SELECT dedup_key FROM jobq.jobs WHERE payload->>'to' LIKE 'ada%'") == "welcome:ada"
+        await db.fetchval("SELECT dedup_key FROM jobq.all_jobs WHERE payload->>'to' LIKE 'ada%'")
+        == "welcome:ada"
     )
     assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is False
 
@@ -212,7 +213,7 @@ async def test_readme_node_worker(service, db):
         await client.enqueue("emails", {"to": "ada@example.com"})
     worker = start_block("node", service.url)
     try:
-        await until(lambda: db.fetchval("SELECT status = 'completed' FROM jobq.jobs"))
+        await until(lambda: db.fetchval("SELECT status = 'completed' FROM jobq.all_jobs"))
     finally:
         output = stop_block(worker)
     assert "job 1 done" in output
@@ -222,7 +223,7 @@ async def test_readme_node_worker(service, db):
 async def test_readme_shell(service, db):
     worker = start_block("shell", service.url)
     try:
-        await until(lambda: db.fetchval("SELECT count(*) = 2 FROM jobq.jobs WHERE status = 'completed'"))
+        await until(lambda: db.fetchval("SELECT count(*) = 2 FROM jobq.all_jobs WHERE status = 'completed'"))
     finally:
         output = stop_block(worker)
     assert output.startswith("1\n2\n")  # the ids produce.sh printed

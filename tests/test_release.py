@@ -20,7 +20,7 @@ async def test_release_gives_jobs_back_uncounted(client, db):
         {"id": keep["id"], "ok": False, "code": "lease_lost"},
         {"id": 999_999, "ok": False, "code": "not_found"},
     ]
-    rows = {r["id"]: r for r in await db.fetch("SELECT id, status, attempts, lease_token FROM jobq.jobs")}
+    rows = {r["id"]: r for r in await db.fetch("SELECT id, status, attempts, lease_token FROM jobq.all_jobs")}
     for job in give:
         assert (rows[job["id"]]["status"], rows[job["id"]]["attempts"]) == ("pending", 0)
         assert rows[job["id"]]["lease_token"] is None
@@ -42,7 +42,7 @@ async def test_release_on_the_last_attempt_does_not_kill_the_job(client, db):
     (job,) = (await client.post("/lease", json={"queue": "q"})).json()["jobs"]
     r = await client.post("/release", json={"items": [{"id": job["id"], "lease_token": job["lease_token"]}]})
     assert r.json()["results"] == [{"id": job["id"], "ok": True}]
-    assert await db.fetchval("SELECT status FROM jobq.jobs") == "pending"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs") == "pending"
 
 
 async def test_the_python_client_releases(service, db):
@@ -55,5 +55,5 @@ async def test_the_python_client_releases(service, db):
         assert (result.id, result.ok) == (job.id, True)
         (again,) = await jobq.release([job])
         assert (again.ok, again.code) == (False, "lease_lost")
-    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs")
+    row = await db.fetchrow("SELECT status, attempts FROM jobq.all_jobs")
     assert (row["status"], row["attempts"]) == ("pending", 0)

@@ -65,7 +65,7 @@ async def test_workers_over_three_replicas_drain_5000_jobs_exactly_once(replicas
     assert len(delivered) == total and len(set(delivered)) == total
     counts = await db.fetchrow(
         "SELECT count(*) FILTER (WHERE status = 'completed') AS completed, max(attempts) AS most"
-        " FROM jobq.jobs"
+        " FROM jobq.all_jobs"
     )
     assert (counts["completed"], counts["most"]) == (total, 1)
 
@@ -82,7 +82,7 @@ async def test_expiry_with_all_replicas_up_wakes_waiters_elsewhere(replicas, db)
         again = (await on_c.post("/lease", json={"queue": "e", "max_jobs": 300, "wait": 10})).json()["jobs"]
         assert again and time.monotonic() - started < 2.5
         assert {j["attempts"] for j in again} == {2}
-    rows = await db.fetch("SELECT status, attempts FROM jobq.jobs")
+    rows = await db.fetch("SELECT status, attempts FROM jobq.all_jobs")
     assert len(rows) == 300 and all(r["attempts"] in (1, 2) for r in rows)
 
 

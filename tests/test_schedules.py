@@ -102,7 +102,9 @@ async def test_put_get_list_pause_resume_trigger_delete(client, db):
     assert_problem(await client.get("/schedules/another"), 404, "not_found")
     assert_problem(await client.delete("/schedules/another"), 404, "not_found")
     assert_problem(await client.post("/schedules/another/trigger"), 404, "not_found")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE schedule = 'another'") == 1  # jobs stay
+    assert (
+        await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE schedule = 'another'") == 1
+    )  # jobs stay
 
 
 @pytest.mark.parametrize(
@@ -152,7 +154,7 @@ async def test_roles(start_service):
 
 async def slots_of(db, name: str) -> list[tuple[datetime, datetime]]:
     rows = await db.fetch(
-        "SELECT schedule_slot, created_at FROM jobq.jobs WHERE schedule = $1 ORDER BY schedule_slot", name
+        "SELECT schedule_slot, created_at FROM jobq.all_jobs WHERE schedule = $1 ORDER BY schedule_slot", name
     )
     return [(r["schedule_slot"], r["created_at"]) for r in rows]
 

@@ -217,7 +217,7 @@ async def scoped(start_service, db):
 
 
 async def _snapshot(db) -> list[tuple]:
-    rows = await db.fetch("SELECT id, queue, status, attempts FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT id, queue, status, attempts FROM jobq.all_jobs ORDER BY id")
     queues = await db.fetch("SELECT name, paused, max_attempts FROM jobq.queues ORDER BY name")
     return [tuple(r) for r in rows] + [tuple(q) for q in queues]
 
@@ -298,7 +298,7 @@ async def test_scoped_tokens_work_inside_their_patterns(scoped, db):
     assert r.json() == {"retried": 1, "skipped": []}
     assert (await http.delete(f"/dead/{jobs['team_a.1']['dead']}", headers=admin)).json()["purged"] is True
     assert (await http.delete(f"/jobs/{jobs['team_a.1']['pending']}", headers=admin)).status_code == 200
-    states = dict(await db.fetch("SELECT id, status FROM jobq.jobs"))
+    states = dict(await db.fetch("SELECT id, status FROM jobq.all_jobs"))
     assert states[jobs["native"]["dead"]] == "dead" and states[jobs["celery-a"]["dead"]] == "pending"
     assert jobs["team_a.1"]["dead"] not in states
     assert states[jobs["team_a.1"]["pending"]] == "cancelled"

@@ -12,4 +12,4 @@ async def test_enqueue_lease_ack(client, db):
     assert leased["id"] == job["id"]
     r = await client.post("/ack", json={"id": job["id"], "lease_token": leased["lease_token"]})
     assert r.json() == {"id": job["id"], "status": "completed"}
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job["id"]) == "completed"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job["id"]) == "completed"

@@ -12,7 +12,7 @@ async def test_rolled_back_enqueue_never_appears(db, client):
             job_id = await db.fetchval("SELECT jobq.enqueue('orders', '{\"order\": 1}'::jsonb)")
             assert job_id is not None
             raise RuntimeError("the application's own write failed")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
     r = await client.post("/lease", json={"queue": "orders"})
     assert r.json() == {"jobs": []}
 
@@ -31,7 +31,7 @@ async def test_committed_enqueue_is_leased_over_http(db, client):
     assert job["priority"] == 3 and job["max_attempts"] == 2 and job["attempts"] == 1
     r = await client.post("/ack", json={"id": job_id, "lease_token": job["lease_token"]})
     assert r.status_code == 200
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job_id) == "completed"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job_id) == "completed"
 
 
 async def test_sql_enqueue_options_and_dedup(db, client):
@@ -40,7 +40,7 @@ async def test_sql_enqueue_options_and_dedup(db, client):
     )
     again = await db.fetchval("SELECT jobq.enqueue('mail', '{}', dedup_key => 'welcome-1')")
     assert again == first
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 1
     r = await client.get(f"/jobs/{first}")
     assert r.json()["payload"] is None and r.json()["status"] == "pending"
     queue = (await client.get("/queues/mail")).json()
@@ -57,7 +57,7 @@ async def test_sql_enqueue_with_kind_is_shown_over_http(db, client):
     # Positionally, after every older parameter.
     positional = await db.fetchval("SELECT jobq.enqueue('mail', '{}', 0, NULL, NULL, NULL, 'send.sms:v2')")
     plain = await db.fetchval("SELECT jobq.enqueue('mail', '{}')")
-    rows = await db.fetch("SELECT id, kind FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT id, kind FROM jobq.all_jobs ORDER BY id")
     assert [(r["id"], r["kind"]) for r in rows] == [
         (named, "send_email"),
         (positional, "send.sms:v2"),
@@ -87,7 +87,7 @@ async def test_sql_enqueue_calls_written_before_kind_still_resolve(db):
     ]
     ids = [await db.fetchval(call) for call in calls]
     assert len(set(ids)) == len(calls)
-    rows = await db.fetch("SELECT priority, max_attempts, dedup_key, kind FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT priority, max_attempts, dedup_key, kind FROM jobq.all_jobs ORDER BY id")
     assert [tuple(r) for r in rows] == [
         (0, None, None, None),
         (5, None, None, None),
@@ -98,14 +98,14 @@ async def test_sql_enqueue_calls_written_before_kind_still_resolve(db):
     ]
     # Dedup answers with the holder, as before.
     assert await db.fetchval("SELECT jobq.enqueue('a', '7', dedup_key => 'key-6', kind => 'k')") == ids[-1]
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == len(calls)
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == len(calls)
 
 
 @pytest.mark.parametrize("kind", ["", "x" * 129, "has space", "a/b", "ünïcode", "k\n"])
 async def test_sql_enqueue_rejects_bad_kinds(db, kind):
     with pytest.raises(asyncpg.CheckViolationError):
         await db.execute("SELECT jobq.enqueue('q', '{}', kind => $1)", kind)
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
     assert await db.fetchval("SELECT jobq.enqueue('q', '{}', kind => $1)", "x" * 128) is not None
 
 
@@ -113,7 +113,7 @@ async def test_sql_enqueue_with_key(db, client):
     named = await db.fetchval("SELECT jobq.enqueue('mail', '{}', key => 'customer-42')")
     positional = await db.fetchval("SELECT jobq.enqueue('mail', '{}', 0, NULL, NULL, NULL, 'send', 'tenant')")
     plain = await db.fetchval("SELECT jobq.enqueue('mail', '{}', kind => 'send')")
-    rows = await db.fetch("SELECT id, kind, key FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT id, kind, key FROM jobq.all_jobs ORDER BY id")
     assert [tuple(r) for r in rows] == [
         (named, None, "customer-42"),
         (positional, "send", "tenant"),

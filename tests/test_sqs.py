@@ -95,7 +95,7 @@ async def test_queue_lifecycle(sqs, service, db):
 
     sqs.send_message(QueueUrl=url, MessageBody="x")
     sqs.delete_queue(QueueUrl=url)
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'orders'") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE queue = 'orders'") == 0
     with pytest.raises(sqs.exceptions.QueueDoesNotExist) as exc:
         sqs.get_queue_url(QueueName="orders")
     assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
@@ -112,7 +112,7 @@ async def test_send_receive_delete_with_attributes(sqs, db):
         "kind": {"DataType": "String.custom", "StringValue": "wélcome ✉"},
     }
     sent = sqs.send_message(QueueUrl=url, MessageBody="hello, wörld", MessageAttributes=attributes)
-    job = await db.fetchrow("SELECT * FROM jobq.jobs WHERE id = $1", int(sent["MessageId"]))
+    job = await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", int(sent["MessageId"]))
     assert json.loads(job["payload"]) == "hello, wörld"  # the body is the payload, as a JSON string
     assert job["status"] == "pending"
 
@@ -129,13 +129,13 @@ async def test_send_receive_delete_with_attributes(sqs, db):
     assert int(message["Attributes"]["ApproximateFirstReceiveTimestamp"]) >= int(
         message["Attributes"]["SentTimestamp"]
     )
-    row = await db.fetchrow("SELECT status, attempts, lease_expires_at - now() AS left FROM jobq.jobs")
+    row = await db.fetchrow("SELECT status, attempts, lease_expires_at - now() AS left FROM jobq.all_jobs")
     assert (row["status"], row["attempts"]) == ("running", 1)
     assert 35 < row["left"].total_seconds() <= 40
     # Only the attributes asked for, by name or prefix.
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    assert await db.fetchval("SELECT status FROM jobq.jobs") == "completed"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs") == "completed"
     # Deleting again succeeds, as in SQS.
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
 
@@ -195,12 +195,12 @@ async def test_stale_receipt_handle_is_fenced(sqs, db):
         )
     with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
         sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-handle")
-    assert await db.fetchval("SELECT status FROM jobq.jobs") == "running"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs") == "running"
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"], VisibilityTimeout=600)
-    left = await db.fetchval("SELECT extract(epoch FROM lease_expires_at - now()) FROM jobq.jobs")
+    left = await db.fetchval("SELECT extract(epoch FROM lease_expires_at - now()) FROM jobq.all_jobs")
     assert 590 < left <= 600
     sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
-    assert await db.fetchval("SELECT status FROM jobq.jobs") == "completed"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs") == "completed"
 
 
 async def test_batches_and_partial_failures(sqs, db):
@@ -304,7 +304,9 @@ async def test_queue_delay_applies_to_sends(sqs, db):
     url = sqs.create_queue(QueueName="delayed", Attributes={"DelaySeconds": "300"})["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="x")
     sqs.send_message(QueueUrl=url, MessageBody="y", DelaySeconds=0)
-    delays = await db.fetch("SELECT extract(epoch FROM run_at - created_at) AS d FROM jobq.jobs ORDER BY id")
+    delays = await db.fetch(
+        "SELECT extract(epoch FROM run_at - created_at) AS d FROM jobq.all_jobs ORDER BY id"
+    )
     assert 299 < delays[0]["d"] <= 301 and delays[1]["d"] < 1
     (message,) = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert message["Body"] == "y"
@@ -353,7 +355,7 @@ async def test_a_message_group_is_the_jobs_key(sqs, service, db):
     sqs.send_message_batch(
         QueueUrl=url, Entries=[{"Id": "b", "MessageBody": "b", "MessageGroupId": "tenant-2"}]
     )
-    keys = await db.fetch("SELECT key FROM jobq.jobs ORDER BY id")
+    keys = await db.fetch("SELECT key FROM jobq.all_jobs ORDER BY id")
     assert [k["key"] for k in keys] == ["tenant-1/eu", "tenant-2"]
     # Flow control on the queue applies to its message groups.
     async with httpx.AsyncClient(base_url=service.url) as http:

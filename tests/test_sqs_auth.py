@@ -155,7 +155,7 @@ def send_body(queue_url: str, text: str) -> bytes:
 
 
 async def stored(db, queue: str) -> list[str]:
-    rows = await db.fetch("SELECT payload FROM jobq.jobs WHERE queue = $1 ORDER BY id", queue)
+    rows = await db.fetch("SELECT payload FROM jobq.all_jobs WHERE queue = $1 ORDER BY id", queue)
     return [json.loads(r["payload"]) for r in rows]
 
 
@@ -291,7 +291,7 @@ async def test_a_scoped_key_cannot_touch_other_queues(scoped, db):
         assert code_and_status(key.list_message_move_tasks, SourceArn=arn)[0] == "AccessDenied"
     # The queue and its message are still there.
     assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'native'") == 1
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'native'") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE queue = 'native'") == 1
     assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'other'") == 0
 
     # Its own queues: create, send, receive, change visibility, delete. Not DeleteQueue or PurgeQueue,
@@ -309,11 +309,11 @@ async def test_a_scoped_key_cannot_touch_other_queues(scoped, db):
     assert code_and_status(celery.purge_queue, QueueUrl=url) == ("AccessDenied", 403)
     assert code_and_status(celery.delete_queue, QueueUrl=url) == ("AccessDenied", 403)
     rows = await db.fetch(
-        "SELECT status, payload #>> '{}' FROM jobq.jobs WHERE queue = 'celery-tasks' ORDER BY id"
+        "SELECT status, payload #>> '{}' FROM jobq.all_jobs WHERE queue = 'celery-tasks' ORDER BY id"
     )
     assert [tuple(r) for r in rows] == [("completed", "task"), ("pending", "retry of task")]
     ops.purge_queue(QueueUrl=url)  # the scoped admin key may, in its queues
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'pending'") == 1  # native's
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'pending'") == 1  # native's
 
 
 def test_a_viewer_key_only_reads(scoped):

@@ -217,7 +217,7 @@ async def test_deduplication_within_five_minutes_even_after_delete(sqs, service,
     )
     ids = {s["Id"]: s["MessageId"] for s in sent["Successful"]}
     assert ids["a"] == ids["b"] and ids["c"] == first["MessageId"]
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 2
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 2
     # Past the interval, the id sends a new message.
     await db.execute(
         "UPDATE jobq.idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = 'p1'"
@@ -237,7 +237,7 @@ async def test_deduplication_within_five_minutes_even_after_delete(sqs, service,
     with ThreadPoolExecutor(len(clients)) as pool:
         answers = list(pool.map(send, clients * 3))
     assert len(set(answers)) == 1
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE key = 'r'") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE key = 'r'") == 1
 
 
 async def test_content_based_deduplication_and_the_message_group_scope(sqs, db):
@@ -254,7 +254,7 @@ async def test_content_based_deduplication_and_the_message_group_scope(sqs, db):
         QueueUrl=url, MessageBody="same", MessageGroupId="g1", MessageDeduplicationId="x"
     )
     assert explicit["MessageId"] not in (one["MessageId"], other["MessageId"])
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 3
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 3
 
     grouped = fifo_queue(sqs, "grouped.fifo", DeduplicationScope="messageGroup")
     a = sqs.send_message(QueueUrl=grouped, MessageBody="a", MessageGroupId="g1", MessageDeduplicationId="d")
@@ -342,7 +342,7 @@ async def test_order_per_group_with_concurrent_receivers(sqs, service, db):
     assert problems == []
     assert done == {g: list(range(per_group)) for g in groups}
     assert await states(db, "ledger.fifo")() == {"completed": len(groups) * per_group}
-    retried = await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE attempts = 2")
+    retried = await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE attempts = 2")
     assert retried == len(given_back) == len(groups) * len(range(1, per_group, 4))
 
 
@@ -370,7 +370,7 @@ async def test_receive_request_attempt_id_gets_the_same_messages_again(sqs, serv
     assert {m["Body"]: m["ReceiptHandle"] for m in again["Messages"]} == handles
     assert {m["Attributes"]["ApproximateReceiveCount"] for m in again["Messages"]} == {"1"}
     left = await db.fetch(
-        "SELECT extract(epoch FROM lease_expires_at - now()) AS s FROM jobq.jobs WHERE status = 'running'"
+        "SELECT extract(epoch FROM lease_expires_at - now()) AS s FROM jobq.all_jobs WHERE status = 'running'"
     )
     assert all(25 < r["s"] <= 30 for r in left)  # the queue's visibility timeout, from now
     # Another attempt id gets what is free: nothing (each group has one in flight).
@@ -416,7 +416,7 @@ async def test_concurrent_receives_with_one_attempt_id_get_one_answer(sqs, servi
         with ThreadPoolExecutor(2) as pool:
             one, two = pool.map(receive, clients)
         assert one == two
-        running = await db.fetch("SELECT id, attempts FROM jobq.jobs WHERE status = 'running'")
+        running = await db.fetch("SELECT id, attempts FROM jobq.all_jobs WHERE status = 'running'")
         assert len(running) == len(one) and {r["attempts"] for r in running} == {1}  # the loser's handed back
         await db.execute(
             "UPDATE jobq.jobs SET status = 'completed', lease_expires_at = NULL WHERE status = 'running'"
@@ -466,7 +466,7 @@ async def test_fifo_dead_letters_keep_their_group(sqs, db):
     (message,) = (await asyncio.to_thread(sqs.receive_message, QueueUrl=url, WaitTimeSeconds=5))["Messages"]
     assert message["Body"] == "next"  # the group goes on without its dead message
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    assert await db.fetchval("SELECT key FROM jobq.jobs WHERE status = 'dead'") == "g1"
+    assert await db.fetchval("SELECT key FROM jobq.all_jobs WHERE status = 'dead'") == "g1"
     sqs.start_message_move_task(SourceArn=dlq_arn)
     (message,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
     assert (message["Body"], message["Attributes"]["MessageGroupId"]) == ("poison", "g1")

@@ -55,7 +55,7 @@ async def test_send_receive_delete_with_the_javascript_sdk(sdk, start_service, d
     assert result["sentId"] == result["receivedId"]
     assert (result["body"], result["lang"], result["receiveCount"]) == ("hello from node", "javascript", "1")
     job = await db.fetchrow(
-        "SELECT status, payload, attempts FROM jobq.jobs WHERE id = $1", int(result["sentId"])
+        "SELECT status, payload, attempts FROM jobq.all_jobs WHERE id = $1", int(result["sentId"])
     )
     assert (job["status"], json.loads(job["payload"]), job["attempts"]) == ("completed", "hello from node", 1)
 

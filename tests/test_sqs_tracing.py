@@ -114,7 +114,7 @@ async def test_send_message_batch_traces_each_entry(sqs, client, db):
     assert await trace_of(client, ids["header"]) == (TRACEPARENT.format("01"), None)
     assert await trace_of(client, ids["attribute"]) == (W3C, "a=1")
     assert await trace_of(client, ids["plain"]) == (None, None)
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'xray-batch'") == 3
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE queue = 'xray-batch'") == 3
 
     messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])[
         "Messages"
@@ -209,7 +209,7 @@ async def test_malformed_system_attributes_are_refused(sqs, db):
         assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
         message = exc.value.response["Error"]["Message"]
         assert "AWSTraceHeader" in message or "system attribute name" in message, message
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_a_traced_job_from_jobqs_api_is_received_with_aws_trace_header(sqs, client):

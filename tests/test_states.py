@@ -83,6 +83,12 @@ def lease_flow(walk: q.Query, claim: q.Query) -> Run:
 
 
 FLOW = "UPDATE jobq.queues SET flow = true, key_concurrency = 1"
+COLUMNS = ", ".join(q.JOB_COLUMNS)
+# A finished job where an older release leaves it: in jobq.jobs.
+FINISHED_IN_JOBS = f"""
+    WITH moved AS (DELETE FROM jobq.jobs_history RETURNING *)
+    INSERT INTO jobq.jobs ({COLUMNS}) SELECT {COLUMNS} FROM moved
+"""
 
 MOVES: dict[str, Move] = {
     "LEASE": Move(
@@ -153,11 +159,13 @@ MOVES: dict[str, Move] = {
     ),
     "PURGE_DEAD": Move(q.PURGE_DEAD, statement(q.PURGE_DEAD, scope=None), {DEAD: GONE}),
     "PURGE_DEAD_JOBS": Move(q.PURGE_DEAD_JOBS, statement(q.PURGE_DEAD_JOBS, scope=None), {DEAD: GONE}),
-    "PRUNE_FINISHED": Move(
-        q.PRUNE_FINISHED,
-        statement(q.PRUNE_FINISHED, batch=10),
+    "MOVE_FINISHED": Move(q.MOVE_FINISHED, statement(q.MOVE_FINISHED, batch=10), given=FINISHED_IN_JOBS),
+    "PRUNE_HISTORY_DEFAULT": Move(
+        q.PRUNE_HISTORY_DEFAULT,
+        statement(q.PRUNE_HISTORY_DEFAULT, batch=10),
         {COMPLETED: GONE, CANCELLED: GONE},
-        given="UPDATE jobq.jobs SET completed_at = now() - interval '2 days'",
+        # Past its purge_after, the row moves to the default partition (no day's partition takes it).
+        given="UPDATE jobq.jobs_history SET purge_after = now() - interval '1 second'",
     ),
     "PURGE_QUEUE": Move(q.PURGE_QUEUE, statement(q.PURGE_QUEUE, queue=QUEUE), {PENDING: GONE, RUNNING: GONE}),
     "DELETE_QUEUE": Move(q.DELETE_QUEUE, delete_queue, dict.fromkeys(JobStatus, GONE)),
@@ -193,8 +201,8 @@ ENQUEUES: dict[str, tuple[str, list[Any]]] = {
 
 async def job_in(conn: asyncpg.Connection, status: JobStatus) -> int:
     """A job of QUEUE in `status` as the statements that lead there leave it: leased once, its token
-    kept (as after an expiry), finished ones with completed_at."""
-    return await conn.fetchval(
+    kept (as after an expiry), finished ones with completed_at, in jobq.jobs_history."""
+    job_id = await conn.fetchval(
         """
         WITH queue AS (INSERT INTO jobq.queues (name) VALUES ($1) ON CONFLICT DO NOTHING)
         INSERT INTO jobq.jobs (queue, status, payload, run_at, attempts, max_attempts, lease_token,
@@ -208,6 +216,12 @@ async def job_in(conn: asyncpg.Connection, status: JobStatus) -> int:
         status,
         TOKEN,
     )
+    await conn.execute(q.MOVE_FINISHED.text, *q.MOVE_FINISHED.args(batch=10))
+    return job_id
+
+
+# Every job row, in either table, past its purge_after or not.
+EVERY_ROW = "(SELECT id, status FROM jobq.all_jobs UNION ALL SELECT id, status FROM jobq.jobs_history)"
 
 
 @pytest.mark.parametrize("status", list(JobStatus))
@@ -218,10 +232,10 @@ async def test_each_statement_moves_each_status_as_the_table_says(db, name: str,
     if move.given:
         await db.execute(move.given)
     await move.run(db, job_id)
-    now = await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job_id)
+    now = await db.fetchval(f"SELECT status FROM {EVERY_ROW} j WHERE id = $1", job_id)
     assert (now or GONE) == move.moves.get(status, status)
     # Nothing else was created or touched.
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id <> $1", job_id) == 0
+    assert await db.fetchval(f"SELECT count(*) FROM {EVERY_ROW} j WHERE id <> $1", job_id) == 0
 
 
 @pytest.mark.parametrize("name", list(ENQUEUES))
@@ -232,12 +246,12 @@ async def test_each_enqueue_makes_a_pending_job(db, name: str):
         "INSERT INTO jobq.schedules (name, cron, queue, payload) VALUES ('s', '* * * * *', $1, '{}')", QUEUE
     )
     await db.fetch(sql, *args)
-    assert await db.fetch("SELECT status FROM jobq.jobs") == [(PENDING,)]
+    assert await db.fetch("SELECT status FROM jobq.all_jobs") == [(PENDING,)]
 
 
 # What makes a statement a status change: it sets `status`, or inserts or deletes jobs.
 CHANGES_STATUS = re.compile(
-    r"SET\s+status\s*=|INSERT\s+INTO\s+jobq\.jobs\b|DELETE\s+FROM\s+jobq\.jobs\b", re.IGNORECASE
+    r"SET\s+status\s*=|(INSERT\s+INTO|DELETE\s+FROM)\s+jobq\.jobs(_history\w*)?\b", re.IGNORECASE
 )
 
 

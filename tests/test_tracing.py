@@ -71,7 +71,7 @@ async def test_the_request_header_traces_jobs_that_give_none(client, db):
 async def test_a_malformed_trace_context_in_the_body_is_refused(client, db, fields):
     r = await client.post("/jobs", json={"queue": "bad", "payload": None, **fields})
     assert_problem(r, 422, "validation_error")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_sql_enqueue_takes_the_trace_context(db, client):
@@ -94,4 +94,4 @@ async def test_an_idempotent_retry_with_a_new_span_is_the_same_request(client, d
     )
     assert (first.status_code, again.status_code) == (201, 201)
     assert again.json()["id"] == first.json()["id"]
-    assert await db.fetchval("SELECT traceparent FROM jobq.jobs") == PARENT  # the first's, once
+    assert await db.fetchval("SELECT traceparent FROM jobq.all_jobs") == PARENT  # the first's, once

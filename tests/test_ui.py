@@ -113,15 +113,15 @@ async def test_dead_job_retried_from_the_page(page, client, db):
     await expect(page.locator(".flash")).to_contain_text(f"Retried job {job_id}")
     await expect(dead).to_have_count(0)
     await expect(page.locator(f'tr[data-job="{other}"]')).to_have_count(1)
-    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs WHERE id = $1", job_id)
+    row = await db.fetchrow("SELECT status, attempts FROM jobq.all_jobs WHERE id = $1", job_id)
     assert (row["status"], row["attempts"]) == ("pending", 0)
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", other) == "dead"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", other) == "dead"
     await shot(page, "dead-job-retried")
 
     # "Retry all" takes the rest of the queue (after a confirm(), answered yes).
     await page.get_by_role("button", name="Retry all dead jobs in emails").click()
     await expect(page.locator(".flash")).to_contain_text("Retried 1 dead jobs of emails")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'dead'") == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'dead'") == 0
 
 
 async def test_job_page_and_purge(page, client, db):
@@ -141,7 +141,7 @@ async def test_job_page_and_purge(page, client, db):
     await page.get_by_role("button", name="Purge").click()  # confirm() answered yes
     await expect(page.locator(".flash")).to_contain_text(f"Purged job {job_id}")
     await until(lambda: page.url.endswith("/ui/jobs?queue=emails&status=dead"))
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", job_id) == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE id = $1", job_id) == 0
 
     # The header's lookup finds a job by id; an unknown one is a page saying so.
     other = (await enqueue(client, "emails"))["id"]
@@ -229,7 +229,7 @@ async def test_read_only_for_a_viewer(start_service, db):
             assert 'type="checkbox" name="id"' not in r.text and '<input id="setting-' not in r.text, path
         assert 'data-queue="q"' in (await client.get("/ui", headers=viewer)).text
         assert f'data-job="{job_id}"' in (await client.get("/ui/dead", headers=viewer)).text
-        before = await db.fetch("SELECT id, status, attempts, updated_at FROM jobq.jobs ORDER BY id")
+        before = await db.fetch("SELECT id, status, attempts, updated_at FROM jobq.all_jobs ORDER BY id")
         buttons = (
             "queues/q/pause",
             "queues/q/retry-dead",
@@ -244,7 +244,9 @@ async def test_read_only_for_a_viewer(start_service, db):
         for action in buttons:
             r = await client.post(f"/ui/{action}", headers=viewer)
             assert r.status_code == 403, action
-        assert await db.fetch("SELECT id, status, attempts, updated_at FROM jobq.jobs ORDER BY id") == before
+        assert (
+            await db.fetch("SELECT id, status, attempts, updated_at FROM jobq.all_jobs ORDER BY id") == before
+        )
         assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is False
 
 
@@ -309,9 +311,9 @@ async def test_schedule_triggered_and_paused_from_the_page(page, client, db):
 
     await row.get_by_role("button", name="Trigger now").click()
     await expect(page.locator(".flash")).to_contain_text("Triggered schedule yearly-report")
-    scheduled = "SELECT count(*) FROM jobq.jobs WHERE schedule = 'yearly-report'"
+    scheduled = "SELECT count(*) FROM jobq.all_jobs WHERE schedule = 'yearly-report'"
     assert await db.fetchval(scheduled) == 1
-    job_id = await db.fetchval("SELECT id FROM jobq.jobs WHERE schedule = 'yearly-report'")
+    job_id = await db.fetchval("SELECT id FROM jobq.all_jobs WHERE schedule = 'yearly-report'")
     await expect(page.locator(".flash")).to_contain_text(f"job {job_id} enqueued in reports")
     await expect(row.locator("td.last a")).to_have_text(f"job {job_id}")
     await shot(page, "schedule-triggered")
@@ -366,7 +368,7 @@ async def test_schedules_read_only_for_a_viewer(start_service, db):
             "/ui/schedules/new-year/trigger", headers={"Sec-Fetch-Site": "cross-site"}
         )
         assert cross_site.status_code == 403  # an admin's browser, made to post by another site
-        assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+        assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
         assert await db.fetchval("SELECT paused FROM jobq.schedules WHERE name = 'new-year'") is False
 
         r = await client.post("/ui/schedules/nothing-here/trigger")
@@ -415,14 +417,14 @@ async def test_jobs_browsed_filtered_and_acted_on_in_bulk(page, client, db):
     await page.get_by_label(f"select job {full}").check()
     await page.get_by_role("button", name="Purge selected").click()  # confirm() answered yes
     await expect(page.locator(".flash")).to_contain_text("Purged 1 of 1 selected jobs.")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = $1", full) == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE id = $1", full) == 0
     await expect(rows).to_have_count(1)
 
     # Every match of the filter, on every page: the dead jobs of emails, not those of reports.
     await page.get_by_role("button", name="Retry all matching").click()
     await expect(page.locator(".flash")).to_contain_text("Retried 1 dead jobs matching the filters.")
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", timeout) == "pending"
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", report) == "dead"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", timeout) == "pending"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", report) == "dead"
 
     # The header box ticks every job shown; a selection of mixed states changes only what it can.
     await page.goto("/ui/jobs")
@@ -432,9 +434,9 @@ async def test_jobs_browsed_filtered_and_acted_on_in_bulk(page, client, db):
     await expect(page.locator(".flash")).to_contain_text(
         f"Cancelled {pending} of {len(everything) - 1} selected jobs. {len(everything) - 1 - pending} left"
     )
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'cancelled'") == pending
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'pending'") == 0
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", done["id"]) == "completed"
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'cancelled'") == pending
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'pending'") == 0
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", done["id"]) == "completed"
     await shot(page, "jobs-cancelled")
 
     # Completed jobs have nothing to retry, purge or cancel: no boxes, no buttons.
@@ -448,16 +450,16 @@ async def test_jobs_browsed_filtered_and_acted_on_in_bulk(page, client, db):
     await page.get_by_label(f"select job {report}").check()
     await page.get_by_role("button", name="Retry selected").click()
     await expect(page.locator(".flash")).to_contain_text("Retried 1 of 1 selected jobs.")
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", report) == "pending"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", report) == "pending"
     await page.goto("/ui/jobs?queue=reports&status=pending")
     await page.get_by_role("button", name="Cancel all matching").click()
     await expect(page.locator(".flash")).to_contain_text("Cancelled 1 pending jobs matching the filters.")
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", report) == "cancelled"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", report) == "cancelled"
     doomed = [await make_dead(client, "reports", error=f"boom {n}") for n in range(2)]
     await page.goto("/ui/jobs?queue=reports&status=dead")
     await page.get_by_role("button", name="Purge all matching").click()
     await expect(page.locator(".flash")).to_contain_text("Purged 2 dead jobs matching the filters.")
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE id = ANY($1::bigint[])", doomed) == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE id = ANY($1::bigint[])", doomed) == 0
 
 
 async def test_queue_page_states_and_settings(page, client, db):
@@ -552,14 +554,14 @@ async def test_job_page_runs_a_scheduled_job_now_and_cancels_one(page, client, d
     await shot(page, "job-scheduled")
     await page.get_by_role("button", name="Run now").click()
     await expect(page.locator(".flash")).to_contain_text(f"Job {later} is ready now")
-    assert await db.fetchval("SELECT run_at <= now() FROM jobq.jobs WHERE id = $1", later) is True
+    assert await db.fetchval("SELECT run_at <= now() FROM jobq.all_jobs WHERE id = $1", later) is True
     await expect(page.locator(".status")).to_have_text("pending")
     await expect(page.get_by_role("button", name="Run now")).to_have_count(0)
 
     await page.get_by_role("button", name="Cancel").click()  # confirm() answered yes
     await expect(page.locator(".flash")).to_contain_text(f"Cancelled job {later}")
     await expect(page.locator(".status")).to_have_text("cancelled")
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", later) == "cancelled"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", later) == "cancelled"
     await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
 
 

@@ -148,7 +148,7 @@ async def test_waiters_hold_no_connection_and_send_no_statement_while_waiting(re
     created = await b.post("/jobs/batch", json={"jobs": [{"queue": "q", "payload": i} for i in range(200)]})
     ids = [j["id"] for j in created.json()["jobs"]]
     waiters = [asyncio.create_task(a.get(f"/jobs/{i}", params={"wait": 30})) for i in ids]
-    await until(lambda: db.fetchval("SELECT count(*) = 200 FROM jobq.jobs WHERE awaited"))
+    await until(lambda: db.fetchval("SELECT count(*) = 200 FROM jobq.all_jobs WHERE awaited"))
     waiting = await acquired_in(2)
     connections = await db.fetchval(
         "SELECT count(*) FROM pg_stat_activity"

@@ -137,7 +137,7 @@ async def test_client_gone_during_long_poll_strands_nothing(http, quiet_service,
     await asyncio.sleep(0.2)
     await http.post("/jobs", json={"queue": "q", "payload": "for someone still there"})
     await asyncio.sleep(0.5)
-    row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs")
+    row = await db.fetchrow("SELECT status, attempts FROM jobq.all_jobs")
     assert (row["status"], row["attempts"]) == ("pending", 0)
     (job,) = (await http.post("/lease", json={"queue": "q"})).json()["jobs"]
     assert job["attempts"] == 1
@@ -260,7 +260,7 @@ async def test_sqs_receive_whose_client_left_is_dropped(quiet_service, http, db)
     await http.post("/jobs", json={"queue": "s", "payload": "hello"})
     r = await asyncio.wait_for(live, timeout=3)
     assert [m["Body"] for m in r.json()["Messages"]] == ["hello"]
-    assert await db.fetchval("SELECT attempts FROM jobq.jobs") == 1
+    assert await db.fetchval("SELECT attempts FROM jobq.all_jobs") == 1
 
 
 async def test_a_wake_up_not_acted_on_is_passed_on(database_url, db):

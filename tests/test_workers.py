@@ -99,7 +99,7 @@ async def test_lease_shows_each_jobs_kind_and_key(client, db):
         zip(ids, zip(kinds, keys, strict=True), strict=True)
     )
     assert all(j.keys() == LEASE_FIELDS for j in leased)
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running'") == 3
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'running'") == 3
 
 
 async def test_max_jobs_returns_up_to_n_in_priority_run_at_id_order(client, db):
@@ -117,7 +117,9 @@ async def test_max_jobs_returns_up_to_n_in_priority_run_at_id_order(client, db):
     got = await lease(client, max_jobs=10)
     assert [j["id"] for j in got] == expected[4:]
     assert await lease(client, max_jobs=10) == []
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running' AND attempts = 1") == 7
+    assert (
+        await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'running' AND attempts = 1") == 7
+    )
 
 
 async def test_lower_priority_runs_first_one_at_a_time(client):

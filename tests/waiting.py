@@ -29,7 +29,7 @@ def states(db, queue: str) -> Callable[[], Any]:
 
     async def query() -> dict[str, int]:
         rows = await db.fetch(
-            "SELECT status, count(*) AS n FROM jobq.jobs WHERE queue = $1 GROUP BY 1", queue
+            "SELECT status, count(*) AS n FROM jobq.all_jobs WHERE queue = $1 GROUP BY 1", queue
         )
         return {r["status"]: r["n"] for r in rows}
 

@@ -26,8 +26,9 @@ from app.jobs.arguments import (
     QueueSettings,
     QueueSettingsLike,
 )
-from app.jobs.background import database_health, expire_leases, lock_waits, prune_finished, queue_gauges
+from app.jobs.background import database_health, expire_leases, lock_waits, queue_gauges
 from app.jobs.health import schema_revision
+from app.jobs.history import keep_history
 from app.jobs.idempotency import Once, prune_idempotency_keys
 from app.jobs.operators import (
     cancel_jobs,
@@ -81,11 +82,11 @@ __all__ = [
     "forget_rollups",
     "forget_workers",
     "get_job",
+    "keep_history",
     "lease",
     "lock_waits",
     "nack",
     "nack_batch",
-    "prune_finished",
     "prune_idempotency_keys",
     "purge_dead",
     "purge_dead_jobs",

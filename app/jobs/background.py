@@ -1,6 +1,6 @@
-"""What the background loops (app/background.py) run: lease expiry, retention pruning, and the database's
-numbers for the metrics (app/metrics.py). Idempotency keys are pruned in app/jobs/idempotency.py, with
-the rest of their life."""
+"""What the background loops (app/background.py) run: lease expiry, and the database's numbers for the
+metrics (app/metrics.py). Finished jobs' retention is in app/jobs/history.py, idempotency keys' in
+app/jobs/idempotency.py, with the rest of their life."""
 
 from __future__ import annotations
 
@@ -30,11 +30,6 @@ async def expire_leases(db: Database) -> list[Row]:
     db.metrics.dead_lettered.count(dead)
     tracing.record("dead-letter", dead, started)
     return changed
-
-
-async def prune_finished(db: Database) -> int:
-    """Delete finished jobs past retention in bounded batches; how many went."""
-    return await prune_in_batches(db, q.PRUNE_FINISHED)
 
 
 async def prune_in_batches(db: Database, prune: q.Query) -> int:

@@ -52,7 +52,8 @@ async def test_enqueue(service, db):
     assert refused.stderr.endswith("(validation_error)\n")
 
     rows = await db.fetch(
-        "SELECT queue, payload, priority, max_attempts, run_at > now() AS later FROM jobq.jobs ORDER BY id"
+        "SELECT queue, payload, priority, max_attempts, run_at > now() AS later"
+        " FROM jobq.all_jobs ORDER BY id"
     )
     assert [(r["queue"], json.loads(r["payload"]), r["priority"], r["later"]) for r in rows] == [
         ("emails", {"to": "ada"}, 3, False),
@@ -71,7 +72,7 @@ async def test_enqueue_with_kind(service, db):
     assert json.loads(done.stdout)["kind"] is None
     refused = jobq("enqueue", "emails", "3", "--kind", "no spaces", url=service.url)
     assert refused.exit_code == 1 and refused.stderr.startswith("jobq: body.kind: ")
-    rows = await db.fetch("SELECT payload, kind FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT payload, kind FROM jobq.all_jobs ORDER BY id")
     assert [(json.loads(r["payload"]), r["kind"]) for r in rows] == [(1, "send_email"), (2, None)]
 
 
@@ -227,7 +228,7 @@ async def test_dead_list_retry_purge(service, db):
     live = jobq("dead", "purge", str(alive), url=url)
     assert live.exit_code == 1 and live.stderr.endswith("(conflict)\n")
 
-    rows = await db.fetch("SELECT id, status, attempts FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT id, status, attempts FROM jobq.all_jobs ORDER BY id")
     assert [(r["id"], r["status"], r["attempts"]) for r in rows] == [
         (ids[0], "pending", 0),
         (ids[3], "pending", 0),
@@ -307,7 +308,7 @@ async def test_tokens(start_service, db):
     )
     done = jobq("stats", "--json", url=service.url, env={"JOBQ_TOKEN": "a"})
     assert json.loads(done.stdout)[0]["pending"] == 1
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 1
 
 
 async def test_workers(start_service, db):

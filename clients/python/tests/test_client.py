@@ -86,7 +86,7 @@ async def test_producer_calls(service, db):
             jobq.enqueue("not a queue name!", 1)
         assert invalid.value.code == "validation_error" and invalid.value.problem["status"] == 422
 
-    rows = await db.fetch("SELECT status, count(*) AS n FROM jobq.jobs GROUP BY status")
+    rows = await db.fetch("SELECT status, count(*) AS n FROM jobq.all_jobs GROUP BY status")
     assert {r["status"]: r["n"] for r in rows} == {"pending": 5, "cancelled": 1}
 
 
@@ -161,7 +161,7 @@ async def test_worker_calls(service, db):
         with pytest.raises(ValueError):
             await jobq.ack(d.id)  # an id alone needs its token
 
-    rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.jobs ORDER BY id")
+    rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.all_jobs ORDER BY id")
     assert [(r["status"], r["attempts"], r["last_error"]) for r in rows] == [
         ("completed", 1, None),
         ("pending", 1, "it broke"),
@@ -195,7 +195,7 @@ async def test_key_on_every_job(service, db):
         assert json.loads(done.stdout)["key"] == "cli"
         leased = jobq.lease("mail", max_jobs=10)
         assert sorted(j.key or "-" for j in leased) == ["-", "b", "cli", "customer-42", "tenant-7"]
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE key IS NOT NULL") == 4
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE key IS NOT NULL") == 4
 
 
 async def test_kind_on_every_job(service, db):
@@ -221,7 +221,7 @@ async def test_kind_on_every_job(service, db):
         with pytest.raises(ValidationError) as invalid:
             jobq.enqueue("mail", 6, kind="x" * 129)
         assert "kind" in invalid.value.detail
-    rows = await db.fetch("SELECT kind, count(*) AS n FROM jobq.jobs GROUP BY kind")
+    rows = await db.fetch("SELECT kind, count(*) AS n FROM jobq.all_jobs GROUP BY kind")
     assert {r["kind"]: r["n"] for r in rows} == {"send_email": 1, "resize": 1, "send.sms:v2": 1, None: 2}
 
 
@@ -270,7 +270,7 @@ async def test_nack_many_items_override_the_calls_options(service, db, blocking)
     ]  # fmt: skip
     rows = await db.fetch(
         "SELECT status, last_error, round(extract(epoch FROM run_at - updated_at))::int AS wait"
-        " FROM jobq.jobs ORDER BY id"
+        " FROM jobq.all_jobs ORDER BY id"
     )
     assert [(r["status"], r["last_error"]) for r in rows] == [
         ("pending", "default"), ("pending", "soon"), ("dead", "dead"), ("pending", None), ("pending", "x"),
@@ -349,7 +349,7 @@ async def test_results_and_progress(start_service, db, blocking):
     ]
     with Client(service.url) as sync:
         assert sync.ack(e).status == "completed"
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'completed'") == 6
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'completed'") == 6
 
 
 def test_results_as_sent():
@@ -403,7 +403,7 @@ async def test_operator_calls(service, db):
         assert row.oldest_pending_age_seconds >= 0
 
     counts = await db.fetchrow(
-        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, count(*) AS total FROM jobq.jobs"
+        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, count(*) AS total FROM jobq.all_jobs"
     )
     assert (counts["pending"], counts["total"]) == (5, 5)
 
@@ -415,7 +415,7 @@ async def test_payload_too_large(start_service, db):
         with pytest.raises(PayloadTooLarge) as too_large:
             jobq.enqueue("big", "x" * 200)
         assert too_large.value.status == 413
-    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 1
 
 
 def _counting() -> tuple[list[str], dict]:
@@ -441,7 +441,7 @@ async def test_retries_connection_errors_until_the_service_is_up(database_url, d
         await until(lambda: server.started)
         server.should_exit = True
         starter.join(10)
-    assert await db.fetchval("SELECT array_agg(id) FROM jobq.jobs") == [job.id]
+    assert await db.fetchval("SELECT array_agg(id) FROM jobq.all_jobs") == [job.id]
 
     with Client(f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(attempts=3, backoff=0.01)) as nobody:
         with pytest.raises(Unreachable) as unreachable:
@@ -483,7 +483,7 @@ async def test_retries_503_but_never_4xx(start_service, db):
             jobq.enqueue("locked", "impatient")
     await transaction.rollback()
     assert unavailable.value.status == 503 and unavailable.value.code == "unavailable"
-    assert await db.fetchval("SELECT array_agg(payload #>> '{}') FROM jobq.jobs") == ["patient"]
+    assert await db.fetchval("SELECT array_agg(payload #>> '{}') FROM jobq.all_jobs") == ["patient"]
 
 
 def test_retry_policy_after_lost_answers():
@@ -555,7 +555,7 @@ async def test_bearer_token(start_service, db, monkeypatch):
         with pytest.raises(Forbidden):
             await worker.queues()
     assert leased.id == job.id
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job.id) == "completed"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job.id) == "completed"
 
 
 async def test_a_netrc_naming_the_host_does_not_come_between_the_token_and_the_service(
@@ -572,7 +572,7 @@ async def test_a_netrc_naming_the_host_does_not_come_between_the_token_and_the_s
     monkeypatch.setenv("HOME", str(tmp_path))
     async with AsyncClient(service.url, token="producer-token", retry=FAST) as producer:
         job = await producer.enqueue("secret", 1)
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job.id) == "pending"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job.id) == "pending"
 
 
 async def test_the_async_client_goes_through_the_proxy_the_environment_names(start_service, monkeypatch):

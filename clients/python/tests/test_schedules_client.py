@@ -130,11 +130,11 @@ async def test_async_client_and_the_jobs_a_schedule_enqueues_at_its_times(servic
         made = await jobq.set_schedule("every-second", "* * * * * *", "ticks", "tick", paused=True)
         assert made.paused and made.next_run_at is None
         assert [s.name for s in await jobq.schedules()] == ["every-second"]
-        assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 0
+        assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
         resumed = await jobq.resume_schedule("every-second")
         assert not resumed.paused and resumed.next_run_at is not None
-        first = await until(lambda: db.fetchval("SELECT min(id) FROM jobq.jobs WHERE queue = 'ticks'"))
+        first = await until(lambda: db.fetchval("SELECT min(id) FROM jobq.all_jobs WHERE queue = 'ticks'"))
         job = await jobq.get_job(first)
         assert (job.payload, job.schedule) == ("tick", "every-second")
         assert job.schedule_slot is not None and job.schedule_slot.microsecond == 0

@@ -143,7 +143,9 @@ async def test_retry_after_fail_and_unknown_kinds(service, db):
     assert (stats.done, stats.failed) == (0, 6)
     rows = {
         (r["kind"], r["payload"]): r
-        for r in await db.fetch("SELECT kind, payload, status, attempts, run_at, last_error FROM jobq.jobs")
+        for r in await db.fetch(
+            "SELECT kind, payload, status, attempts, run_at, last_error FROM jobq.all_jobs"
+        )
     }
     retried = rows[("later", '{"n": 1}')]
     assert retried["status"] == "pending" and retried["attempts"] == 1
@@ -176,7 +178,7 @@ async def test_a_task_s_visibility_timeout_is_its_lease_while_it_runs(service, d
         job = await client.enqueue("slow", None, kind="crunch")
         worker = Worker(tasks, client=client, wait=0.2)
         run = asyncio.create_task(worker.run())
-        remaining = "SELECT extract(epoch FROM lease_expires_at - now()) FROM jobq.jobs WHERE id = $1"
+        remaining = "SELECT extract(epoch FROM lease_expires_at - now()) FROM jobq.all_jobs WHERE id = $1"
         # Leased for the queue's 30 s, then extended to the task's 120 s as soon as it runs.
         await until(lambda: _over(db, remaining, job.id, 90))
         release.set()
@@ -228,7 +230,7 @@ async def test_jobq_worker_runs_the_functions_of_a_module_as_tasks(service, db, 
         if process.poll() is None:
             process.kill()
     assert sorted(process.stdout.read().split()) == ["HELLO", "hello"]
-    helper = await db.fetchval("SELECT last_error FROM jobq.jobs WHERE kind = '_helper'")
+    helper = await db.fetchval("SELECT last_error FROM jobq.all_jobs WHERE kind = '_helper'")
     assert "no task is named '_helper' in this worker (it knows: shout, whisper)" in helper
 
 
@@ -297,7 +299,7 @@ async def test_progress_goes_with_the_lease_s_extensions_not_a_request_per_call(
         job = await client.enqueue("p", None, kind="work")
         worker = Worker(tasks, client=client, wait=0.2)
         run = asyncio.create_task(worker.run())
-        shown = "SELECT progress FROM jobq.jobs WHERE id = $1"
+        shown = "SELECT progress FROM jobq.all_jobs WHERE id = $1"
         await until(equals(lambda: db.fetchval(shown, job.id), '{"step": 100}'), 10)
         release.set()
         await until(lambda: worker.stats.done == 1)

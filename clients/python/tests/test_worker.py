@@ -80,7 +80,7 @@ async def test_acks_successes_and_nacks_failures_with_their_error(service, db, k
     assert gauge.peak == 8
     assert await states(db, "q")() == {"completed": 54, "pending": 6}
     failed = await db.fetch(
-        "SELECT payload->>'fail' AS fail, attempts, last_error FROM jobq.jobs WHERE status = 'pending'"
+        "SELECT payload->>'fail' AS fail, attempts, last_error FROM jobq.all_jobs WHERE status = 'pending'"
     )
     for row in failed:
         error = row["last_error"]
@@ -100,16 +100,16 @@ async def test_extends_the_lease_of_a_long_job(service, db):
         worker = Worker(slow, "slow", client=client, visibility_timeout=0.6, wait=0.2)
         run = asyncio.create_task(worker.run())
         first = await until(
-            lambda: db.fetchval("SELECT lease_expires_at FROM jobq.jobs WHERE status = 'running'")
+            lambda: db.fetchval("SELECT lease_expires_at FROM jobq.all_jobs WHERE status = 'running'")
         )
         # Past the first deadline the job is still running, on a later one: it was extended, not expired.
         await asyncio.sleep(0.8)
-        row = await db.fetchrow("SELECT status, lease_expires_at FROM jobq.jobs WHERE id = $1", job.id)
+        row = await db.fetchrow("SELECT status, lease_expires_at FROM jobq.all_jobs WHERE id = $1", job.id)
         assert row["status"] == "running" and row["lease_expires_at"] > first
         await until(lambda: worker.stats.done == 1)
         worker.stop()
         await run
-    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.jobs WHERE id = $1", job.id)
+    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.all_jobs WHERE id = $1", job.id)
     assert dict(row) == {"status": "completed", "attempts": 1, "last_error": None}
 
 
@@ -138,7 +138,7 @@ async def test_stop_lets_running_jobs_finish_within_grace_and_releases_the_rest(
         await until(lambda: worker.stats.done == 1 and worker.stats.in_flight == 2)
         # Leases last the queue's visibility timeout, read when the worker started.
         left = await db.fetchval(
-            "SELECT min(lease_expires_at - now()) FROM jobq.jobs WHERE status = 'running'"
+            "SELECT min(lease_expires_at - now()) FROM jobq.all_jobs WHERE status = 'running'"
         )
         assert 5 < left.total_seconds() <= 7
 
@@ -154,7 +154,7 @@ async def test_stop_lets_running_jobs_finish_within_grace_and_releases_the_rest(
     rows = {
         r["id"]: r
         for r in await db.fetch(
-            "SELECT id, status, attempts, run_at <= now() AS due, last_error FROM jobq.jobs"
+            "SELECT id, status, attempts, run_at <= now() AS due, last_error FROM jobq.all_jobs"
         )
     }
     assert [rows[j.id]["status"] for j in jobs] == ["completed", "completed", "pending"]
@@ -177,7 +177,7 @@ async def test_a_job_released_on_its_last_attempt_goes_dead(service, db):
         await until(lambda: worker.stats.in_flight == 1)
         worker.stop()
         assert (await run).released == 1
-    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.jobs WHERE id = $1", job.id)
+    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.all_jobs WHERE id = $1", job.id)
     assert (row["status"], row["attempts"]) == ("dead", 1) and row["last_error"].startswith("released: ")
 
 
@@ -194,7 +194,7 @@ async def test_an_ack_after_the_lease_moved_on_counts_as_lost(service, db):
         worker.stop()
         stats = await run
     assert (stats.done, stats.failed, stats.lost) == (0, 0, 1)
-    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.jobs WHERE id = $1", job.id)
+    row = await db.fetchrow("SELECT status, attempts, last_error FROM jobq.all_jobs WHERE id = $1", job.id)
     assert tuple(row) == ("pending", 1, "taken away")
 
 
@@ -211,7 +211,7 @@ async def test_a_worker_token_is_enough(start_service, db, caplog):
 
         async def handler(job):
             leases.append(
-                await db.fetchval("SELECT lease_expires_at - now() FROM jobq.jobs WHERE id = $1", job.id)
+                await db.fetchval("SELECT lease_expires_at - now() FROM jobq.all_jobs WHERE id = $1", job.id)
             )
 
         worker = Worker(handler, "tokens", client=client, wait=0.2)
@@ -221,7 +221,7 @@ async def test_a_worker_token_is_enough(start_service, db, caplog):
         await run
     assert 40 < leases[0].total_seconds() <= 45
     assert "cannot read the settings" not in caplog.text
-    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", job.id) == "completed"
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job.id) == "completed"
 
 
 async def test_keeps_going_through_an_outage(start_service, db, caplog):
@@ -341,7 +341,7 @@ async def test_jobq_worker_command_logs_status_and_stops_on_signals(service, db,
         tmp_path, service.url, "-c", "4", "--status-interval", "0.2", stderr=subprocess.PIPE, text=True
     )
     try:
-        by_payload = "SELECT array_agg(DISTINCT status) FROM jobq.jobs WHERE payload = $1::jsonb"
+        by_payload = "SELECT array_agg(DISTINCT status) FROM jobq.all_jobs WHERE payload = $1::jsonb"
         await until(equals(states(db, "cli"), {"completed": 20, "pending": 1, "running": 1}), 20)
         await until(equals(lambda: db.fetchval(by_payload, '"fail"'), ["pending"]))
         await until(equals(lambda: db.fetchval(by_payload, '"block"'), ["running"]))
@@ -355,7 +355,7 @@ async def test_jobq_worker_command_logs_status_and_stops_on_signals(service, db,
             process.kill()
     log = process.stderr.read()
     assert await states(db, "cli")() == {"completed": 20, "pending": 2}
-    blocked = await db.fetchrow("SELECT attempts, last_error FROM jobq.jobs WHERE payload = '\"block\"'")
+    blocked = await db.fetchrow("SELECT attempts, last_error FROM jobq.all_jobs WHERE payload = '\"block\"'")
     assert blocked["attempts"] == 1 and blocked["last_error"].startswith("released: the worker stopped")
     assert "status: cli: 20 done, 1 failed, 1/4 in flight" in log
     assert "failed (attempt 1 of 5, now pending): RuntimeError: no luck" in log
@@ -434,7 +434,7 @@ async def test_prefetched_jobs_are_given_back_on_stop_their_attempt_not_counted(
         go_on.set()  # the running ones finish within the grace period
         stats = await asyncio.wait_for(run, 5)
     assert (stats.done, stats.failed, stats.released, stats.lost, stats.in_flight) == (4, 0, 4, 0, 0)
-    rows = await db.fetch("SELECT status, attempts, count(*) AS n FROM jobq.jobs GROUP BY 1, 2")
+    rows = await db.fetch("SELECT status, attempts, count(*) AS n FROM jobq.all_jobs GROUP BY 1, 2")
     assert {(r["status"], r["attempts"]): r["n"] for r in rows} == {("completed", 1): 4, ("pending", 0): 6}
 
 
@@ -489,14 +489,16 @@ async def test_a_job_buffered_too_long_is_given_back_rather_than_started_late(se
         run = asyncio.create_task(worker.run())
         # Leased with "long", "short" waits in the buffer; past 0.3 s it is given back, not started.
         await until(lambda: worker.stats.released == 1)
-        row = await db.fetchrow("SELECT status, attempts FROM jobq.jobs WHERE id = $1", short.id)
+        row = await db.fetchrow("SELECT status, attempts FROM jobq.all_jobs WHERE id = $1", short.id)
         assert "long" not in finished and tuple(row) == ("pending", 0)
         await until(lambda: worker.stats.done == 2)
         worker.stop()
         stats = await run
     assert (stats.done, stats.released, stats.lost) == (2, 1, 0)
     assert started["short"] >= finished["long"]  # run after the slot freed, once
-    rows = await db.fetch("SELECT status, attempts FROM jobq.jobs WHERE id = ANY($1)", [long.id, short.id])
+    rows = await db.fetch(
+        "SELECT status, attempts FROM jobq.all_jobs WHERE id = ANY($1)", [long.id, short.id]
+    )
     assert [tuple(r) for r in rows] == [("completed", 1)] * 2
 
 
@@ -549,7 +551,7 @@ async def test_runners_never_run_a_job_twice(service, db):
     assert len(seen) == len(set(seen)) == 1000
     assert sum(s.lost + s.failed + s.released for s in stats) == 0
     assert len(threads) <= 16  # the plain handler ran on the runner's 16 threads, not a thread per job
-    attempts = await db.fetch("SELECT status, attempts, count(*) AS n FROM jobq.jobs GROUP BY 1, 2")
+    attempts = await db.fetch("SELECT status, attempts, count(*) AS n FROM jobq.all_jobs GROUP BY 1, 2")
     assert [tuple(r) for r in attempts] == [("completed", 1, 1000)]
 
 
