@@ -1090,19 +1090,34 @@ DEAD_JOBS_IN_QUEUE = Query.define(
 # and the payload's text) are checked within the window only, so no page reads more than :scan rows,
 # however rare its matches among millions of finished jobs. The window is read lazily, newest first: a
 # page that fills stops there. A page that does not fill asks LIST_WINDOW_END where its window ended.
-def _job_window(queue: bool, status: bool, columns: str = "j.id") -> str:
+# A status reads only where jobs of that status are (`status`: "active" or "finished", the tables of
+# LIST_SOURCES; a status a table cannot hold would walk all its rows for none): pending, running and dead
+# jobs are in jobq.jobs; completed and cancelled ones in jobs_history, or in jobq.jobs still where an
+# older release left them (all_jobs).
+LIST_SOURCES = {None: "jobq.all_jobs", "active": "jobq.jobs", "finished": "jobq.all_jobs"}
+HISTORY_STATUSES = frozenset({"completed", "cancelled"})
+
+
+def _job_window(queue: bool, status: str | None, columns: str = "j.id") -> str:
     where = [f"j.id < :before_id AND {_in_scope('j.queue')}"]
     if queue:
         where.append("j.queue = :queue")
     if status:
         where.append("j.status = :status")
-    return f"SELECT {columns} FROM jobq.all_jobs j WHERE {' AND '.join(where)} ORDER BY j.id DESC LIMIT :scan"
+    return (
+        f"SELECT {columns} FROM {LIST_SOURCES[status]} j WHERE {' AND '.join(where)}"
+        " ORDER BY j.id DESC LIMIT :scan"
+    )
 
 
-def _list_jobs(queue: bool, status: bool) -> Query:
+def _list_name(base: str, queue: bool, status: str | None) -> str:
+    return f"{base}{'_queue' * queue}{f'_{status}' if status else ''}"
+
+
+def _list_jobs(queue: bool, status: str | None) -> Query:
     window = _job_window(queue, status, "j.id, j.kind, j.key, j.dedup_key, j.last_error, j.payload")
     return Query.define(
-        f"list_jobs{'_queue' * queue}{'_status' * status}",
+        _list_name("list_jobs", queue, status),
         f"""
         SELECT {JOB}
         FROM (
@@ -1114,21 +1129,21 @@ def _list_jobs(queue: bool, status: bool) -> Query:
             ORDER BY w.id DESC
             LIMIT :limit
         ) page
-        JOIN jobq.all_jobs j ON j.id = page.id
+        JOIN {LIST_SOURCES[status]} j ON j.id = page.id
         LEFT JOIN jobq.queues q ON q.name = j.queue
         ORDER BY j.id DESC
         """,
     )
 
 
-def _list_window_end(queue: bool, status: bool) -> Query:
+def _list_window_end(queue: bool, status: str | None) -> Query:
     return Query.define(
-        f"list_window_end{'_queue' * queue}{'_status' * status}",
+        _list_name("list_window_end", queue, status),
         f"SELECT count(*) AS examined, min(id) AS oldest FROM ({_job_window(queue, status)}) w",
     )
 
 
-_FILTERS = [(queue, status) for queue in (False, True) for status in (False, True)]
+_FILTERS = [(queue, status) for queue in (False, True) for status in LIST_SOURCES]
 LIST_JOBS = {f: _list_jobs(*f) for f in _FILTERS}
 LIST_WINDOW_END = {f: _list_window_end(*f) for f in _FILTERS}
 
