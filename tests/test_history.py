@@ -263,3 +263,9 @@ async def test_0016_leaves_finished_jobs_where_they_are_and_takes_them_back_goin
     rows = await db.fetch("SELECT status, lease_token FROM jobq.jobs ORDER BY id")
     assert [(r["status"], r["lease_token"]) for r in rows] == [("completed", token), ("pending", None)]
     await asyncio.to_thread(upgrade, database_url)
+
+
+async def test_jit_is_off_on_the_services_connections(database):
+    """The first executions of a job list among millions of finished jobs would be compiled (app/db.py)."""
+    async with database.acquire() as conn:
+        assert await conn.fetchval("SHOW jit") == "off"
