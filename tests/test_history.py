@@ -207,9 +207,9 @@ async def test_finished_jobs_still_in_jobs_are_moved_in_batches(database, db):
     )
 
 
-async def test_acks_and_cancels_go_on_while_partitions_come_and_go(database, db):
-    """Workers ack and cancel while retention rounds make and drop partitions: every call succeeds and
-    every job ends in jobs_history exactly once."""
+async def test_acks_go_on_while_partitions_come_and_go(database, db):
+    """Three workers ack while retention rounds drop past days' partitions and make new ones: every ack
+    succeeds and every job ends in jobs_history exactly once."""
     first = await today(db) - timedelta(days=6)
     for n in range(6):
         await make_partition(db, first + timedelta(days=n))
@@ -269,3 +269,33 @@ async def test_jit_is_off_on_the_services_connections(database):
     """The first executions of a job list among millions of finished jobs would be compiled (app/db.py)."""
     async with database.acquire() as conn:
         assert await conn.fetchval("SHOW jit") == "off"
+
+
+async def test_acks_routed_to_the_default_partition_meanwhile_survive_its_days_partition_made(database, db):
+    """A day's partition is attached while acks insert rows of that very day, which until then go to the
+    default partition: none of them fails. (Attaching alone locks jobs_history weakly, and an insert that
+    chose the default partition before the attach committed then broke the default's new constraint.)"""
+    queue_day = await today(db) + timedelta(days=40)
+    rounds, acked = 20, 0
+    for n in range(rounds):
+        day = queue_day + timedelta(days=n)
+        seconds = await db.fetchval(f"SELECT extract(epoch FROM '{day} 12:00:00+00'::timestamptz - now())")
+        await jobs.configure_queue(database, f"r{n}", jobs.QueueSettings(retention=seconds))
+        for _ in range(60):
+            await enqueue(database, f"r{n}")
+        stop = asyncio.Event()
+
+        async def work(queue: str = f"r{n}") -> int:
+            done = 0
+            while not stop.is_set() and (got := await lease(database, queue, max_jobs=1)):
+                await ack(database, held(got[0]))
+                done += 1
+            return done
+
+        workers = [asyncio.create_task(work()) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        made = await history._ddl(database, history._make(day))
+        stop.set()
+        acked += sum(await asyncio.gather(*workers))
+        assert made
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs_history WHERE queue LIKE 'r%'") == acked > 0
