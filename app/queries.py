@@ -47,6 +47,7 @@ from app.models import (
     DEFAULT_RETENTION,
     DEFAULT_VISIBILITY_TIMEOUT,
     JobHistory,
+    JobStatus,
 )
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -1095,7 +1096,13 @@ DEAD_JOBS_IN_QUEUE = Query.define(
 # jobs are in jobq.jobs; completed and cancelled ones in jobs_history, or in jobq.jobs still where an
 # older release left them (all_jobs).
 LIST_SOURCES = {None: "jobq.all_jobs", "active": "jobq.jobs", "finished": "jobq.all_jobs"}
-HISTORY_STATUSES = frozenset({"completed", "cancelled"})
+HISTORY_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.CANCELLED})
+
+
+def list_filters(queue: str | None, status: str | None) -> tuple[bool, str | None]:
+    """The key of LIST_JOBS and LIST_WINDOW_END for a page filtered by these (or not)."""
+    held = None if status is None else "finished" if status in HISTORY_STATUSES else "active"
+    return queue is not None, held
 
 
 def _job_window(queue: bool, status: str | None, columns: str = "j.id") -> str:

@@ -80,13 +80,13 @@ def _make(day: date) -> list[str]:
     ]
 
 
-async def _ddl(db: Database, statements: list[str], unless: str = "SELECT false") -> bool:
+async def _ddl(db: Database, statements: list[str], unless: str | None = None) -> bool:
     """Run `statements` in one transaction under the history lock, unless `unless` (a query, read once
     the lock is held) finds them done; whether they ran (False: done already, another replica holds the
     lock, or a lock was not had in time: the next round tries again)."""
     try:
         async with db.acquire() as conn, conn.transaction():
-            if not await conn.fetchval(HISTORY_LOCK) or await conn.fetchval(unless):
+            if not await conn.fetchval(HISTORY_LOCK) or (unless and await conn.fetchval(unless)):
                 return False
             await conn.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
             for statement in statements:

@@ -68,8 +68,7 @@ async def list_jobs(
     """Jobs of any state, newest first, a page at a time: `next_before_id` goes on below the page. A page
     reads at most LIST_SCAN jobs of the queue and status, so one with a rare kind, key or search may come
     back short (even empty) with a `next_before_id` all the same; null only once nothing older is left."""
-    held = None if status is None else "finished" if status in q.HISTORY_STATUSES else "active"
-    filters = (queue is not None, held)
+    filters = q.list_filters(queue, status)
     window = {
         "before_id": before_id if before_id is not None else PAST_LAST_ID,
         "scope": scope,
