@@ -28,6 +28,21 @@ async def _reset_connection(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
+class PooledConnection(asyncpg.Connection):
+    """A connection through a pooler in transaction mode. The first time a statement uses a type asyncpg
+    has not met on the connection (an array of int8, say) it looks the type up, with JIT turned off for
+    the session around the lookup: compiled, that query takes a second. Through the pooler, its three
+    statements (turn JIT off, look up, turn it back) may each run on another server session, so the
+    lookup was compiled, long enough for a statement timeout, and a session was left with JIT off for
+    whichever client came next. In one transaction, the three run on one session."""
+
+    async def _introspect_types(self, typeoids: Any, timeout: Any) -> Any:
+        if self.is_in_transaction():  # already on one server session
+            return await super()._introspect_types(typeoids, timeout)
+        async with self.transaction():
+            return await super()._introspect_types(typeoids, timeout)
+
+
 POOLER_WAIT = 1.0  # seconds a pooler in transaction mode may take to give a statement a server session
 
 
@@ -45,11 +60,13 @@ def pool_options(settings: Settings) -> dict[str, Any]:
     first executions of a prepared statement are planned for their parameters, and a page of GET /jobs
     among millions of finished jobs is estimated expensive enough for PostgreSQL to compile it, 50 ms
     for a query that then runs in 1 ms. Through a pooler the server's setting applies (README: Behind a
-    connection pooler)."""
+    connection pooler), and asyncpg's own lookups of types are kept from being compiled
+    (`PooledConnection`)."""
     if settings.pooled_transactions:
         return {
             "command_timeout": settings.statement_timeout + POOLER_WAIT,
             "statement_cache_size": 0,
+            "connection_class": PooledConnection,
             "server_settings": {"application_name": "jobq"},
         }
     return {

@@ -16,10 +16,11 @@ from test_jobs import ack, enqueue, held, lease, lease_one, nack
 
 from app import jobs
 from app import queries as q
-from app.db import Database
+from app.db import Database, pool_options
 from app.errors import NotFound
 from app.jobs import history
 from app.migrations import downgrade, upgrade
+from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
@@ -265,10 +266,14 @@ async def test_0016_leaves_finished_jobs_where_they_are_and_takes_them_back_goin
     await asyncio.to_thread(upgrade, database_url)
 
 
-async def test_jit_is_off_on_the_services_connections(database):
-    """The first executions of a job list among millions of finished jobs would be compiled (app/db.py)."""
-    async with database.acquire() as conn:
+async def test_jit_is_off_on_the_services_connections(database_url):
+    """The first executions of a job list among millions of finished jobs would be compiled (app/db.py).
+    On PostgreSQL itself, that is; through a pooler the server's setting applies (tests/test_pooler.py)."""
+    conn = await asyncpg.connect(database_url, **pool_options(Settings(database_url=database_url)))
+    try:
         assert await conn.fetchval("SHOW jit") == "off"
+    finally:
+        await conn.close()
 
 
 async def test_acks_routed_to_the_default_partition_meanwhile_survive_its_days_partition_made(database, db):

@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from app import maintenance
+from app.db import PooledConnection, pool_options
 from app.settings import Settings
 from tests.helpers import open_database
 from tests.pgbouncer import through_pooler
@@ -71,6 +72,38 @@ async def test_the_service_through_pgbouncer(pgbouncer, database_url, start_serv
     # The listener is a session of its own, to PostgreSQL itself.
     names = await db.fetch("SELECT application_name FROM pg_stat_activity WHERE datname = current_database()")
     assert "jobq-listener" in {n["application_name"] for n in names}
+
+
+async def test_type_lookups_through_the_pooler_stay_on_one_session(pgbouncer, database_url, monkeypatch):
+    """asyncpg looks a type up the first time a statement uses it, turning JIT off for the session around
+    the lookup (compiled, it takes a second: longer than a short statement timeout). Through the pooler
+    the three statements run in one transaction, so on one server session, and JIT is back as it was."""
+    pooled = through_pooler(database_url, pgbouncer)
+    settings = Settings(database_url=pooled, listen_url=database_url, database_pool_mode="transaction")
+    options = pool_options(settings)
+    assert options["connection_class"] is PooledConnection
+    lookups: list[bool] = []
+    lookup = asyncpg.Connection._introspect_types
+
+    async def spy(self: asyncpg.Connection, typeoids: object, timeout: object) -> object:
+        lookups.append(self.is_in_transaction())
+        return await lookup(self, typeoids, timeout)
+
+    monkeypatch.setattr(asyncpg.Connection, "_introspect_types", spy)
+    server = await asyncpg.connect(database_url)
+    conn = await asyncpg.connect(pooled, **options)
+    try:
+        assert await conn.fetchval("SELECT $1::int8[]", [1, 2]) == [1, 2]
+        assert await conn.fetchval("SELECT $1::date[]", []) == []
+        assert lookups == [True, True]
+        assert not conn.is_in_transaction()
+        assert await conn.fetchval("SHOW jit") == await server.fetchval("SHOW jit")
+        async with conn.transaction():  # within a transaction of its own: no savepoint needed
+            assert await conn.fetchval("SELECT $1::float8[]", [0.5]) == [0.5]
+        assert lookups == [True, True, True]
+    finally:
+        await conn.close()
+        await server.close()
 
 
 async def test_maintenance_vacuums_on_a_session_of_its_own(pgbouncer, database_url, db):
