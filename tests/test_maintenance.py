@@ -1,4 +1,4 @@
-"""The jobs table is vacuumed by jobq itself when autovacuum is off or behind."""
+"""The jobs table is vacuumed by jobq itself when its dead rows pass a fifth of its live ones."""
 
 import pytest
 from helpers import open_database
@@ -9,12 +9,12 @@ pytestmark = pytest.mark.anyio
 
 
 def test_when_a_vacuum_is_needed():
-    assert not needs_vacuum(live=10_000, dead=500, autovacuum=False, since_vacuum=None)  # too few dead
-    assert not needs_vacuum(live=100_000, dead=15_000, autovacuum=False, since_vacuum=None)  # < a fifth
-    assert needs_vacuum(live=10_000, dead=5_000, autovacuum=False, since_vacuum=10)
-    assert not needs_vacuum(live=10_000, dead=5_000, autovacuum=True, since_vacuum=10)  # autovacuum is on it
-    assert needs_vacuum(live=10_000, dead=5_000, autovacuum=True, since_vacuum=600)  # ...or not
-    assert needs_vacuum(live=10_000, dead=5_000, autovacuum=True, since_vacuum=None)
+    assert not needs_vacuum(live=10_000, dead=500)  # too few dead
+    assert not needs_vacuum(live=0, dead=999)
+    assert needs_vacuum(live=0, dead=1000)
+    assert not needs_vacuum(live=100_000, dead=15_000)  # less than a fifth
+    assert needs_vacuum(live=100_000, dead=20_000)
+    assert needs_vacuum(live=10_000, dead=5_000)
 
 
 async def test_dead_rows_are_reclaimed(database_url, db):
