@@ -43,7 +43,8 @@ SIZES = """
 """
 
 
-WORKERS = 8  # each leases up to 10 jobs a call
+WORKERS = 8
+LEASE = 10  # jobs each worker leases a call (max_jobs)
 LOST = 0.05  # the share of leased jobs a worker "loses": they come back after their lease
 
 
@@ -113,7 +114,7 @@ async def main(minutes: float, rate: int, every: float, backlog: int) -> None:
 
         async def worker(http: served.Session) -> None:
             # With a backlog: paced, `rate` new jobs a second in all, and the lost ones again.
-            interval = WORKERS * 10 * (1 - LOST) / rate
+            interval = WORKERS * LEASE * (1 - LOST) / rate
             next_at = time.perf_counter()
             while not stop.is_set():
                 if backlog:
@@ -121,7 +122,7 @@ async def main(minutes: float, rate: int, every: float, backlog: int) -> None:
                     await asyncio.sleep(max(0, next_at - time.perf_counter()))
                 started = time.perf_counter()
                 jobs = (
-                    await served.post(http, f"{url}/lease", {"queue": "soak", "max_jobs": 10, "wait": 1})
+                    await served.post(http, f"{url}/lease", {"queue": "soak", "max_jobs": LEASE, "wait": 1})
                 )["jobs"]
                 if jobs:  # a claim; a long-poll that found nothing waited for work, not for the claim
                     lat["lease"].append(time.perf_counter() - started)
