@@ -10,6 +10,8 @@ and adds no rule of its own: each step of a request has one home, which both way
 - The body's shape and limits: the route's pydantic model (app/schemas.py), taken from the endpoint's
   signature. The JSON text is read by pydantic's parser here, by app/web.py ``StrictJSONRequest`` on
   FastAPI's way; both refuse NaN and Infinity, and nesting past `max_json_depth` (``nesting_depth``).
+  The enqueues' bodies are read by app/fast_bodies.py first, which refuses more than the model and
+  reads alike what it accepts; what it refuses goes on to the model.
 - The caller's role: ``Admits.check`` (app/access.py), taken from the route's own role dependency.
 - The queues the body names: the endpoint itself (``caller.admit``), with the Grant the role check gave.
 - The answer: the endpoint's, byte for byte; an error becomes its problem body in app/problems.py.
@@ -37,6 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
+import msgspec
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
@@ -45,7 +48,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import problems
+from app import fast_bodies, problems
 from app.access import OPEN, Admits, Grant
 from app.schemas import MAX_JOB_ID
 from app.web import nesting_depth
@@ -62,6 +65,7 @@ _WAIT_QUERY = re.compile(rb"(?:wait=([0-9]{1,2}(?:\.[0-9]{1,6})?))?")
 class Hot:
     route: APIRoute
     model: type[BaseModel]
+    fast: msgspec.json.Decoder | None  # the model's fast reader (app/fast_bodies.py), if it has one
     admits: tuple[Admits, ...]
     endpoint: Callable[..., Awaitable[Any]]
     wants: frozenset[str]  # which of ARGUMENTS the endpoint takes
@@ -80,7 +84,8 @@ def hot_routes(routers: Sequence[APIRouter]) -> dict[str, Hot]:
             continue
         if not issubclass(model, BaseModel):
             continue
-        table[route.path] = Hot(route, model, tuple(checks), route.endpoint, frozenset(wants))
+        fast = fast_bodies.reader(model)
+        table[route.path] = Hot(route, model, fast, tuple(checks), route.endpoint, frozenset(wants))
     return table
 
 
@@ -204,10 +209,13 @@ def _grant(checks: tuple[Admits, ...], state: Any, authorization: bytes) -> Gran
     return grant
 
 
-def _parse(hot: Hot, body: bytes, depth_limit: int) -> BaseModel | None:
-    """The body as the route's model; None when anything about it is out of the ordinary."""
+def _parse(hot: Hot, body: bytes, depth_limit: int) -> Any:
+    """The body as the route's model (or its fast reader's struct); None when anything about it is out of
+    the ordinary."""
     if nesting_depth(body, depth_limit) > depth_limit:
         return None
+    if hot.fast is not None and (read := fast_bodies.read(hot.fast, body)) is not None:
+        return read
     try:
         # pydantic's own parser (jiter): integers keep every digit, as with Python's json module.
         return hot.model.model_validate(from_json(body, allow_inf_nan=False))

@@ -20,7 +20,7 @@ class NewJobLike(Protocol):
     @property
     def queue(self) -> str: ...
     @property
-    def payload(self) -> Any: ...  # any JSON value; the service encodes it once, as stored
+    def payload(self) -> Any: ...  # any JSON value, encoded once as stored; or its text, as msgspec.Raw
     @property
     def priority(self) -> int: ...  # lower runs first
     @property

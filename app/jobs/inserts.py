@@ -8,10 +8,12 @@ from datetime import datetime
 from typing import Any, overload
 
 import asyncpg
+import msgspec
 import orjson
 
 from app import queries as q
 from app.errors import PayloadTooLarge, Unavailable
+from app.fast_bodies import payload_text
 from app.jobs.arguments import NewJobLike
 from app.jobs.rows import Row, as_job
 from app.jsontext import WRITE_OPTIONS, JSONText, encode_json
@@ -23,7 +25,9 @@ def encode_payloads(requests: Sequence[NewJobLike], limit: int) -> list[str]:
     """Each job's payload as JSON text for PostgreSQL, none over `limit` bytes."""
     texts = []
     for i, request in enumerate(requests):
-        data = encode_json(request.payload)
+        payload = request.payload
+        # Raw: the JSON text the job came in, read by app/fast_bodies.py.
+        data = payload_text(payload, limit) if type(payload) is msgspec.Raw else encode_json(payload)
         if len(data) > limit:
             where = f"jobs[{i}].payload" if len(requests) > 1 else "payload"
             raise PayloadTooLarge(f"{where} is {len(data)} bytes encoded; the limit is {limit} bytes")

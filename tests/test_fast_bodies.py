@@ -1,0 +1,135 @@
+"""The enqueues' fast readers (app/fast_bodies.py) against the pydantic models they stand in for: a body
+the fast reader accepts, the model accepts too and reads the same way, field for field. (A body the fast
+reader refuses goes on to the model; tests/test_hot.py checks those answers.)"""
+
+import json
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from pydantic_core import from_json
+
+from app import fast_bodies
+from app.schemas import EnqueueBatchRequest, EnqueueRequest
+
+JOB = fast_bodies.reader(EnqueueRequest)
+BATCH = fast_bodies.reader(EnqueueBatchRequest)
+FIELDS = ("queue", "priority", "run_at", "delay", "max_attempts", "dedup_key", "kind", "key")
+FIELDS += ("traceparent", "tracestate")
+
+# Each field's edges: inside and outside every limit, in and out of type, and JSON's awkward spellings.
+EDGES = {
+    "queue": ["q", "a" * 128, "a" * 129, "", "q\n", "\nq", "é", "a b", "a:b.c-d_e", 5, None],
+    "payload": [1, None, "x", {"a": [1, 2]}, 2**70, 1.5, -0.0, "é", "\U0001f600", [], {}, True, 1e300],
+    "priority": [0, 7, -(2**31), 2**31 - 1, 2**31, -(2**31) - 1, 2.0, 2.5, "2", True, None],
+    "delay": [0, 1, 1.5, -1, -0.0, 315360000, 315360001, 315360000.5, "1", True, None],
+    "max_attempts": [1, 1000, 0, 1001, 2.0, "3", False, None],
+    "dedup_key": ["", "a", "a" * 512, "a" * 513, "\U0001f600" * 512, "\U0001f600" * 513, 5, None],
+    "kind": ["send_email", "", "a" * 128, "a" * 129, "bad kind", "k\n", "k\u00e9", 5, None],
+    "key": ["", "k", "a" * 256, "a" * 257, "\U0001f600" * 256, "\U0001f600" * 257, 5, None],
+    "run_at": ["2030-01-01T00:00:00Z", "2030-01-01", 5, None],
+    "traceparent": ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None],
+    "tracestate": ["a=b", None],
+    "surprise": [1, None],
+}
+
+
+def model_reading(model, body: bytes):
+    try:
+        return model.model_validate(from_json(body, allow_inf_nan=False))
+    except (ValueError, ValidationError):
+        return None
+
+
+def assert_read_alike(fast, model) -> None:
+    assert model is not None, "the fast reader accepted a body the model refuses"
+    for name in FIELDS:
+        assert (getattr(fast, name), type(getattr(fast, name))) == (
+            getattr(model, name),
+            type(getattr(model, name)),
+        ), name
+    assert from_json(bytes(fast.payload)) == model.payload
+
+
+def check(job: dict | bytes) -> bool:
+    """Both readers on one job, alone and as a batch of one; whether the fast reader took it."""
+    body = job if isinstance(job, bytes) else json.dumps(job, ensure_ascii=False).encode()
+    fast = fast_bodies.read(JOB, body)
+    if fast is not None:
+        assert_read_alike(fast, model_reading(EnqueueRequest, body))
+    batch = b'{"jobs": [' + body + b"]}"
+    fast_batch = fast_bodies.read(BATCH, batch)
+    assert (fast_batch is None) == (fast is None)
+    if fast_batch is not None:
+        (model,) = model_reading(EnqueueBatchRequest, batch).jobs
+        assert_read_alike(fast_batch.jobs[0], model)
+    return fast is not None
+
+
+@pytest.mark.parametrize(("field", "value"), [(f, v) for f, values in EDGES.items() for v in values])
+def test_each_edge_is_read_as_the_model_reads_it_or_left_to_the_model(field, value):
+    check({"queue": "q", "payload": 1} | {field: value})
+
+
+def test_the_ordinary_bodies_are_read_fast():
+    """The point of the reader: the shapes producers send in bulk do not go the model's way."""
+    ordinary = [
+        {"queue": "emails", "payload": {"to": "ada@example.com", "n": 1}},
+        {"queue": "q", "payload": None, "priority": -5, "delay": 1.5, "max_attempts": 3},
+        {"queue": "q", "payload": [1, "é"], "dedup_key": "d", "kind": "send_email", "key": "customer-42"},
+        {"queue": "q", "payload": 1, "run_at": None, "traceparent": None, "tracestate": None},
+        b'{ "queue" : "q" ,\n "payload" : { "a" : [ 1 , 2 ] } }',
+    ]
+    assert all(check(job) for job in ordinary)
+    jobs = [{"queue": "q", "payload": i} for i in range(1000)]
+    read = fast_bodies.read(BATCH, orjson.dumps({"jobs": jobs}))
+    assert [bytes(job.payload) for job in read.jobs] == [str(i).encode() for i in range(1000)]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"queue": "q", "payload": "a\\u0000b"}',  # jsonb cannot hold these: the model words the refusal
+        b'{"queue": "q", "payload": "\\ud800"}',
+        b'{"queue": "q", "payload": "\\uDFFF"}',
+        b'{"queue": "q", "payload": "\xff"}',  # not UTF-8
+        b'{"queue": "q", "payload": [1,]}',
+        b'{"queue": "q", "payload": 01}',
+        b'{"queue": "q", "payload": NaN}',
+        b'{"queue": "q", "payload": 1, "run_at": "2030-01-01T00:00:00Z"}',
+        b'{"queue": "q", "payload": 1, "priority": 2.0}',
+        b'{"queue": "q"}',
+        b'{"queue": "q", "payload": 1} trailing',
+        b"[]",
+    ],
+)
+def test_what_the_model_is_left_to_read(body):
+    assert fast_bodies.read(JOB, body) is None
+
+
+def test_a_repeated_field_is_read_as_the_model_reads_it():
+    assert check(b'{"queue": "a", "queue": "b", "payload": 1, "payload": 2}')
+
+
+@pytest.mark.parametrize("count", [0, 1, 1000, 1001])
+def test_the_batch_limits_are_the_models(count):
+    body = orjson.dumps({"jobs": [{"queue": "q", "payload": 1}] * count})
+    fast = fast_bodies.read(BATCH, body) is not None
+    assert fast == (model_reading(EnqueueBatchRequest, body) is not None) == (1 <= count <= 1000)
+    assert fast_bodies.read(BATCH, b'{"jobs": [{"queue": "q", "payload": 1}], "surprise": 1}') is None
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(sorted(EDGES)), st.integers(0, 20), max_size=6))
+def test_any_mix_of_edges_is_read_as_the_model_reads_it(picks):
+    check({field: EDGES[field][i % len(EDGES[field])] for field, i in picks.items()})
+
+
+def test_a_payload_over_the_limit_is_measured_as_compact_json():
+    """The limit counts the payload's compact encoding, as it did before the fast reader: spaces a
+    client put in do not make a payload too large."""
+    spaced = fast_bodies.read(JOB, b'{"queue": "q", "payload": [1,     2,     3]}').payload
+    assert fast_bodies.payload_text(spaced, 100) == b"[1,     2,     3]"
+    assert fast_bodies.payload_text(spaced, 10) == b"[1,2,3]"
