@@ -107,6 +107,21 @@ async def test_a_body_the_hot_parser_refuses_is_still_taken(client, db):
     assert rows[0][0] == rows[1][0]
 
 
+async def test_enqueue_bodies_are_read_fast_and_their_payloads_kept_as_sent(client, db):
+    """POST /jobs and /jobs/batch are read by app/fast_bodies.py: each payload stays the JSON text it came
+    in, which the answer echoes, while PostgreSQL stores the same value as the model's way stores."""
+    spaced = b'{"queue": "q", "payload": {"a":  [1,  2.50]}}'
+    hot = await client.post("/jobs", content=spaced, headers=HOT)
+    routed = await client.post("/jobs", content=spaced, headers=ROUTED)
+    assert hot.status_code == routed.status_code == 201
+    assert b'"payload":{"a":  [1,  2.50]}' in hot.content
+    assert b'"payload":{"a":[1,2.5]}' in routed.content
+    batch = await client.post("/jobs/batch", content=b'{"jobs": [' + spaced + b"]}", headers=HOT)
+    assert batch.status_code == 201 and b'"payload":{"a":  [1,  2.50]}' in batch.content
+    stored = await db.fetch("SELECT payload::text FROM jobq.all_jobs ORDER BY id")
+    assert [json.loads(row[0]) for row in stored] == [{"a": [1, 2.5]}] * 3
+
+
 async def test_no_content_type_goes_to_fastapi(client, db):
     r = await client.post("/jobs", content=b'{"queue": "q", "payload": 1}')
     routed = await client.post("/jobs", content=b'{"queue": "q", "payload": 1}', headers={"content-type": ""})
