@@ -1,10 +1,11 @@
-"""Fast readers of the bodies producers send in bulk: `POST /jobs` and `POST /jobs/batch` (msgspec).
+"""Fast readers of the bodies sent in bulk (msgspec): enqueues (`POST /jobs`, `/jobs/batch`), and the
+acks and releases a worker sends for every job (`POST /ack`, `/ack/batch`, `/release`).
 
 pydantic builds a model per job and parses every payload into Python objects, which the service only
 encodes back into JSON text for PostgreSQL. For a batch of 1,000 small jobs that was 6.4 ms of the
 service's 14 ms of CPU per request, as long as the database's insert itself. msgspec reads the same body
 in about 0.6 ms and keeps each payload as the JSON text it came in (``msgspec.Raw``), which PostgreSQL
-parses into jsonb in any case.
+parses into jsonb in any case. An ack batch of 1,000 items is read in 0.17 ms instead of 2.8.
 
 One definition of a valid body stays, the model's (app/schemas.py). A reader here may refuse more than
 the model, never less, and what it accepts it reads as the model does; a body it refuses goes on to the
@@ -13,6 +14,7 @@ field, at every edge). So the rarer shapes are simply left to the model:
 - `run_at`, `traceparent` and `tracestate` must be absent or null here. Their rules (RFC 3339 in the
   model's reading, W3C's forbidden values) would need copies of the model's validators;
 - a whole number written with a fraction (`"priority": 2.0`), which the model takes as 2;
+- an ack's `result`: acks with one are read by the model (it is checked and stored as a payload is);
 - a payload whose text has `\\u0000` or a `\\uD800`-`\\uDFFF` escape, which jsonb cannot hold: the model's
   way refuses it in words of its own.
 
@@ -33,8 +35,8 @@ import msgspec
 from pydantic_core import from_json
 
 from app.jsontext import encode_json
-from app.models import MAX_KEY, MAX_KIND, MAX_QUEUE_NAME, QUEUE_NAME_CHARS
-from app.schemas import EnqueueBatchRequest, EnqueueRequest
+from app.models import MAX_JOB_ID, MAX_KEY, MAX_KIND, MAX_LEASE_TOKEN, MAX_QUEUE_NAME, QUEUE_NAME_CHARS
+from app.schemas import AckBatchRequest, AckRequest, EnqueueBatchRequest, EnqueueRequest, ReleaseRequest
 
 # Names are checked once per distinct name (``_named_well``) rather than by a pattern per job, which
 # msgspec runs as re.search per value: the most of its time on a batch. The whole-string match refuses
@@ -47,6 +49,9 @@ _DELAY = Annotated[float, msgspec.Meta(ge=0, le=10 * 365 * 86400)]
 _MAX_ATTEMPTS = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 _DEDUP_KEY = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 _KEY = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY)]
+_JOB_ID = Annotated[int, msgspec.Meta(ge=1, le=MAX_JOB_ID)]
+_LEASE_TOKEN = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LEASE_TOKEN)]
+_ITEMS = msgspec.Meta(min_length=1, max_length=1000)
 
 # What jsonb cannot hold, as JSON text escapes it; a false alarm (an escaped backslash before "u0000")
 # only sends the body the model's way.
@@ -76,12 +81,42 @@ class FastJob(msgspec.Struct, forbid_unknown_fields=True):
 class FastBatch(msgspec.Struct, forbid_unknown_fields=True):
     """``EnqueueBatchRequest``."""
 
-    jobs: Annotated[list[FastJob], msgspec.Meta(min_length=1, max_length=1000)]
+    jobs: Annotated[list[FastJob], _ITEMS]
+
+
+class FastLease(msgspec.Struct, forbid_unknown_fields=True):
+    """``JobLeaseItem``: a job and its lease token, an item of /release."""
+
+    id: _JOB_ID
+    lease_token: _LEASE_TOKEN
+
+
+class FastAck(msgspec.Struct, forbid_unknown_fields=True):
+    """``AckRequest`` without a result (app/jobs/arguments.py ``AckLike``)."""
+
+    id: _JOB_ID
+    lease_token: _LEASE_TOKEN
+    result: None = None
+
+
+class FastAckBatch(msgspec.Struct, forbid_unknown_fields=True):
+    """``AckBatchRequest``."""
+
+    items: Annotated[list[FastAck], _ITEMS]
+
+
+class FastRelease(msgspec.Struct, forbid_unknown_fields=True):
+    """``ReleaseRequest``."""
+
+    items: Annotated[list[FastLease], _ITEMS]
 
 
 _DECODERS: dict[type, msgspec.json.Decoder] = {
     EnqueueRequest: msgspec.json.Decoder(FastJob),
     EnqueueBatchRequest: msgspec.json.Decoder(FastBatch),
+    AckRequest: msgspec.json.Decoder(FastAck),
+    AckBatchRequest: msgspec.json.Decoder(FastAckBatch),
+    ReleaseRequest: msgspec.json.Decoder(FastRelease),
 }
 
 
@@ -90,7 +125,7 @@ def reader(model: type) -> msgspec.json.Decoder | None:
     return _DECODERS.get(model)
 
 
-def read(decoder: msgspec.json.Decoder, body: bytes) -> FastJob | FastBatch | None:
+def read(decoder: msgspec.json.Decoder, body: bytes) -> msgspec.Struct | None:
     """The body, read; None where the model is to read it (see the module's docstring)."""
     if b"\\u" in body and _UNSTORABLE_ESCAPE.search(body):
         return None
@@ -102,7 +137,9 @@ def read(decoder: msgspec.json.Decoder, body: bytes) -> FastJob | FastBatch | No
         read = decoder.decode(body)
     except msgspec.DecodeError:
         return None
-    return read if _named_well(read.jobs if isinstance(read, FastBatch) else [read]) else None
+    if isinstance(read, FastBatch):
+        return read if _named_well(read.jobs) else None
+    return read if not isinstance(read, FastJob) or _named_well([read]) else None
 
 
 def _named_well(jobs: list[FastJob]) -> bool:

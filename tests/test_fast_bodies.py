@@ -1,6 +1,6 @@
-"""The enqueues' fast readers (app/fast_bodies.py) against the pydantic models they stand in for: a body
-the fast reader accepts, the model accepts too and reads the same way, field for field. (A body the fast
-reader refuses goes on to the model; tests/test_hot.py checks those answers.)"""
+"""The fast readers (app/fast_bodies.py) against the pydantic models they stand in for: a body the fast
+reader accepts, the model accepts too and reads the same way, field for field. (A body the fast reader
+refuses goes on to the model; tests/test_hot.py checks those answers.)"""
 
 import json
 
@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from app import fast_bodies
-from app.schemas import EnqueueBatchRequest, EnqueueRequest
+from app.models import MAX_JOB_ID, MAX_LEASE_TOKEN
+from app.schemas import AckBatchRequest, AckRequest, EnqueueBatchRequest, EnqueueRequest, ReleaseRequest
 
 JOB = fast_bodies.reader(EnqueueRequest)
 BATCH = fast_bodies.reader(EnqueueBatchRequest)
@@ -133,3 +134,59 @@ def test_a_payload_over_the_limit_is_measured_as_compact_json():
     spaced = fast_bodies.read(JOB, b'{"queue": "q", "payload": [1,     2,     3]}').payload
     assert fast_bodies.payload_text(spaced, 100) == b"[1,     2,     3]"
     assert fast_bodies.payload_text(spaced, 10) == b"[1,2,3]"
+
+
+# Acks and releases: a job id and its lease token (and, for an ack, no result).
+LEASE_EDGES = {
+    "id": [1, MAX_JOB_ID, MAX_JOB_ID + 1, 0, -1, 2**70, 1.0, 1.5, "1", True, None],
+    "lease_token": ["t", "a" * MAX_LEASE_TOKEN, "a" * (MAX_LEASE_TOKEN + 1), "", "\U0001f600" * 200, 5, None],
+    "result": [None, 1, {"a": 1}],
+    "surprise": [1],
+}
+
+
+def check_lease_item(item: dict) -> bool:
+    """Both readers on one ack (alone and as a batch of one) and one release; whether the fast reader took
+    the ack."""
+    body = json.dumps(item, ensure_ascii=False).encode()
+    took = []
+    for model, wrap in ((AckRequest, None), (AckBatchRequest, "items"), (ReleaseRequest, "items")):
+        text = body if wrap is None else b'{"%s": [%s]}' % (wrap.encode(), body)
+        fast = fast_bodies.read(fast_bodies.reader(model), text)
+        took.append(fast is not None)
+        if fast is not None:
+            read = model_reading(model, text)
+            assert read is not None, "the fast reader accepted a body the model refuses"
+            pairs = [(fast, read)] if wrap is None else [(fast.items[0], read.items[0])]
+            for mine, theirs in pairs:
+                for name in ("id", "lease_token", "result"):
+                    if hasattr(theirs, name):
+                        assert (getattr(mine, name), type(getattr(mine, name))) == (
+                            getattr(theirs, name),
+                            type(getattr(theirs, name)),
+                        ), name
+    assert took[0] == took[1]
+    return took[0]
+
+
+@pytest.mark.parametrize(("field", "value"), [(f, v) for f, values in LEASE_EDGES.items() for v in values])
+def test_each_edge_of_an_ack_is_read_as_the_model_reads_it_or_left_to_the_model(field, value):
+    check_lease_item({"id": 7, "lease_token": "t"} | {field: value})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(LEASE_EDGES)), st.integers(0, 20), max_size=4))
+def test_any_mix_of_ack_edges_is_read_as_the_model_reads_it(picks):
+    check_lease_item({field: LEASE_EDGES[field][i % len(LEASE_EDGES[field])] for field, i in picks.items()})
+
+
+def test_the_ordinary_acks_and_releases_are_read_fast():
+    items = [{"id": 10**6 + i, "lease_token": f"0b7e4a5c-1a2b-4c3d-8e9f-{i:012d}.q"} for i in range(1000)]
+    assert check_lease_item(items[0]) and check_lease_item(items[1] | {"result": None})
+    for model in (AckBatchRequest, ReleaseRequest):
+        read = fast_bodies.read(fast_bodies.reader(model), orjson.dumps({"items": items}))
+        assert [(item.id, item.lease_token) for item in read.items] == [
+            (item["id"], item["lease_token"]) for item in items
+        ]
+    with_result = orjson.dumps({"items": [items[0] | {"result": 1}]})
+    assert fast_bodies.read(fast_bodies.reader(AckBatchRequest), with_result) is None
