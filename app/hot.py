@@ -10,8 +10,8 @@ and adds no rule of its own: each step of a request has one home, which both way
 - The body's shape and limits: the route's pydantic model (app/schemas.py), taken from the endpoint's
   signature. The JSON text is read by pydantic's parser here, by app/web.py ``StrictJSONRequest`` on
   FastAPI's way; both refuse NaN and Infinity, and nesting past `max_json_depth` (``nesting_depth``).
-  The enqueues' bodies are read by app/fast_bodies.py first, which refuses more than the model and
-  reads alike what it accepts; what it refuses goes on to the model.
+  The bodies sent in bulk (enqueues, acks, releases) are read by app/fast_bodies.py first, which
+  refuses more than the model and reads alike what it accepts; what it refuses goes on to the model.
 - The caller's role: ``Admits.check`` (app/access.py), taken from the route's own role dependency.
 - The queues the body names: the endpoint itself (``caller.admit``), with the Grant the role check gave.
 - The answer: the endpoint's, byte for byte; an error becomes its problem body in app/problems.py.
