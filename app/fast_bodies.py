@@ -36,7 +36,19 @@ from pydantic_core import from_json
 
 from app.jsontext import encode_json
 from app.models import MAX_JOB_ID, MAX_KEY, MAX_KIND, MAX_LEASE_TOKEN, MAX_QUEUE_NAME, QUEUE_NAME_CHARS
-from app.schemas import AckBatchRequest, AckRequest, EnqueueBatchRequest, EnqueueRequest, ReleaseRequest
+from app.schemas import (
+    MAX_BATCH,
+    MAX_DEDUP_KEY,
+    MAX_DELAY,
+    MAX_MAX_ATTEMPTS,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    AckBatchRequest,
+    AckRequest,
+    EnqueueBatchRequest,
+    EnqueueRequest,
+    ReleaseRequest,
+)
 
 # Names are checked once per distinct name (``_named_well``) rather than by a pattern per job, which
 # msgspec runs as re.search per value: the most of its time on a batch. The whole-string match refuses
@@ -44,14 +56,14 @@ from app.schemas import AckBatchRequest, AckRequest, EnqueueBatchRequest, Enqueu
 _NAME = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_QUEUE_NAME)]
 _KIND = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KIND)]
 _NAMED = re.compile(rf"[{QUEUE_NAME_CHARS}]+")
-_PRIORITY = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
-_DELAY = Annotated[float, msgspec.Meta(ge=0, le=10 * 365 * 86400)]
-_MAX_ATTEMPTS = Annotated[int, msgspec.Meta(ge=1, le=1000)]
-_DEDUP_KEY = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+_PRIORITY = Annotated[int, msgspec.Meta(ge=MIN_PRIORITY, le=MAX_PRIORITY)]
+_DELAY = Annotated[float, msgspec.Meta(ge=0, le=MAX_DELAY)]
+_MAX_ATTEMPTS = Annotated[int, msgspec.Meta(ge=1, le=MAX_MAX_ATTEMPTS)]
+_DEDUP_KEY = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_DEDUP_KEY)]
 _KEY = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY)]
 _JOB_ID = Annotated[int, msgspec.Meta(ge=1, le=MAX_JOB_ID)]
 _LEASE_TOKEN = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LEASE_TOKEN)]
-_ITEMS = msgspec.Meta(min_length=1, max_length=1000)
+_ITEMS = msgspec.Meta(min_length=1, max_length=MAX_BATCH)
 
 # What jsonb cannot hold, as JSON text escapes it; a false alarm (an escaped backslash before "u0000")
 # only sends the body the model's way.

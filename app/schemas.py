@@ -58,15 +58,22 @@ def _json_string(value: Any) -> Any:
 # would convert ("2", true).
 Number = BeforeValidator(_json_number)
 
+# Limits of the bodies' fields, named once: app/fast_bodies.py reads the same bodies with the same limits.
+MAX_DELAY = 10 * 365 * 86400  # seconds
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1  # PostgreSQL's integer
+MAX_MAX_ATTEMPTS = 1000
+MAX_DEDUP_KEY = 512
+MAX_BATCH = 1000  # jobs of a batch enqueue, items of a batch ack, nack or release
+
 # Constraints first, then the validator, so the constraints reach the JSON schema as minimum/maximum.
 JobId = Annotated[int, Field(strict=False, ge=1, le=MAX_JOB_ID), Number]
-Seconds = Annotated[float, Field(ge=0, le=10 * 365 * 86400, allow_inf_nan=False), Number]
+Seconds = Annotated[float, Field(ge=0, le=MAX_DELAY, allow_inf_nan=False), Number]
 LeaseSeconds = Annotated[float, Field(gt=0, le=MAX_VISIBILITY_TIMEOUT, allow_inf_nan=False), Number]
 Priority = Annotated[
-    int, Field(strict=False, ge=-(2**31), le=2**31 - 1, description="Lower runs first."), Number
+    int, Field(strict=False, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="Lower runs first."), Number
 ]
-MaxAttempts = Annotated[int, Field(strict=False, ge=1, le=1000), Number]
-DedupKey = Annotated[str, Field(min_length=1, max_length=512)]
+MaxAttempts = Annotated[int, Field(strict=False, ge=1, le=MAX_MAX_ATTEMPTS), Number]
+DedupKey = Annotated[str, Field(min_length=1, max_length=MAX_DEDUP_KEY)]
 Kind = Annotated[
     str,
     Field(
@@ -189,7 +196,7 @@ class EnqueueRequest(Body):
 
 
 class EnqueueBatchRequest(Body):
-    jobs: list[EnqueueRequest] = Field(min_length=1, max_length=1000)
+    jobs: list[EnqueueRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class Job(BaseModel):
@@ -317,15 +324,15 @@ class ExtendResponse(BaseModel):
 
 
 class AckBatchRequest(Body):
-    items: list[AckRequest] = Field(min_length=1, max_length=1000)
+    items: list[AckRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class ReleaseRequest(Body):
-    items: list[JobLeaseItem] = Field(min_length=1, max_length=1000)
+    items: list[JobLeaseItem] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class NackBatchRequest(Body):
-    items: list[NackRequest] = Field(min_length=1, max_length=1000)
+    items: list[NackRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class ItemResult(BaseModel):
