@@ -5,7 +5,7 @@ Limits live here, next to the fields they bound, so the OpenAPI document states 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import (
@@ -64,6 +64,21 @@ MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1  # PostgreSQL's integer
 MAX_MAX_ATTEMPTS = 1000
 MAX_DEDUP_KEY = 512
 MAX_BATCH = 1000  # jobs of a batch enqueue, items of a batch ack, nack or release
+
+# A run_at is a time from 1970 on, at most MAX_DELAY ahead as a delay is: nothing sensible lies outside,
+# and the ends of Python's datetime range are what asyncpg writes as PostgreSQL's -infinity and infinity.
+EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _run_at_in_range(value: datetime) -> datetime:
+    if value < EARLIEST_RUN_AT:
+        raise ValueError("must be 1970-01-01T00:00:00Z or later (any past time runs the job now)")
+    if value > datetime.now(UTC) + timedelta(seconds=MAX_DELAY):
+        raise ValueError(f"must be at most {MAX_DELAY // 86400} days ahead, as a delay is")
+    return value
+
+
+RunAt = Annotated[AwareDatetime, BeforeValidator(_json_string), AfterValidator(_run_at_in_range)]
 
 # Constraints first, then the validator, so the constraints reach the JSON schema as minimum/maximum.
 JobId = Annotated[int, Field(strict=False, ge=1, le=MAX_JOB_ID), Number]
@@ -168,8 +183,10 @@ class EnqueueRequest(Body):
     # Required without a default, and null is a valid payload.
     payload: Any = Field(description="Any JSON value, null included; at most max_payload_bytes encoded.")
     priority: Priority = 0
-    run_at: Annotated[AwareDatetime, BeforeValidator(_json_string)] | None = Field(
-        default=None, strict=False, description="Not before this time (RFC 3339, with its offset)."
+    run_at: RunAt | None = Field(
+        default=None,
+        strict=False,
+        description="Not before this time (RFC 3339, with its offset), from 1970 to 10 years ahead.",
     )
     delay: Seconds | None = Field(default=None, description="Not before now + delay seconds.")
     max_attempts: MaxAttempts | None = Field(default=None, description="Default: the queue's setting.")

@@ -168,6 +168,39 @@ async def test_run_at_in_the_past_is_ready_now(client):
     assert [j["id"] for j in await lease(client)] == [job["id"]]
 
 
+@pytest.mark.parametrize("path", ["/jobs", "/jobs/batch"])
+@pytest.mark.parametrize("dedup", [False, True])
+async def test_run_at_is_from_1970_to_ten_years_ahead(client, db, path, dedup):
+    """The ends of Python's datetime range are PostgreSQL's -infinity and infinity to asyncpg: a job at
+    year 1 was stored at -infinity, answered without its offset, and broke GET /queues."""
+
+    async def send(run_at: str) -> httpx.Response:
+        job = {"queue": "q", "payload": 1, "run_at": run_at} | ({"dedup_key": run_at} if dedup else {})
+        return await client.post(path, json={"jobs": [job]} if path == "/jobs/batch" else job)
+
+    far = (datetime.now(UTC) + timedelta(days=3651)).isoformat()
+    for run_at, why in [
+        ("0001-01-01T00:00:00Z", "1970-01-01T00:00:00Z or later"),
+        ("0001-01-01T00:00:00+01:00", "1970-01-01T00:00:00Z or later"),
+        ("1969-12-31T23:59:59.999999Z", "1970-01-01T00:00:00Z or later"),
+        ("9999-12-31T23:59:59.999999Z", "at most 3650 days ahead"),
+        (far, "at most 3650 days ahead"),
+    ]:
+        r = await send(run_at)
+        assert r.status_code == 422, r.text
+        assert why in r.json()["detail"] and r.json()["errors"][0]["loc"][-1] == "run_at"
+    assert await count(db) == 0
+    for run_at in ["1970-01-01T00:00:00Z", (datetime.now(UTC) + timedelta(days=3649)).isoformat()]:
+        r = await send(run_at)
+        assert r.status_code == 201, r.text
+        job = r.json()["jobs"][0] if path == "/jobs/batch" else r.json()
+        assert rfc3339(job["run_at"]) == rfc3339(run_at) and job["run_at"].endswith("Z")
+    r = await client.get("/queues")
+    assert r.status_code == 200, r.text
+    (queue,) = r.json()
+    assert queue["pending"] == 1 and queue["scheduled"] == 1 and queue["oldest_pending_age_seconds"] > 1.7e9
+
+
 # --- dedup -----------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,12 @@
 """Enqueue from SQL, inside the application's own transaction (jobq.enqueue)."""
 
+import asyncio
+from datetime import UTC, datetime
+
 import asyncpg
 import pytest
+
+from app.migrations import downgrade, upgrade
 
 pytestmark = pytest.mark.anyio
 
@@ -50,6 +55,29 @@ async def test_sql_enqueue_options_and_dedup(db, client):
 async def test_sql_enqueue_rejects_bad_queue_names(db):
     with pytest.raises(asyncpg.CheckViolationError):
         await db.execute("SELECT jobq.enqueue('no spaces', '{}')")
+
+
+async def test_sql_enqueue_refuses_an_infinite_run_at_and_those_written_before_are_made_finite(
+    database_url, db, client
+):
+    """PostgreSQL's infinities have no Python datetime: shown without an offset, and GET /queues could not
+    subtract them. Revision 0017 moves the ones it finds to finite ends, as early or as late."""
+    for run_at in ["infinity", "-infinity"]:
+        with pytest.raises(asyncpg.CheckViolationError, match="ck_jobs_run_at_finite"):
+            await db.execute(f"SELECT jobq.enqueue('q', '1', run_at => '{run_at}')")
+    await asyncio.to_thread(downgrade, database_url, "0016")
+    await db.execute(
+        "SELECT jobq.enqueue('q', '1', run_at => '-infinity'), jobq.enqueue('q', '2', run_at => 'infinity')"
+    )
+    await asyncio.to_thread(upgrade, database_url)
+    rows = await db.fetch("SELECT payload::int AS n, run_at FROM jobq.jobs ORDER BY id")
+    assert [(r["n"], r["run_at"]) for r in rows] == [
+        (1, datetime(1970, 1, 1, tzinfo=UTC)),
+        (2, datetime(9999, 12, 31, tzinfo=UTC)),
+    ]
+    r = await client.get("/queues/q")
+    assert r.status_code == 200, r.text
+    assert r.json()["pending"] == 1 and r.json()["scheduled"] == 1
 
 
 async def test_sql_enqueue_with_kind_is_shown_over_http(db, client):
