@@ -5,7 +5,7 @@ Limits live here, next to the fields they bound, so the OpenAPI document states 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import (
@@ -65,16 +65,17 @@ MAX_MAX_ATTEMPTS = 1000
 MAX_DEDUP_KEY = 512
 MAX_BATCH = 1000  # jobs of a batch enqueue, items of a batch ack, nack or release
 
-# A run_at is a time from 1970 on, at most MAX_DELAY ahead as a delay is: nothing sensible lies outside,
-# and the ends of Python's datetime range are what asyncpg writes as PostgreSQL's -infinity and infinity.
+# A run_at is a time from 1970 to the last day of year 9999: the ends of Python's datetime range are what
+# asyncpg writes as PostgreSQL's -infinity and infinity, which no answer could show (revision 0017).
 EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_RUN_AT = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 def _run_at_in_range(value: datetime) -> datetime:
     if value < EARLIEST_RUN_AT:
         raise ValueError("must be 1970-01-01T00:00:00Z or later (any past time runs the job now)")
-    if value > datetime.now(UTC) + timedelta(seconds=MAX_DELAY):
-        raise ValueError(f"must be at most {MAX_DELAY // 86400} days ahead, as a delay is")
+    if value > LATEST_RUN_AT:
+        raise ValueError("must be 9999-12-31T00:00:00Z or earlier")
     return value
 
 
@@ -186,7 +187,8 @@ class EnqueueRequest(Body):
     run_at: RunAt | None = Field(
         default=None,
         strict=False,
-        description="Not before this time (RFC 3339, with its offset), from 1970 to 10 years ahead.",
+        description="Not before this time (RFC 3339, with its offset), from 1970-01-01T00:00:00Z to"
+        " 9999-12-31T00:00:00Z.",
     )
     delay: Seconds | None = Field(default=None, description="Not before now + delay seconds.")
     max_attempts: MaxAttempts | None = Field(default=None, description="Default: the queue's setting.")

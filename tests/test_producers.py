@@ -170,7 +170,7 @@ async def test_run_at_in_the_past_is_ready_now(client):
 
 @pytest.mark.parametrize("path", ["/jobs", "/jobs/batch"])
 @pytest.mark.parametrize("dedup", [False, True])
-async def test_run_at_is_from_1970_to_ten_years_ahead(client, db, path, dedup):
+async def test_run_at_is_from_1970_to_the_end_of_9999(client, db, path, dedup):
     """The ends of Python's datetime range are PostgreSQL's -infinity and infinity to asyncpg: a job at
     year 1 was stored at -infinity, answered without its offset, and broke GET /queues."""
 
@@ -178,19 +178,18 @@ async def test_run_at_is_from_1970_to_ten_years_ahead(client, db, path, dedup):
         job = {"queue": "q", "payload": 1, "run_at": run_at} | ({"dedup_key": run_at} if dedup else {})
         return await client.post(path, json={"jobs": [job]} if path == "/jobs/batch" else job)
 
-    far = (datetime.now(UTC) + timedelta(days=3651)).isoformat()
     for run_at, why in [
         ("0001-01-01T00:00:00Z", "1970-01-01T00:00:00Z or later"),
         ("0001-01-01T00:00:00+01:00", "1970-01-01T00:00:00Z or later"),
         ("1969-12-31T23:59:59.999999Z", "1970-01-01T00:00:00Z or later"),
-        ("9999-12-31T23:59:59.999999Z", "at most 3650 days ahead"),
-        (far, "at most 3650 days ahead"),
+        ("9999-12-31T23:59:59.999999Z", "9999-12-31T00:00:00Z or earlier"),
+        ("9999-12-30T23:00:01-01:00", "9999-12-31T00:00:00Z or earlier"),
     ]:
         r = await send(run_at)
         assert r.status_code == 422, r.text
         assert why in r.json()["detail"] and r.json()["errors"][0]["loc"][-1] == "run_at"
     assert await count(db) == 0
-    for run_at in ["1970-01-01T00:00:00Z", (datetime.now(UTC) + timedelta(days=3649)).isoformat()]:
+    for run_at in ["1970-01-01T00:00:00Z", "9999-12-31T00:00:00Z"]:
         r = await send(run_at)
         assert r.status_code == 201, r.text
         job = r.json()["jobs"][0] if path == "/jobs/batch" else r.json()
