@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from app.db import Database
-from app.problems import PROBLEM_JSON
+from app.models import JobStatus
+from app.problems import PROBLEM_CODES, PROBLEM_JSON
 from app.wakeups import Wakeups
 
 
@@ -25,29 +27,76 @@ DB = Annotated[Database, Depends(_database)]
 WakeupsDep = Annotated[Wakeups, Depends(_wakeups)]
 
 
-class Problem(BaseModel):
-    """RFC 9457 problem details; `code` is the stable machine-readable word."""
+ProblemCode = Literal[PROBLEM_CODES]  # type: ignore[valid-type]
 
-    type: str
-    title: str
-    status: int
-    detail: str
-    code: str
+
+class FieldError(BaseModel):
+    """One thing wrong with a request, in a `validation_error` problem."""
+
+    loc: list[str] = Field(description='Where: "body", "query" or "path", then field names and list indexes.')
+    msg: str = Field(description="What is wrong, in words.")
+    type: str = Field(description="pydantic's error type, e.g. missing, string_too_long, value_error.")
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, the body of every error answer (`application/problem+json`). The
+    fields past `code` come only with the codes they name, never as null."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "type": "urn:jobq:problem:lease_lost",
+                    "title": "Conflict",
+                    "status": 409,
+                    "detail": "job 42 is no longer held by this lease token",
+                    "code": "lease_lost",
+                }
+            ]
+        }
+    )
+
+    type: str = Field(description="`urn:jobq:problem:` and the code.")
+    title: str = Field(description="The HTTP status's phrase.")
+    status: int = Field(description="The HTTP status, as in the answer's status line.")
+    detail: str = Field(description="What went wrong and what to do about it, for people.")
+    code: ProblemCode = Field(  # type: ignore[valid-type]
+        description="What went wrong, for programs. Open to additions: a later release may add codes"
+        " (never rename or drop one), so read an unknown code by the answer's status."
+    )
+    errors: list[FieldError] | SkipJsonSchema[None] = Field(
+        default=None, description="With `validation_error` from request checks: each thing wrong."
+    )
+    nothing_done: bool | SkipJsonSchema[None] = Field(
+        default=None,
+        description="With `unavailable`: true when the request certainly changed nothing, so it is safe to"
+        " send again even where that is not idempotent.",
+    )
+    job_status: JobStatus | SkipJsonSchema[None] = Field(
+        default=None, description="With `conflict` about a job's state: the status it is in."
+    )
+    host: str | SkipJsonSchema[None] = Field(
+        default=None, description="With `disallowed_host`: the host refused."
+    )
 
 
 def answers(
-    model: type[BaseModel] | Any, *problem_statuses: int, status: int = 200, auth: bool = True
+    model: type[BaseModel] | Any,
+    *problem_statuses: int,
+    status: int = 200,
+    auth: bool = True,
 ) -> dict[int | str, Any]:
-    """OpenAPI `responses` for a route: its answer's model, and the problems it may give.
+    """OpenAPI `responses` for a route: its answer's model, and the problems it may give: those named,
+    401 and 403 when it checks roles, 422 and 503 (app/openapi.py drops the 422 of a route that takes no
+    input).
 
     Routes declare `response_model=None` and return plain dicts, encoded once by app.web.JSONBody, so
     the model documents the answer without being run on every response."""
-    return {status: {"model": model}} | problems(*problem_statuses, *((401, 403) if auth else ()))
+    statuses = (*problem_statuses, *((401, 403) if auth else ()), 422, 503)
+    return {status: {"model": model}} | problems(*statuses)
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` entries for the problem answers a route may give (422 and 503 always)."""
-    out: dict[int | str, dict[str, Any]] = {}
-    for status in (*statuses, 422, 503):
-        out[status] = {"model": Problem, "content": {PROBLEM_JSON: {}}}
-    return out
+    """OpenAPI `responses` entries for the problem answers a route may give: the Problem schema under
+    `application/problem+json` alone (app/openapi.py moves it there from FastAPI's `application/json`)."""
+    return {status: {"model": Problem, "content": {PROBLEM_JSON: {}}} for status in statuses}

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import __version__, access_log, background, embedded, migrations, problems, tracing
+from app import __version__, access_log, background, embedded, migrations, openapi, problems, tracing
 from app import scheduler as scheduling
 from app.access import Tokens
 from app.db import Database, create_pool
@@ -136,6 +136,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
+        generate_unique_id_function=openapi.operation_id,
+        servers=openapi.SERVERS,
     )
     app.state.settings = settings
     app.state.tokens = Tokens.load(settings.tokens, settings.tokens_file)
@@ -153,7 +155,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: it times every request, also those a middleware inside it answers.
     app.add_middleware(access_log.ObserveRequests, metrics=app.state.metrics, access_log=settings.access_log)
     problems.install(app)
-    for module in (producers, workers, operators, keys, schedule_routes, health, metrics, ui, docs):
-        app.include_router(module.router)
+    routers = [
+        m.router for m in (producers, workers, operators, keys, schedule_routes, health, metrics, ui, docs)
+    ]
+    for router in routers:
+        app.include_router(router)
     app.include_router(sqs.router)  # the SQS API at POST / (app/sqs)
+    openapi.install(app, routers)
     return app

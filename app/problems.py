@@ -30,6 +30,26 @@ log = logging.getLogger("jobq.errors")
 
 PROBLEM_JSON = "application/problem+json"
 
+# Every `code` a problem answer carries, as the OpenAPI document lists them (app/deps.py `Problem`).
+# Clients branch on these words; a later release may add one (never rename or drop one), so a client
+# reads a code it does not know by the answer's status. tests/test_openapi.py holds the service to it.
+PROBLEM_CODES = (
+    "bad_request",
+    "disallowed_host",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "conflict",
+    "lease_lost",
+    "payload_too_large",
+    "unsupported_media_type",
+    "validation_error",
+    "internal",
+    "unavailable",
+    "error",
+)
+
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
     body = {

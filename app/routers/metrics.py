@@ -7,12 +7,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from app.auth import Caller, Viewer
-from app.deps import Problem
+from app.deps import problems
 from app.metrics import CONTENT_TYPE_LATEST
-from app.problems import PROBLEM_JSON
 
 router = APIRouter(tags=["health"], dependencies=[Viewer])
-_PROBLEM = {"model": Problem, "content": {PROBLEM_JSON: {}}}
 
 
 @router.get(
@@ -20,8 +18,7 @@ _PROBLEM = {"model": Problem, "content": {PROBLEM_JSON: {}}}
     response_class=Response,
     responses={
         200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
-        401: _PROBLEM,
-        403: _PROBLEM,
+        **problems(401, 403),
     },
 )
 async def metrics(request: Request, caller: Caller) -> Response:

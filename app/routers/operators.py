@@ -81,7 +81,7 @@ async def list_jobs(
 
 
 @router.get("/dead", dependencies=[Viewer], response_model=None, responses=answers(DeadPage, 404))
-async def dead_jobs(
+async def list_dead(
     db: DB,
     caller: Caller,
     queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)] = None,
@@ -110,11 +110,12 @@ async def retry_dead(body: RetryDeadRequest, db: DB, caller: Caller) -> JSONBody
     "/dead/{id}", dependencies=[Admin], response_model=None, responses=answers(PurgeResponse, 404, 409)
 )
 async def purge_dead(id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], db: DB, caller: Caller) -> JSONBody:
+    """Delete a dead job for good; a job that is not dead is 409 conflict."""
     return JSONBody(await jobs.purge_dead(db, id, caller.like))
 
 
 @router.post("/jobs/{id}/run", dependencies=[Admin], response_model=None, responses=answers(Job, 404, 409))
-async def run_now(id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], db: DB, caller: Caller) -> JSONBody:
+async def run_job_now(id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)], db: DB, caller: Caller) -> JSONBody:
     """Run a pending job that waits for its `run_at` (scheduled, or backing off before a retry) now: it is
     ready at once, and the queue's long-polls are woken. A job already due, or in any other state, is
     409 conflict."""
@@ -130,14 +131,17 @@ async def list_workers(db: DB, caller: Caller) -> JSONBody:
 
 
 @router.get("/queues", dependencies=[Viewer], response_model=None, responses=answers(list[QueueRow]))
-async def queues(db: DB, caller: Caller) -> JSONBody:
+async def list_queues(db: DB, caller: Caller) -> JSONBody:
+    """Every queue the token may see, with its counts by status, the age of its oldest ready job and
+    whether it is paused."""
     return JSONBody(await jobs.queues(db, caller.like))
 
 
 @router.get(
     "/queues/{queue}", dependencies=[QueueReader], response_model=None, responses=answers(QueueDetail, 404)
 )
-async def queue(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
+async def get_queue(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
+    """One queue's counts and its settings (the defaults for a queue nobody configured)."""
     caller.admit(queue)
     return JSONBody(await jobs.queue(db, queue))
 
@@ -150,13 +154,14 @@ async def configure_queue(queue: QueuePath, body: QueueSettingsPatch, db: DB, ca
 
 
 @router.post("/queues/{queue}/pause", dependencies=[Admin], response_model=None, responses=answers(QueueRow))
-async def pause(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
+async def pause_queue(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
     """Stop leasing from the queue (enqueues still land). Creates the queue if need be."""
     caller.admit(queue)
     return JSONBody(await jobs.set_paused(db, queue, True))
 
 
 @router.post("/queues/{queue}/resume", dependencies=[Admin], response_model=None, responses=answers(QueueRow))
-async def resume(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
+async def resume_queue(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
+    """Lease from the queue again; waiting long-polls are woken. Creates the queue if need be."""
     caller.admit(queue)
     return JSONBody(await jobs.set_paused(db, queue, False))

@@ -97,6 +97,8 @@ def _traced(request: Request, requests: list[EnqueueRequest]) -> list[EnqueueReq
     openapi_extra=IDEMPOTENCY_HEADER,
 )
 async def enqueue(body: EnqueueRequest, db: DB, caller: Caller, request: Request) -> JSONBody:
+    """Enqueue a job: 201 and the job; 200 and the active job holding its `dedup_key` (`duplicate`
+    true) when one does."""
     caller.admit(body.queue)
     (body,) = _traced(request, [body])
     job = await jobs.enqueue(db, body, _once(request, "/jobs"))
@@ -145,6 +147,6 @@ async def get_job(
 
 
 @router.delete("/jobs/{id}", dependencies=[Admin], response_model=None, responses=answers(Job, 404, 409))
-async def cancel(id: JobIdPath, db: DB, caller: Caller) -> JSONBody:
+async def cancel_job(id: JobIdPath, db: DB, caller: Caller) -> JSONBody:
     """Cancel a pending job; any other state is 409 conflict."""
     return JSONBody(await jobs.cancel(db, id, caller.like))

@@ -32,6 +32,7 @@ async def list_schedules(db: DB, caller: Caller) -> JSONBody:
 
 @router.get("/schedules/{name}", dependencies=[Reader], response_model=None, responses=answers(Schedule, 404))
 async def get_schedule(name: ScheduleName, db: DB, caller: Caller) -> JSONBody:
+    """One schedule, with its next and last run."""
     return JSONBody(await schedules.get_schedule(db, name, caller.like))
 
 

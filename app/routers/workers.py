@@ -71,12 +71,15 @@ async def ack_batch(body: AckBatchRequest, db: DB) -> JSONBody:
 
 @router.post("/nack", response_model=None, responses=answers(NackResponse, 404, 409))
 async def nack(body: NackRequest, db: DB) -> JSONBody:
+    """Fail the attempt: the job is pending again after `retry_after` (else the queue's backoff), or dead
+    with `dead` true or its attempts used up. The lease ends; a stale token is 409 lease_lost."""
     result = jobs.single(await jobs.nack(db, body))
     return JSONBody({"id": body.id, "status": result["status"], "run_at": result["run_at"]})
 
 
 @router.post("/nack/batch", response_model=None, responses=answers(NackBatchResults))
 async def nack_batch(body: NackBatchRequest, db: DB) -> JSONBody:
+    """Nack each item as /nack would, each answered on its own (`ok`, or a `code` such as lease_lost)."""
     return JSONBody({"results": await jobs.nack_batch(db, body.items)})
 
 
