@@ -1,0 +1,33 @@
+// jobq-client: the jobq HTTP API (`Client`), its errors, and the worker runner (`Worker`, `run`, `Tasks`).
+
+export { Client, DEFAULT_URL, MAX_WAIT } from "./client.js";
+export type {
+  ClientOptions,
+  EnqueueOptions,
+  ExtendOptions,
+  LeaseOptions,
+  NackOptions,
+  SignalOptions,
+} from "./client.js";
+export {
+  Conflict,
+  Forbidden,
+  JobqError,
+  LeaseLost,
+  NotFound,
+  PayloadTooLarge,
+  Unauthorized,
+  Unavailable,
+  Unreachable,
+  ValidationError,
+  errorFrom,
+} from "./errors.js";
+export type { JobqErrorOptions, ProblemBody } from "./errors.js";
+export { RetryPolicy } from "./http.js";
+export type { Call, Method, RetryPolicyOptions } from "./http.js";
+export { Fail, Retry, Task, Tasks, UnknownTask } from "./tasks.js";
+export type { JobContext, TaskFunction, TaskJobOptions, TaskOptions } from "./tasks.js";
+export { FINISHED } from "./types.js";
+export type * from "./types.js";
+export { Worker, run } from "./worker.js";
+export type { Handler, Logger, Stats, WorkerOptions } from "./worker.js";

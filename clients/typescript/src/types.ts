@@ -1,0 +1,73 @@
+// The API's bodies and answers under short names, all taken from src/schema.d.ts (generated from jobq's
+// openapi.json), so that a field the service adds or changes reaches this client's types with the next
+// `npm run generate`, not by hand. Fields keep the API's names (snake_case), as they travel.
+
+import type { components, operations } from "./schema.js";
+
+type Schemas = components["schemas"];
+
+export type Job = Schemas["Job"];
+/** An enqueue's answer: the job, and whether it is an active job that already held the `dedup_key`. */
+export type EnqueuedJob = Schemas["EnqueuedJob"];
+export type EnqueueRequest = Schemas["EnqueueRequest"];
+export type JobStatus = Schemas["JobStatus"];
+export type JobPage = Schemas["JobPage"];
+export type DeadPage = Schemas["DeadPage"];
+
+export type LeaseRequest = Schemas["LeaseRequest"];
+/** A job this worker holds until `lease_expires_at`; ack, nack and extend need its `lease_token`. */
+export type LeasedJob = Schemas["LeasedJob"];
+/** What names a lease: a `LeasedJob` is one, and so is `{ id, lease_token }`. */
+export type Lease = Schemas["JobLeaseItem"];
+export type AckRequest = Schemas["AckRequest"];
+export type AckResponse = Schemas["AckResponse"];
+export type NackRequest = Schemas["NackRequest"];
+export type NackResponse = Schemas["NackResponse"];
+export type ExtendResponse = Schemas["ExtendResponse"];
+/** One item of a batch ack or release: `ok`, or the `code` of the problem it met (`lease_lost`, ...). */
+export type ItemResult = Schemas["ItemResult"];
+/** One item of a batch nack: as `ItemResult`, with `status` (pending or dead) and `run_at` when `ok`. */
+export type NackItemResult = Schemas["NackItemResult"];
+
+export type RetryDeadRequest = Schemas["RetryDeadRequest"];
+export type RetryDeadResponse = Schemas["RetryDeadResponse"];
+export type PurgeResponse = Schemas["PurgeResponse"];
+
+export type QueueRow = Schemas["QueueRow"];
+export type QueueDetail = Schemas["QueueDetail"];
+export type QueueSettings = Schemas["QueueSettings"];
+export type QueueSettingsPatch = Schemas["QueueSettingsPatch"];
+export type Rate = Schemas["Rate"];
+export type KeyView = Schemas["KeyView"];
+export type KeyOverrides = Schemas["KeyOverrides"];
+export type DeletedKey = Schemas["DeletedKey"];
+export type WorkerView = Schemas["WorkerView"];
+
+export type Schedule = Schemas["Schedule"];
+export type ScheduleRequest = Schemas["ScheduleRequest"];
+export type TriggeredSchedule = Schemas["TriggeredSchedule"];
+export type DeletedSchedule = Schemas["DeletedSchedule"];
+export type CatchUp = Schemas["CatchUp"];
+
+export type Health = Schemas["Health"];
+export type Readiness = Schemas["Readiness"];
+
+/** An error answer's body (RFC 9457 problem details). */
+export type Problem = Schemas["Problem"];
+/** The codes this client's spec knows; the service may add others (read those by `status`). */
+export type ProblemCode = Problem["code"];
+export type FieldError = Schemas["FieldError"];
+
+type Query<Operation extends keyof operations> = NonNullable<operations[Operation]["parameters"]["query"]>;
+
+/** The filters of `GET /jobs`: queue, status, kind, key, `q` (text search), limit, before_id. */
+export type ListJobsQuery = Query<"list_jobs">;
+/** The filters of `GET /dead`: queue, limit, before_id. */
+export type ListDeadQuery = Query<"list_dead">;
+export type ListKeysQuery = Query<"list_keys">;
+
+/** The fields of a job beside its queue and payload, as `POST /jobs` takes them. */
+export type JobOptions = Omit<EnqueueRequest, "queue" | "payload">;
+
+/** The statuses a wait for a job ends on: nothing more happens to the job unless someone acts on it. */
+export const FINISHED: ReadonlySet<JobStatus> = new Set<JobStatus>(["completed", "dead", "cancelled"]);

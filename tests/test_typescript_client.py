@@ -1,0 +1,122 @@
+"""The TypeScript client (clients/typescript) against a live service: its src/schema.d.ts must be what
+openapi-typescript makes of openapi.json now, the package must build with its own `npm run build`
+(tsc --strict), the examples of its README must compile against it, and its tests (`node --test` on
+clients/typescript/test/) must pass against a service started here, whose URL they get as JOBQ_URL.
+
+The package's dev dependencies are installed once per machine from the npm registry, by `npm ci` from
+its lock file, under ~/.cache/jobq-tests (keyed by their versions and the lock file); the package is
+built in a copy, so the test writes nothing into the repository. Without Node and npm the test is
+skipped (failed under CI=true)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import tool_missing
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "clients" / "typescript"
+
+
+def run(command: list[str | Path], **options) -> subprocess.CompletedProcess:
+    """`command`, which must succeed; its output is the failure's message otherwise."""
+    ran = subprocess.run(command, capture_output=True, text=True, **options)
+    assert ran.returncode == 0, f"{' '.join(map(str, command))}:\n{ran.stdout}{ran.stderr}"
+    return ran
+
+
+@pytest.fixture(scope="session")
+def dev_packages() -> Path:
+    """The package's node_modules (typescript, openapi-typescript, @types/node), installed once a machine."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        tool_missing("needs node and npm (Debian's nodejs and npm)")
+    manifest = json.loads((PACKAGE / "package.json").read_text())
+    versions = "-".join(
+        name.replace("@", "").replace("/", "-") + version
+        for name, version in sorted(manifest["devDependencies"].items())
+    )
+    lock = hashlib.sha256((PACKAGE / "package-lock.json").read_bytes()).hexdigest()[:12]
+    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jobq-tests"
+    where = home / f"typescript-client-{versions}-{lock}"
+    if not (where / "node_modules" / ".bin" / "tsc").exists():
+        # Installed beside, then renamed into place: a run cut short, or another one installing at the
+        # same time, never leaves a half-installed directory where this one looks.
+        home.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=home, prefix=".typescript-client-"))
+        try:
+            for name in ("package.json", "package-lock.json"):
+                shutil.copy(PACKAGE / name, staging)
+            run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=staging, timeout=600)
+            staging.chmod(0o755)  # mkdtemp's is the owner's alone; the cache is anyone's to read
+            try:
+                staging.rename(where)
+            except OSError:  # installed meanwhile by another run
+                assert (where / "node_modules" / ".bin" / "tsc").exists()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return where / "node_modules"
+
+
+def test_typescript_client(tmp_path, start_service, dev_packages):
+    work = tmp_path / "typescript"
+    shutil.copytree(PACKAGE, work, ignore=shutil.ignore_patterns("node_modules", "dist"))
+    (work / "node_modules").symlink_to(dev_packages, target_is_directory=True)
+
+    # The committed types are those of openapi.json as it is now.
+    fresh = tmp_path / "schema.d.ts"
+    generate = dev_packages / ".bin" / "openapi-typescript"
+    run([generate, ROOT / "openapi.json", "--default-non-nullable", "false", "-o", fresh], timeout=120)
+    assert fresh.read_text() == (PACKAGE / "src" / "schema.d.ts").read_text(), (
+        "clients/typescript/src/schema.d.ts is not what openapi.json makes: run `npm run generate` there"
+    )
+
+    run(["npm", "run", "--silent", "build"], cwd=work, timeout=300)
+    # The README's examples, as a program using the package would import it (`from "jobq-client"`).
+    examples = work / "readme-examples"
+    examples.mkdir()
+    blocks = re.findall(r"^```ts\n(.*?)^```", (PACKAGE / "README.md").read_text(), re.MULTILINE | re.DOTALL)
+    assert len(blocks) >= 3
+    for n, block in enumerate(blocks):
+        (examples / f"example{n}.ts").write_text(block)
+    config = {"extends": "../tsconfig.json", "compilerOptions": {"noEmit": True, "rootDir": "."}}
+    (examples / "tsconfig.json").write_text(json.dumps({**config, "include": ["*.ts"]}))
+    run([dev_packages / ".bin" / "tsc", "-p", examples], timeout=300)
+
+    tests = sorted((work / "dist" / "test").glob("*.test.js"))
+    expected = {"client", "errors", "retry", "tasks", "worker"}
+    assert {path.name.removesuffix(".test.js") for path in tests} >= expected
+
+    # Noticing within 0.5 s a long-poll whose worker has gone (instead of the 5 s default), so that stopping
+    # the service after the tests does not wait for the workers' abandoned long-polls.
+    service = start_service(wakeup_safety_interval=0.5)
+    # Its own process group: a test file's process left running (a worker never stopped) goes with it.
+    node = subprocess.Popen(
+        ["node", "--test", "--test-reporter=spec", *tests],
+        cwd=work,
+        env={**os.environ, "JOBQ_URL": service.url, "JOBQ_TOKEN": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = node.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(node.pid, signal.SIGKILL)
+        output, _ = node.communicate()
+        pytest.fail(f"node --test did not finish in 10 minutes:\n{output}", pytrace=False)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGKILL)
+    assert node.returncode == 0, output
