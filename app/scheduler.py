@@ -3,8 +3,10 @@
 Every replica runs it; only the holder of the `scheduler` lead (a row of jobq.leaders, held for
 JOBQ_SCHEDULER_LEASE seconds on the database's clock) fires. The holder renews the lead well before it
 expires and gives it up when it stops; a holder that dies keeps it until it expires, and then the first
-replica to look takes it, within a lease and a second. Firing is safe even if two replicas ever believed
-they led at once: a due schedule is locked while it fires, and a slot's job is unique.
+replica to look takes it, within a lease and a second. A holder counts its lease from before it asked
+for it, on its own clock, so that it stops believing it leads no later than the database lets another
+replica take over, even when it was held up (a stalled process) past its renewal. Firing is safe even if
+two replicas ever fired at once: a due schedule is locked while it fires, and a slot's job is unique.
 
 The leader sleeps until the next slot is due, a second at most (so a schedule changed meanwhile is seen
 within a second); the others look for the lead every second.
@@ -40,8 +42,12 @@ class Scheduler:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.leading = False
+        self._lead_until = 0.0  # monotonic time the lead ends unless renewed
         self._renew_at = 0.0  # monotonic time the lead wants renewing
+
+    @property
+    def leading(self) -> bool:
+        return time.monotonic() < self._lead_until
 
     async def run(self) -> None:
         settings = self.db.settings
@@ -54,16 +60,18 @@ class Scheduler:
                 raise
             except DATABASE_UNAVAILABLE as exc:
                 log.warning("scheduler: database unavailable (%r)", exc)
-                self.leading = False
+                self._lead_until = 0.0
             except Exception:
                 log.exception("scheduler failed")
             await asyncio.sleep(pause)
 
     async def _step(self, lease: float, grace: float) -> None:
         if time.monotonic() >= self._renew_at:
-            was = self.leading
-            self.leading = await schedules.take_lead(self.db, LEAD, self.holder, lease)
-            self._renew_at = time.monotonic() + (lease / 3 if self.leading else 0)
+            was, asked = self.leading, time.monotonic()
+            took = await schedules.take_lead(self.db, LEAD, self.holder, lease)
+            # The database's lease runs from a moment after `asked`: this one ends no later.
+            self._lead_until = asked + lease if took else 0.0
+            self._renew_at = time.monotonic() + (lease / 3 if took else 0)
             if self.leading != was:
                 log.info("this replica %s the scheduler", "now leads" if self.leading else "no longer leads")
         if self.leading:
@@ -85,7 +93,7 @@ class Scheduler:
                 await schedules.give_up_lead(self.db, LEAD, self.holder)
             except DATABASE_UNAVAILABLE:
                 pass
-            self.leading = False
+            self._lead_until = 0.0
 
 
 def declared(path: Path) -> dict[str, schedules.ScheduleSpec]:

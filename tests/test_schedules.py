@@ -6,10 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from helpers import assert_problem
+from helpers import assert_problem, open_database
 from waiting import until
 
 from app.cron import Cron, CronError
+from app.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
 
@@ -198,6 +199,22 @@ async def test_the_lead_moves_when_its_holder_is_gone(start_service, db):
     slots = [slot for slot, _ in await slots_of(db, "tick")]
     assert slots == [slots[0] + timedelta(seconds=i) for i in range(len(slots))]
     assert await db.fetchval("SELECT holder FROM jobq.leaders") != "dead-replica"
+
+
+async def test_a_holder_held_up_past_its_lease_no_longer_believes_it_leads(database_url):
+    """Its lease runs out on its own clock, counted from before it asked: by the time another replica may
+    take the lead, the held-up holder has stopped believing it leads, without a renewal to tell it."""
+    async with open_database(database_url) as database:
+        first, second = Scheduler(database), Scheduler(database)
+        await first._step(lease=0.5, grace=30)
+        await second._step(lease=0.5, grace=30)
+        assert (first.leading, second.leading) == (True, False)
+        await asyncio.sleep(0.6)  # the first is held up: no renewal
+        assert not first.leading
+        await second._step(lease=0.5, grace=30)
+        assert (first.leading, second.leading) == (False, True)
+        await first._step(lease=0.5, grace=30)  # its renewal, late, is refused
+        assert (first.leading, second.leading) == (False, True)
 
 
 async def quiet_second(low: int, high: int) -> None:
