@@ -19,9 +19,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+from test_readme import block
 
 from tests.fixtures import tool_missing
 
@@ -87,8 +90,8 @@ def test_typescript_client(tmp_path, start_service, dev_packages):
     examples.mkdir()
     blocks = re.findall(r"^```ts\n(.*?)^```", (PACKAGE / "README.md").read_text(), re.MULTILINE | re.DOTALL)
     assert len(blocks) >= 3
-    for n, block in enumerate(blocks):
-        (examples / f"example{n}.ts").write_text(block)
+    for n, text in enumerate(blocks):
+        (examples / f"example{n}.ts").write_text(text)
     config = {"extends": "../tsconfig.json", "compilerOptions": {"noEmit": True, "rootDir": "."}}
     (examples / "tsconfig.json").write_text(json.dumps({**config, "include": ["*.ts"]}))
     run([dev_packages / ".bin" / "tsc", "-p", examples], timeout=300)
@@ -120,3 +123,36 @@ def test_typescript_client(tmp_path, start_service, dev_packages):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(node.pid, signal.SIGKILL)
     assert node.returncode == 0, output
+
+    # The root README's worker (Clients, TypeScript): it enqueues a job, runs it, and stops on SIGTERM.
+    readme = work / "readme-worker"
+    readme.mkdir()
+    (readme / "main.ts").write_text(block("typescript-worker"))
+    config = {"extends": "../tsconfig.json", "compilerOptions": {"rootDir": ".", "outDir": "out"}}
+    (readme / "tsconfig.json").write_text(json.dumps({**config, "include": ["main.ts"]}))
+    run([dev_packages / ".bin" / "tsc", "-p", readme], timeout=300)
+    worker = subprocess.Popen(
+        ["node", readme / "out" / "main.js"],
+        cwd=work,
+        env={**os.environ, "JOBQ_URL": service.url, "JOBQ_TOKEN": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        with httpx.Client(base_url=service.url) as http:
+            deadline = time.monotonic() + 60
+            while http.get("/queues/emails").json().get("completed") != 1:
+                assert time.monotonic() < deadline and worker.poll() is None, "the README's worker did no job"
+                time.sleep(0.05)
+            (job,) = http.get("/jobs", params={"queue": "emails"}).json()["jobs"]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+    assert output == "sending to ada@example.com\n"
+    assert (job["kind"], job["status"], job["result"]) == (
+        "send_email",
+        "completed",
+        {"sent": "ada@example.com"},
+    )
