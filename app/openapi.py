@@ -72,7 +72,9 @@ def finish(document: dict[str, Any], roles: dict[tuple[str, str], list[str] | No
             _problems_as_sent(operation)
             if not operation.get("parameters") and "requestBody" not in operation:
                 operation.get("responses", {}).pop("422", None)
-            allowed = roles.get((method, path))
+            if (method, path) not in roles:
+                continue
+            allowed = roles[method, path]
             if allowed is None:
                 line = "No token needed."
             else:
