@@ -8,7 +8,10 @@ drop databases), else an embedded server started for the session in a temporary 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -196,6 +199,37 @@ def tool_missing(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason}; CI must run this test", pytrace=False)
     pytest.skip(reason)
+
+
+def node_modules(label: str, files: dict[str, bytes]) -> Path:
+    """The node_modules of a package made of `files` (its package.json, and its package-lock.json when
+    given, installed then by `npm ci`), installed from the npm registry once per machine under
+    ~/.cache/jobq-tests, keyed by the files' contents. Installed beside, then renamed into place: a run
+    cut short, or another one installing at the same time, never leaves a half-installed directory where
+    a run looks. Without Node and npm, `tool_missing`."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        tool_missing("needs node and npm (Debian's nodejs and npm)")
+    digest = hashlib.sha256(b"\0".join(files[name] for name in sorted(files))).hexdigest()[:12]
+    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jobq-tests"
+    where = home / f"{label}-{digest}"
+    if not where.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=home, prefix=f".{label}-"))
+        try:
+            for name, content in files.items():
+                (staging / name).write_bytes(content)
+            install = "ci" if "package-lock.json" in files else "install"
+            command = ["npm", install, "--no-audit", "--no-fund", "--ignore-scripts"]
+            ran = subprocess.run(command, cwd=staging, capture_output=True, text=True, timeout=600)
+            assert ran.returncode == 0, f"npm {install} in {staging}:\n{ran.stdout}{ran.stderr}"
+            staging.chmod(0o755)  # mkdtemp's is the owner's alone; the cache is anyone's to read
+            try:
+                staging.rename(where)
+            except OSError:  # installed meanwhile by another run
+                assert where.exists()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return where / "node_modules"
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_readme import block
 
-from tests.fixtures import tool_missing
+from tests.fixtures import node_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ROOT / "openapi.json"
@@ -93,23 +92,10 @@ def test_openapi_python_client(tmp_path, service):
 
 @pytest.fixture(scope="session")
 def node_packages() -> Path:
-    """openapi-typescript, openapi-fetch and tsc, installed once per machine."""
-    if not (shutil.which("node") and shutil.which("npm")):
-        tool_missing("needs node and npm (Debian's nodejs and npm)")
-    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jobq-tests"
-    where = home / "openapi-ts-{}".format(
-        "-".join(p.replace("@", "").replace("/", "-") for p in NODE_PACKAGES)
-    )
-    if not (where / "node_modules" / ".bin" / "tsc").exists():
-        where.mkdir(parents=True, exist_ok=True)
-        installed = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", where, *NODE_PACKAGES],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert installed.returncode == 0, installed.stdout + installed.stderr
-    return where / "node_modules"
+    """openapi-typescript, openapi-fetch, tsc and Node's types, at the versions above."""
+    dependencies = dict(package.rsplit("@", 1) for package in NODE_PACKAGES)
+    manifest = {"private": True, "devDependencies": dependencies}
+    return node_modules("openapi-ts", {"package.json": json.dumps(manifest).encode()})
 
 
 def typescript_project(where: Path, node_packages: Path, program: str, types: str) -> Path:

@@ -11,14 +11,12 @@ skipped (failed under CI=true)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +24,7 @@ import httpx
 import pytest
 from test_readme import block
 
-from tests.fixtures import tool_missing
+from tests.fixtures import node_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "clients" / "typescript"
@@ -41,34 +39,9 @@ def run(command: list[str | Path], **options) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def dev_packages() -> Path:
-    """The package's node_modules (typescript, openapi-typescript, @types/node), installed once a machine."""
-    if not (shutil.which("node") and shutil.which("npm")):
-        tool_missing("needs node and npm (Debian's nodejs and npm)")
-    manifest = json.loads((PACKAGE / "package.json").read_text())
-    versions = "-".join(
-        name.replace("@", "").replace("/", "-") + version
-        for name, version in sorted(manifest["devDependencies"].items())
-    )
-    lock = hashlib.sha256((PACKAGE / "package-lock.json").read_bytes()).hexdigest()[:12]
-    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jobq-tests"
-    where = home / f"typescript-client-{versions}-{lock}"
-    if not (where / "node_modules" / ".bin" / "tsc").exists():
-        # Installed beside, then renamed into place: a run cut short, or another one installing at the
-        # same time, never leaves a half-installed directory where this one looks.
-        home.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=home, prefix=".typescript-client-"))
-        try:
-            for name in ("package.json", "package-lock.json"):
-                shutil.copy(PACKAGE / name, staging)
-            run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=staging, timeout=600)
-            staging.chmod(0o755)  # mkdtemp's is the owner's alone; the cache is anyone's to read
-            try:
-                staging.rename(where)
-            except OSError:  # installed meanwhile by another run
-                assert (where / "node_modules" / ".bin" / "tsc").exists()
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return where / "node_modules"
+    """The package's node_modules (typescript, openapi-typescript, @types/node), from its lock file."""
+    files = {name: (PACKAGE / name).read_bytes() for name in ("package.json", "package-lock.json")}
+    return node_modules("typescript-client", files)
 
 
 def test_typescript_client(tmp_path, start_service, dev_packages):
