@@ -232,6 +232,31 @@ def node_modules(label: str, files: dict[str, bytes]) -> Path:
     return where / "node_modules"
 
 
+TYPESCRIPT_CLIENT = Path(__file__).resolve().parent.parent / "clients" / "typescript"
+
+
+@pytest.fixture(scope="session")
+def typescript_dev_packages() -> Path:
+    """The TypeScript client's node_modules (typescript, openapi-typescript, @types/node), from its lock
+    file."""
+    files = {name: (TYPESCRIPT_CLIENT / name).read_bytes() for name in ("package.json", "package-lock.json")}
+    return node_modules("typescript-client", files)
+
+
+@pytest.fixture(scope="session")
+def typescript_client(tmp_path_factory: pytest.TempPathFactory, typescript_dev_packages: Path) -> Path:
+    """clients/typescript built by its own `npm run build` (tsc --strict), in a copy, once per session, so
+    that no test writes into the repository: the directory to install as `jobq-client` (to link as
+    node_modules/jobq-client)."""
+    built = tmp_path_factory.mktemp("typescript") / "jobq-client"
+    shutil.copytree(TYPESCRIPT_CLIENT, built, ignore=shutil.ignore_patterns("node_modules", "dist"))
+    (built / "node_modules").symlink_to(typescript_dev_packages, target_is_directory=True)
+    build = ["npm", "run", "--silent", "build"]
+    ran = subprocess.run(build, cwd=built, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, f"npm run build in {built}:\n{ran.stdout}{ran.stderr}"
+    return built
+
+
 @pytest.fixture
 def pgbouncer(server_dsn: str) -> Iterator[tuple[str, int]]:
     """A PgBouncer of the test's own, in transaction mode in front of the tests' PostgreSQL: its address.

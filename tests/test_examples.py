@@ -21,7 +21,6 @@ from jobq import AsyncClient
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parent.parent
-needs_node = pytest.mark.skipif(not shutil.which("node"), reason="needs node")
 needs_curl_jq = pytest.mark.skipif(
     not (shutil.which("curl") and shutil.which("jq")), reason="needs curl and jq"
 )
@@ -36,6 +35,17 @@ def service(start_service):
     whose worker has gone (instead of the 5 s default), so that stopping it after a test does not wait
     for the workers' abandoned long-polls."""
     return start_service(wakeup_safety_interval=0.5, tokens=TOKENS)
+
+
+@pytest.fixture
+def node_worker(tmp_path, typescript_client) -> list[str]:
+    """The command that runs examples/node/worker.mjs as its README says, with jobq-client installed
+    beside it (the package built by the typescript_client fixture, linked as `npm install` links it)."""
+    example = tmp_path / "node-example"
+    shutil.copytree(ROOT / "examples" / "node", example)
+    (example / "node_modules").mkdir()
+    (example / "node_modules" / "jobq-client").symlink_to(typescript_client, target_is_directory=True)
+    return ["node", str(example / "worker.mjs")]
 
 
 def start(command: list[str], url: str, **env: str) -> subprocess.Popen:
@@ -68,22 +78,15 @@ def by_id(db):
     return query
 
 
-@needs_node
-async def test_node_worker(service, db):
+async def test_node_worker(service, db, node_worker):
     async with AsyncClient(service.url, token="admin-token") as client:
-        await client.configure_queue("node", backoff_base=0)  # retries come due at once
+        # Retries come due at once; leases of 2 s, which the slow job outlives, extended.
+        await client.configure_queue("node", backoff_base=0, visibility_timeout=2)
         ok = await client.enqueue("node", {"to": "ada@example.com"})
         failing = await client.enqueue("node", {"fail": "no such mailbox"}, max_attempts=2)
-        # Outlives its 2 s lease, extended. The lease leaves room for a stalled machine: a failing job
-        # whose nack is late loses its lease and runs again.
         slow = await client.enqueue("node", {"seconds": 3})
 
-    worker = start(
-        ["node", "examples/node/worker.mjs", "node"],
-        service.url,
-        JOBQ_VISIBILITY_TIMEOUT="2",
-        JOBQ_TOKEN="worker-token",
-    )
+    worker = start([*node_worker, "node"], service.url, JOBQ_TOKEN="worker-token")
     try:
         expected = {ok.id: ("completed", 1), failing.id: ("dead", 2), slow.id: ("completed", 1)}
         await until(equals(by_id(db), expected))
@@ -91,13 +94,14 @@ async def test_node_worker(service, db):
         status, output, took = stop(worker)
     assert status == 0 and took < 2, output  # a waiting long-poll is abandoned at once
 
-    errors = dict(await db.fetch("SELECT id, last_error FROM jobq.all_jobs"))
-    assert errors[failing.id].startswith("Error: no such mailbox\n    at handle (file://")
-    assert errors[slow.id] is None  # never expired
-    assert (
-        f"job {ok.id} done" in output and f"job {failing.id} failed, now pending: no such mailbox" in output
-    )
-    assert f"job {failing.id} failed, now dead" in output and output.endswith("stopped\n")
+    rows = {r["id"]: r for r in await db.fetch("SELECT id, last_error, result FROM jobq.all_jobs")}
+    error = rows[failing.id]["last_error"]
+    assert error.startswith("Error: no such mailbox\n    at ") and "node-example/worker.mjs:" in error
+    assert rows[slow.id]["last_error"] is None  # never expired
+    assert json.loads(rows[slow.id]["result"]) == {"took": 3}
+    assert f"job {ok.id} done" in output
+    assert f"job {failing.id} failed (attempt 1 of 2, now pending): Error: no such mailbox" in output
+    assert f"job {failing.id} failed (attempt 2 of 2, now dead)" in output and output.endswith("stopped\n")
 
 
 FLAKY_COMMAND = """
@@ -153,11 +157,14 @@ async def test_shell_producer_and_worker(service, db):
     assert output.endswith("stopped\n")
 
 
-# Each example worker on an empty queue, running `cat` (the shell worker's command) on any job it gets.
-IDLE_WORKERS = [
-    pytest.param(["examples/shell/worker.sh", "idle", "cat"], marks=needs_curl_jq, id="shell"),
-    pytest.param(["node", "examples/node/worker.mjs", "idle"], marks=needs_node, id="node"),
-]
+@pytest.fixture(params=[pytest.param("shell", marks=needs_curl_jq), "node"])
+def idle_worker(request) -> list[str]:
+    """Each example worker on an empty queue (the shell one running `cat` on any job it gets)."""
+    if request.param == "shell":
+        return ["examples/shell/worker.sh", "idle", "cat"]
+    return [*request.getfixturevalue("node_worker"), "idle"]
+
+
 POLL_WAIT = 20  # seconds the examples' long-polls wait
 
 
@@ -185,9 +192,8 @@ def exited(process: subprocess.Popen) -> tuple[int, str, float]:
     return status, output, took
 
 
-@pytest.mark.parametrize("command", IDLE_WORKERS)
-async def test_a_worker_stopped_in_its_long_poll_strands_nothing(service, db, command):
-    worker = start(command, service.url, JOBQ_TOKEN="worker-token")
+async def test_a_worker_stopped_in_its_long_poll_strands_nothing(service, db, idle_worker):
+    worker = start(idle_worker, service.url, JOBQ_TOKEN="worker-token")
     try:
         await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
     finally:
@@ -197,14 +203,13 @@ async def test_a_worker_stopped_in_its_long_poll_strands_nothing(service, db, co
     await assert_nothing_stranded(service, db, "idle", token="producer-token")
 
 
-@pytest.mark.parametrize("command", IDLE_WORKERS)
-async def test_a_worker_stopped_as_its_long_poll_starts_strands_nothing(service, db, command):
+async def test_a_worker_stopped_as_its_long_poll_starts_strands_nothing(service, db, idle_worker):
     """SIGTERM as soon as the worker says it is working: just before, during or just after the start of
     its first long-poll. Ten rounds, as the moment varies: a signal the worker missed as the poll started
     (the shell worker once did, between starting curl and noting its pid) shows up within them about
     half the time, as a worker that waits out its poll."""
     for _ in range(10):
-        worker = start(command, service.url, JOBQ_TOKEN="worker-token")
+        worker = start(idle_worker, service.url, JOBQ_TOKEN="worker-token")
         try:
             assert (await asyncio.to_thread(worker.stdout.readline)).startswith("working on idle")
         finally:

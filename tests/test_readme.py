@@ -14,10 +14,14 @@ import pytest
 from waiting import until
 
 from jobq import AsyncClient
+from tests.fixtures import tool_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.anyio
+needs_curl_jq = pytest.mark.skipif(
+    not (shutil.which("jq") and shutil.which("curl")), reason="needs curl and jq"
+)
 
 
 def walkthrough() -> str:
@@ -27,7 +31,7 @@ def walkthrough() -> str:
     return match[1]
 
 
-@pytest.mark.skipif(not shutil.which("jq") or not shutil.which("curl"), reason="needs curl and jq")
+@needs_curl_jq
 async def test_readme_walkthrough(service, db):
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", walkthrough()],
@@ -116,6 +120,18 @@ async def jobs(db) -> list[tuple]:
         "SELECT queue, payload, status, attempts, run_at > now() AS later FROM jobq.all_jobs ORDER BY id"
     )
     return [(r["queue"], json.loads(r["payload"]), r["status"], r["attempts"], r["later"]) for r in rows]
+
+
+# The TypeScript one runs in tests/test_typescript_client.py, against the package built there.
+@pytest.mark.parametrize(
+    "name",
+    ["python-one-job", *(pytest.param(f"{way}-one-job", marks=needs_curl_jq) for way in ("shell", "curl"))],
+)
+async def test_readme_one_job_four_ways(service, db, name):
+    output = run_block(name, service.url).stdout.splitlines()
+    said = [line for line in output if line in ("sending to ada@example.com", "completed")]
+    assert said == ["sending to ada@example.com", "completed"], output
+    assert await jobs(db) == [("emails", {"to": "ada@example.com"}, "completed", 1, False)]
 
 
 async def test_readme_python_client(service, db):
@@ -207,19 +223,24 @@ async def test_readme_cli(service, db):
     assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is False
 
 
-@pytest.mark.skipif(not shutil.which("node"), reason="needs node")
-async def test_readme_node_worker(service, db):
+async def test_readme_node_worker(service, db, tmp_path):
+    """The block as a reader runs it, in a checkout of its own (the package's `npm ci` and build write
+    into it): it builds the TypeScript client, links it beside the example, and runs the example."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        tool_missing("needs node and npm (Debian's nodejs and npm)")
+    for part in ("clients/typescript", "examples/node"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("node_modules", "dist"))
     async with AsyncClient(service.url) as client:
         await client.enqueue("emails", {"to": "ada@example.com"})
-    worker = start_block("node", service.url)
+    worker = start_block("node", service.url, cwd=tmp_path)
     try:
-        await until(lambda: db.fetchval("SELECT status = 'completed' FROM jobq.all_jobs"))
+        await until(lambda: db.fetchval("SELECT status = 'completed' FROM jobq.all_jobs"), timeout=300)
     finally:
         output = stop_block(worker)
-    assert "job 1 done" in output
+    assert "job 1 done" in output and output.endswith("stopped\n"), output
 
 
-@pytest.mark.skipif(not shutil.which("jq") or not shutil.which("curl"), reason="needs curl and jq")
+@needs_curl_jq
 async def test_readme_shell(service, db):
     worker = start_block("shell", service.url)
     try:

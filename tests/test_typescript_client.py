@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -24,10 +23,8 @@ import httpx
 import pytest
 from test_readme import block
 
-from tests.fixtures import node_modules
-
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "clients" / "typescript"
+PACKAGE = ROOT / "clients" / "typescript"  # built by the typescript_client fixture (tests/fixtures.py)
 
 
 def run(command: list[str | Path], **options) -> subprocess.CompletedProcess:
@@ -37,17 +34,8 @@ def run(command: list[str | Path], **options) -> subprocess.CompletedProcess:
     return ran
 
 
-@pytest.fixture(scope="session")
-def dev_packages() -> Path:
-    """The package's node_modules (typescript, openapi-typescript, @types/node), from its lock file."""
-    files = {name: (PACKAGE / name).read_bytes() for name in ("package.json", "package-lock.json")}
-    return node_modules("typescript-client", files)
-
-
-def test_typescript_client(tmp_path, start_service, dev_packages):
-    work = tmp_path / "typescript"
-    shutil.copytree(PACKAGE, work, ignore=shutil.ignore_patterns("node_modules", "dist"))
-    (work / "node_modules").symlink_to(dev_packages, target_is_directory=True)
+def test_typescript_client(tmp_path, start_service, typescript_dev_packages, typescript_client):
+    dev_packages, work = typescript_dev_packages, typescript_client
 
     # The committed types are those of openapi.json as it is now.
     fresh = tmp_path / "schema.d.ts"
@@ -57,7 +45,6 @@ def test_typescript_client(tmp_path, start_service, dev_packages):
         "clients/typescript/src/schema.d.ts is not what openapi.json makes: run `npm run generate` there"
     )
 
-    run(["npm", "run", "--silent", "build"], cwd=work, timeout=300)
     # The README's examples, as a program using the package would import it (`from "jobq-client"`).
     examples = work / "readme-examples"
     examples.mkdir()
@@ -97,17 +84,12 @@ def test_typescript_client(tmp_path, start_service, dev_packages):
             os.killpg(node.pid, signal.SIGKILL)
     assert node.returncode == 0, output
 
+    env = {**os.environ, "JOBQ_URL": service.url, "JOBQ_TOKEN": ""}
     # The root README's worker (Clients, TypeScript): it enqueues a job, runs it, and stops on SIGTERM.
-    readme = work / "readme-worker"
-    readme.mkdir()
-    (readme / "main.ts").write_text(block("typescript-worker"))
-    config = {"extends": "../tsconfig.json", "compilerOptions": {"rootDir": ".", "outDir": "out"}}
-    (readme / "tsconfig.json").write_text(json.dumps({**config, "include": ["main.ts"]}))
-    run([dev_packages / ".bin" / "tsc", "-p", readme], timeout=300)
     worker = subprocess.Popen(
-        ["node", readme / "out" / "main.js"],
+        ["node", compiled("typescript-worker", work, dev_packages)],
         cwd=work,
-        env={**os.environ, "JOBQ_URL": service.url, "JOBQ_TOKEN": ""},
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -129,3 +111,25 @@ def test_typescript_client(tmp_path, start_service, dev_packages):
         "completed",
         {"sent": "ada@example.com"},
     )
+
+    # The root README's TypeScript way of "One job, four ways".
+    one_job = run(["node", compiled("typescript-one-job", work, dev_packages)], cwd=work, env=env, timeout=60)
+    assert one_job.stdout == "sending to ada@example.com\ncompleted\n"
+    jobs = httpx.get(f"{service.url}/jobs", params={"queue": "emails"}).json()["jobs"]
+    assert [(job["payload"], job["status"], job["attempts"]) for job in jobs][0] == (
+        {"to": "ada@example.com"},
+        "completed",
+        1,
+    )
+
+
+def compiled(name: str, package: Path, dev_packages: Path) -> Path:
+    """The root README's TypeScript block `name`, compiled with tsc --strict inside the built `package`
+    (where `from "jobq-client"` names the package itself): its JavaScript."""
+    where = package / f"readme-{name}"
+    where.mkdir()
+    (where / "main.ts").write_text(block(name))
+    config = {"extends": "../tsconfig.json", "compilerOptions": {"rootDir": ".", "outDir": "out"}}
+    (where / "tsconfig.json").write_text(json.dumps({**config, "include": ["main.ts"]}))
+    run([dev_packages / ".bin" / "tsc", "-p", where], timeout=300)
+    return where / "out" / "main.js"
