@@ -10,7 +10,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from app.db import Database
 from app.models import JobStatus
-from app.problems import PROBLEM_CODES, PROBLEM_JSON
+from app.problems import PROBLEM_JSON, ProblemCode
+from app.schemas import Readiness
 from app.wakeups import Wakeups
 
 
@@ -25,9 +26,6 @@ async def _wakeups(request: Request) -> Wakeups:
 
 DB = Annotated[Database, Depends(_database)]
 WakeupsDep = Annotated[Wakeups, Depends(_wakeups)]
-
-
-ProblemCode = Literal[PROBLEM_CODES]  # type: ignore[valid-type]
 
 
 class FieldError(BaseModel):
@@ -60,7 +58,7 @@ class Problem(BaseModel):
     title: str = Field(description="The HTTP status's phrase.")
     status: int = Field(description="The HTTP status, as in the answer's status line.")
     detail: str = Field(description="What went wrong and what to do about it, for people.")
-    code: ProblemCode = Field(  # type: ignore[valid-type]
+    code: ProblemCode = Field(
         description="What went wrong, for programs. Open to additions: a later release may add codes"
         " (never rename or drop one), so read an unknown code by the answer's status."
     )
@@ -80,6 +78,13 @@ class Problem(BaseModel):
     )
 
 
+class Unready(Problem, Readiness):
+    """GET /readyz's 503: an `unavailable` problem, saying why in `detail`, with the readiness fields
+    beside it."""
+
+    ready: Literal[False] = Field(description="Always false here.")
+
+
 def answers(
     model: type[BaseModel] | Any,
     *problem_statuses: int,
@@ -96,7 +101,8 @@ def answers(
     return {status: {"model": model}} | problems(*statuses)
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` entries for the problem answers a route may give: the Problem schema under
-    `application/problem+json` alone (app/openapi.py moves it there from FastAPI's `application/json`)."""
-    return {status: {"model": Problem, "content": {PROBLEM_JSON: {}}} for status in statuses}
+def problems(*statuses: int, model: type[Problem] = Problem) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for the problem answers a route may give: the Problem schema (or a
+    problem with more fields) under `application/problem+json` alone (app/openapi.py moves it there from
+    FastAPI's `application/json`)."""
+    return {status: {"model": model, "content": {PROBLEM_JSON: {}}} for status in statuses}

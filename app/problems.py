@@ -7,6 +7,7 @@ a stack trace: validation, database data errors and encoding errors are 4xx; an 
 
 from __future__ import annotations
 
+import enum
 import logging
 from http import HTTPStatus
 from typing import Any
@@ -30,25 +31,29 @@ log = logging.getLogger("jobq.errors")
 
 PROBLEM_JSON = "application/problem+json"
 
-# Every `code` a problem answer carries, as the OpenAPI document lists them (app/deps.py `Problem`).
-# Clients branch on these words; a later release may add one (never rename or drop one), so a client
-# reads a code it does not know by the answer's status. tests/test_openapi.py holds the service to it.
-PROBLEM_CODES = (
-    "bad_request",
-    "disallowed_host",
-    "unauthorized",
-    "forbidden",
-    "not_found",
-    "method_not_allowed",
-    "conflict",
-    "lease_lost",
-    "payload_too_large",
-    "unsupported_media_type",
-    "validation_error",
-    "internal",
-    "unavailable",
-    "error",
-)
+
+class ProblemCode(enum.StrEnum):
+    """What went wrong, for programs: the `code` of a problem answer or of a batch item's result. Open to
+    additions: a later release may add codes (never rename or drop one), so read an unknown code by the
+    answer's status."""
+
+    # The OpenAPI document lists these as `ProblemCode`; tests/test_openapi.py checks that every code the
+    # service sends is here.
+
+    BAD_REQUEST = "bad_request"
+    DISALLOWED_HOST = "disallowed_host"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    CONFLICT = "conflict"
+    LEASE_LOST = "lease_lost"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    VALIDATION_ERROR = "validation_error"
+    INTERNAL = "internal"
+    UNAVAILABLE = "unavailable"
+    ERROR = "error"
 
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:

@@ -35,6 +35,7 @@ from app.models import (
     CatchUp,
     JobStatus,
 )
+from app.problems import ProblemCode
 
 QueueName = Annotated[
     str, Field(pattern=QUEUE_NAME_PATTERN, min_length=1, max_length=MAX_QUEUE_NAME, examples=["emails"])
@@ -646,10 +647,10 @@ class ItemResult(BaseModel):
     ok: bool = Field(
         description="True when the item's own token did it (an ack: or had already done it); false: see code."
     )
-    code: str | None = Field(
+    code: ProblemCode | None = Field(
         default=None,
         description="Why not, when not ok: lease_lost or not_found; for an ack's result, payload_too_large"
-        " or validation_error (nothing changed).",
+        " or validation_error (nothing changed). Open to additions, as a problem's code.",
     )
 
 

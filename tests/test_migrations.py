@@ -28,6 +28,7 @@ from service_process import JOBQ, jobq_env
 from waiting import until
 
 from app import migrations
+from app.deps import Unready
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -443,6 +444,7 @@ async def test_old_code_is_unready_on_an_incompatible_schema(tmp_path, database_
     service = start_service(migrate_on_start=True)  # starts: nothing it can upgrade
     async with httpx.AsyncClient(base_url=service.url, timeout=10) as http:
         body = assert_problem(await http.get("/readyz"), 503, "unavailable")
+    Unready.model_validate(body)  # as openapi.json describes the 503
     assert body["ready"] is False and body["database"] is True and body["compatible"] is False
     assert body["schema_revision"] == "t_contract" and body["expected_revision"] == HEAD
     assert body["compatible_from"] == "t_expand"

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from app import migrations
+from app.deps import Unready
 
 
 def _restart(server) -> None:
@@ -50,6 +51,7 @@ def test_database_restart_gives_503_then_recovers(own_server, start_service):
             assert r.json()["code"] == "unavailable"
         ready = http.get("/readyz")
         assert ready.status_code == 503 and ready.json()["ready"] is False
+        Unready.model_validate(ready.json())  # as openapi.json describes the 503
         assert http.get("/healthz").status_code == 200
 
         _restart(own_server)

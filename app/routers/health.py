@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from app import jobs
-from app.deps import DB, answers
+from app.deps import DB, Unready, answers, problems
 from app.errors import DATABASE_UNAVAILABLE
 from app.metrics import QueueGauges, holding_back
 from app.migrations import compatibility, head_revision
@@ -36,7 +36,9 @@ async def healthz() -> JSONBody:
     return JSONBody({"status": "ok"})
 
 
-@router.get("/readyz", response_model=None, responses=answers(Readiness, auth=False))
+@router.get(
+    "/readyz", response_model=None, responses=answers(Readiness, auth=False) | problems(503, model=Unready)
+)
 async def readyz(db: DB):
     """Ready when the database answers and this build can run on its schema: at this build's head, or
     at a newer revision whose recorded `compatible_from` is this build's head or older (a rolling

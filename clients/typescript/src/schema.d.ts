@@ -1292,11 +1292,8 @@ export interface components {
              * @description True when the item's own token did it (an ack: or had already done it); false: see code.
              */
             ok: boolean;
-            /**
-             * Code
-             * @description Why not, when not ok: lease_lost or not_found; for an ack's result, payload_too_large or validation_error (nothing changed).
-             */
-            code?: string | null;
+            /** @description Why not, when not ok: lease_lost or not_found; for an ack's result, payload_too_large or validation_error (nothing changed). Open to additions, as a problem's code. */
+            code?: components["schemas"]["ProblemCode"] | null;
         };
         /**
          * Job
@@ -1843,11 +1840,8 @@ export interface components {
              * @description True when the item's own token did it (an ack: or had already done it); false: see code.
              */
             ok: boolean;
-            /**
-             * Code
-             * @description Why not, when not ok: lease_lost or not_found; for an ack's result, payload_too_large or validation_error (nothing changed).
-             */
-            code?: string | null;
+            /** @description Why not, when not ok: lease_lost or not_found; for an ack's result, payload_too_large or validation_error (nothing changed). Open to additions, as a problem's code. */
+            code?: components["schemas"]["ProblemCode"] | null;
             /** @description pending or dead, when ok. */
             status?: components["schemas"]["JobStatus"] | null;
             /**
@@ -1960,12 +1954,8 @@ export interface components {
              * @description What went wrong and what to do about it, for people.
              */
             detail: string;
-            /**
-             * Code
-             * @description What went wrong, for programs. Open to additions: a later release may add codes (never rename or drop one), so read an unknown code by the answer's status.
-             * @enum {string}
-             */
-            code: "bad_request" | "disallowed_host" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "lease_lost" | "payload_too_large" | "unsupported_media_type" | "validation_error" | "internal" | "unavailable" | "error";
+            /** @description What went wrong, for programs. Open to additions: a later release may add codes (never rename or drop one), so read an unknown code by the answer's status. */
+            code: components["schemas"]["ProblemCode"];
             /**
              * Errors
              * @description With `validation_error` from request checks: each thing wrong.
@@ -1987,6 +1977,14 @@ export interface components {
              */
             host?: string;
         };
+        /**
+         * ProblemCode
+         * @description What went wrong, for programs: the `code` of a problem answer or of a batch item's result. Open to
+         *     additions: a later release may add codes (never rename or drop one), so read an unknown code by the
+         *     answer's status.
+         * @enum {string}
+         */
+        ProblemCode: "bad_request" | "disallowed_host" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "lease_lost" | "payload_too_large" | "unsupported_media_type" | "validation_error" | "internal" | "unavailable" | "error";
         /** PurgeResponse */
         PurgeResponse: {
             /**
@@ -2618,6 +2616,95 @@ export interface components {
              * @description The job the trigger enqueued.
              */
             job_id: number;
+        };
+        /**
+         * Unready
+         * @description GET /readyz's 503: an `unavailable` problem, saying why in `detail`, with the readiness fields
+         *     beside it.
+         * @example {
+         *       "type": "urn:jobq:problem:lease_lost",
+         *       "title": "Conflict",
+         *       "status": 409,
+         *       "detail": "job 42 is no longer held by this lease token",
+         *       "code": "lease_lost"
+         *     }
+         */
+        Unready: {
+            /**
+             * Ready
+             * @description Always false here.
+             * @constant
+             */
+            ready: false;
+            /**
+             * Database
+             * @description The database answered.
+             */
+            database: boolean;
+            /**
+             * Schema Revision
+             * @description The schema's migration revision; null while the database is unreachable or before the first migration.
+             */
+            schema_revision: string | null;
+            /**
+             * Expected Revision
+             * @description This build's head revision: the schema may be at it or at a newer, compatible one.
+             */
+            expected_revision: string;
+            /**
+             * Compatible
+             * @description Whether this build can run on the schema (null while the database is unreachable).
+             */
+            compatible?: boolean | null;
+            /**
+             * Compatible From
+             * @description The oldest code revision the schema runs, as its migration recorded it; null: unknown.
+             */
+            compatible_from?: string | null;
+            /** @description What holds back vacuum, and the jobs table's state, as of this replica's last metrics read. Details only: readiness does not depend on them. */
+            database_health?: components["schemas"]["DatabaseHealth"] | null;
+            /**
+             * Type
+             * @description `urn:jobq:problem:` and the code.
+             */
+            type: string;
+            /**
+             * Title
+             * @description The HTTP status's phrase.
+             */
+            title: string;
+            /**
+             * Status
+             * @description The HTTP status, as in the answer's status line.
+             */
+            status: number;
+            /**
+             * Detail
+             * @description What went wrong and what to do about it, for people.
+             */
+            detail: string;
+            /** @description What went wrong, for programs. Open to additions: a later release may add codes (never rename or drop one), so read an unknown code by the answer's status. */
+            code: components["schemas"]["ProblemCode"];
+            /**
+             * Errors
+             * @description With `validation_error` from request checks: each thing wrong.
+             */
+            errors?: components["schemas"]["FieldError"][];
+            /**
+             * Nothing Done
+             * @description With `unavailable`: true when the request certainly changed nothing, so it is safe to send again even where that is not idempotent.
+             */
+            nothing_done?: boolean;
+            /**
+             * Job Status
+             * @description With `conflict` about a job's state: the status it is in.
+             */
+            job_status?: components["schemas"]["JobStatus"];
+            /**
+             * Host
+             * @description With `disallowed_host`: the host refused.
+             */
+            host?: string;
         };
         /** WorkerList */
         WorkerList: {
@@ -4937,7 +5024,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Unready"];
                 };
             };
         };
