@@ -51,6 +51,7 @@ async def test_queue_lifecycle(sqs, service, db):
     sqs.create_queue(QueueName="other")
     assert sqs.list_queues()["QueueUrls"] == [url, f"{service.url}/000000000000/other"]
     assert sqs.list_queues(QueueNamePrefix="oth")["QueueUrls"] == [f"{service.url}/000000000000/other"]
+    assert "QueueUrls" not in sqs.list_queues(QueueNamePrefix="none-")  # as SQS: no empty list
     page = sqs.list_queues(MaxResults=1)
     assert page["QueueUrls"] == [url]
     assert sqs.list_queues(MaxResults=1, NextToken=page["NextToken"])["QueueUrls"][0].endswith("/other")

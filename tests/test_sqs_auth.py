@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
@@ -144,10 +145,14 @@ def sign(
 
 
 def post(url: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
-    """Send ``POST /`` as given; the status and the SQS error code (``""`` on success)."""
+    """Send ``POST /`` as given; the status and the SQS error code (``""`` on success), from a JSON
+    error or, for a form's content type (the Query protocol), an XML one."""
     response = httpx.post(f"{url}/", content=body, headers=headers)
-    code = response.json().get("__type", "").rpartition("#")[2] if response.status_code >= 400 else ""
-    return response.status_code, code
+    if response.status_code < 400:
+        return response.status_code, ""
+    if response.headers["content-type"].startswith("text/xml"):
+        return response.status_code, re.search("<Code>(.*?)</Code>", response.text)[1]
+    return response.status_code, response.json().get("__type", "").rpartition("#")[2]
 
 
 def send_body(queue_url: str, text: str) -> bytes:

@@ -118,9 +118,10 @@ def _must_sign(request: Request) -> list[str]:
     return ["host", "x-amz-date"] + [h for h in ("x-amz-target", "content-type") if h in request.headers]
 
 
-async def check(request: Request, body: bytes, action: str) -> Grant | None:
+async def check(request: Request, body: bytes, action: str | None) -> Grant | None:
     """The signing key's Grant, once the signature and the key's roles admit `action` (None when
-    signatures are not required). The queues the request names are checked by ``admit``."""
+    signatures are not required; an `action` of None checks the signature alone). The queues the
+    request names are checked by ``admit``."""
     settings = request.app.state.settings
     if not request.app.state.tokens and not settings.aws_credentials:
         return None
@@ -181,6 +182,8 @@ async def check(request: Request, body: bytes, action: str) -> Grant | None:
             "The request signature we calculated does not match the signature you provided.",
         )
     grant = credential.grant
+    if action is None:
+        return grant
     if Role.ADMIN not in grant.roles and not any(action in ROLES[role] for role in grant.roles):
         held = ", ".join(role for role in Role if role in grant.roles)
         raise _denied("AccessDenied", f"A key of role {held} may not call {action}.")

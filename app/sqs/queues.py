@@ -122,7 +122,8 @@ async def list_queues(ctx: Context, body: Body) -> Body:
             *sq.LIST_QUEUES.args(prefix=prefix, after=after, limit=(limit or 1000) + 1, scope=ctx.grant.like),
         )
     names = [r["name"] for r in rows]
-    out: Body = {"QueueUrls": [queue_url(ctx.base_url, n) for n in names[: limit or 1000]]}
+    # No match: no QueueUrls at all, as SQS answers (not an empty list).
+    out: Body = {"QueueUrls": [queue_url(ctx.base_url, n) for n in names[: limit or 1000]]} if names else {}
     if limit is not None and len(names) > limit:
         out["NextToken"] = names[limit - 1]
     return out
