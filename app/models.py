@@ -134,6 +134,9 @@ class Queue(Base):
     # Attributes set through the SQS API (app/sqs) that have no jobq setting: DelaySeconds,
     # MessageRetentionPeriod, RedrivePolicy, ... as SQS spells them. NULL for queues SQS never configured.
     sqs_attributes: Mapped[dict | None] = mapped_column(JSONB)
+    # Tags set through the SQS API (TagQueue, CreateQueue's tags): a JSON object of strings, reported by
+    # ListQueueTags and nothing else. NULL: none.
+    sqs_tags: Mapped[dict | None] = mapped_column(JSONB)
     # Flow control (app/jobs/flow.py); NULL or false: no limit. At most this many jobs of one key running
     # at once (1: a key's jobs also run in order); ready jobs handed out across keys in turn; at most
     # rate_limit leases of the queue, and key_rate_limit of each key, in any rate_period / key_rate_period

@@ -70,6 +70,13 @@ def test_signed_requests_pass_and_others_are_refused(secured):
     assert code_and_status(producer.receive_message, QueueUrl=url) == ("AccessDenied", 403)
     assert code_and_status(producer.purge_queue, QueueUrl=url) == ("AccessDenied", 403)
     assert admin.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "from a producer"
+    # Tags and permissions are an admin's to change; anyone may read the tags.
+    assert code_and_status(producer.tag_queue, QueueUrl=url, Tags={"k": "v"}) == ("AccessDenied", 403)
+    assert code_and_status(
+        producer.add_permission, QueueUrl=url, Label="l", AWSAccountIds=["111122223333"], Actions=["*"]
+    ) == ("AccessDenied", 403)
+    admin.tag_queue(QueueUrl=url, Tags={"k": "v"})
+    assert producer.list_queue_tags(QueueUrl=url)["Tags"] == {"k": "v"}
 
 
 def test_a_tampered_body_does_not_match_its_signature(secured):

@@ -1,16 +1,17 @@
-"""The SQS actions jobq answers, by the name in ``X-Amz-Target: AmazonSQS.<Action>`` (app/sqs/router.py).
+"""The SQS actions jobq answers, by name: the JSON protocol's ``X-Amz-Target: AmazonSQS.<Action>``, the
+Query protocol's ``Action`` (app/sqs/router.py).
 
-Each action takes the request's ``Context`` and its JSON body, and answers with the JSON body of SQS's
-answer, or raises ``SqsError``. They live by concept: queues (app/sqs/queues.py), messages
-(app/sqs/messages.py) and dead-letter redrive (app/sqs/redrive.py), each on jobq's own operations in
-``app.jobs``.
+Each action takes the request's ``Context`` and its JSON body (a Query request's is decoded into the
+same), and answers with the JSON body of SQS's answer, or raises ``SqsError``. They live by concept:
+queues (app/sqs/queues.py), messages (app/sqs/messages.py), dead-letter redrive (app/sqs/redrive.py),
+tags and permissions (app/sqs/tags.py), each on jobq's own operations in ``app.jobs``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from app.sqs import messages, queues, redrive
+from app.sqs import messages, queues, redrive, tags
 from app.sqs.context import Context
 from app.sqs.params import Body
 
@@ -25,6 +26,11 @@ ACTIONS: dict[str, Action] = {
     "GetQueueAttributes": queues.get_queue_attributes,
     "SetQueueAttributes": queues.set_queue_attributes,
     "ListDeadLetterSourceQueues": queues.list_dead_letter_source_queues,
+    "TagQueue": tags.tag_queue,
+    "UntagQueue": tags.untag_queue,
+    "ListQueueTags": tags.list_queue_tags,
+    "AddPermission": tags.add_permission,
+    "RemovePermission": tags.remove_permission,
     "SendMessage": messages.send_message,
     "SendMessageBatch": messages.send_message_batch,
     "ReceiveMessage": messages.receive_message,

@@ -53,6 +53,7 @@ _READ = {
     "GetQueueAttributes",
     "ListDeadLetterSourceQueues",
     "ListMessageMoveTasks",
+    "ListQueueTags",
 }
 ROLES: dict[Role, set[str]] = {
     Role.VIEWER: _READ,

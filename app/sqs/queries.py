@@ -43,6 +43,33 @@ SET_SQS_ATTRIBUTES = Query.define(
     """,
 )
 
+# A queue's tags and its kept attributes, its row locked to the end of the transaction: TagQueue and
+# AddPermission read, change and write them back, and two at once must not lose one's change.
+QUEUE_META_FOR_UPDATE = Query.define(
+    "sqs_queue_meta_for_update",
+    """
+    SELECT coalesce(sqs_tags, '{}') AS sqs_tags, coalesce(sqs_attributes, '{}') AS sqs_attributes
+    FROM jobq.queues WHERE name = :queue
+    FOR UPDATE
+    """,
+)
+
+# A queue's tags, replaced (NULL: none). Tags are not attributes: LastModifiedTimestamp stays.
+SET_SQS_TAGS = Query.define(
+    "sqs_set_tags",
+    """
+    UPDATE jobq.queues SET sqs_tags = nullif(:tags::jsonb, '{}') WHERE name = :queue
+    """,
+)
+
+# A queue's tags ('{}': none); no row: no such queue.
+QUEUE_TAGS = Query.define(
+    "sqs_queue_tags",
+    """
+    SELECT coalesce(sqs_tags, '{}') AS sqs_tags FROM jobq.queues WHERE name = :queue
+    """,
+)
+
 # Store the message attributes of messages just enqueued (in the enqueue's own transaction).
 SET_MESSAGE_ATTRIBUTES = Query.define(
     "sqs_set_message_attributes",

@@ -206,6 +206,21 @@ ACTIONS: dict[str, tuple[Struct, Struct | None]] = {
             }
         ),
     ),
+    "TagQueue": (Struct({**_QUEUE_URL, "Tags": Map("Tag", "Key", "Value", STRING)}), None),
+    "UntagQueue": (Struct({**_QUEUE_URL, "TagKeys": List("TagKey", STRING)}), None),
+    "ListQueueTags": (Struct(_QUEUE_URL), Struct({"Tags": Map("Tag", "Key", "Value", STRING)})),
+    "AddPermission": (
+        Struct(
+            {
+                **_QUEUE_URL,
+                "Label": STRING,
+                "AWSAccountIds": List("AWSAccountId", STRING),
+                "Actions": List("ActionName", STRING),
+            }
+        ),
+        None,
+    ),
+    "RemovePermission": (Struct({**_QUEUE_URL, "Label": STRING}), None),
     "StartMessageMoveTask": (
         Struct({"SourceArn": STRING, "DestinationArn": STRING, "MaxNumberOfMessagesPerSecond": INTEGER}),
         Struct({"TaskHandle": STRING}),

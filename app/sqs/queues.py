@@ -31,6 +31,7 @@ from app.sqs.protocol import (
     queue_does_not_exist,
     queue_url,
 )
+from app.sqs.tags import check_tags
 
 
 async def create_queue(ctx: Context, body: Body) -> Body:
@@ -50,6 +51,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
         )
     keep, settings = check_queue_attributes(given, fifo=fifo, creating=True)
+    tags = check_tags(body["tags"], "tags") if body.get("tags") is not None else {}
     async with ctx.db.acquire() as conn:
         existing = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
     if existing is not None:
@@ -78,6 +80,9 @@ async def create_queue(ctx: Context, body: Body) -> Body:
         # its group (app/sqs/fifo.py).
         settings["flow"] = {"key_concurrency": 1}
     await _configure(ctx, name, keep, settings)
+    if tags:  # an existing queue keeps its own, as in SQS
+        async with ctx.db.acquire() as conn:
+            await conn.execute(sq.SET_SQS_TAGS.text, *sq.SET_SQS_TAGS.args(queue=name, tags=json.dumps(tags)))
     return {"QueueUrl": queue_url(ctx.base_url, name)}
 
 
