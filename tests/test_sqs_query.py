@@ -23,6 +23,7 @@ import httpx
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from test_sqs import sqs_client
 from waiting import equals, states, until
 
 from tests.fixtures import tool_missing
@@ -78,6 +79,17 @@ def query_client(url: str, model: Path, key: str = "test", secret: str = "test")
 @pytest.fixture
 def sqs(service, query_model):
     return query_client(service.url, query_model)
+
+
+# For tests run once in each wire format: `@pytest.fixture(params=PROTOCOLS)` and `client_for`.
+PROTOCOLS = ["json", "query"]
+
+
+def client_for(request: pytest.FixtureRequest, service) -> object:
+    """boto3 in the wire format of `request.param`: JSON 1.0 or the Query protocol."""
+    if request.param == "json":
+        return sqs_client(service.url)
+    return query_client(service.url, request.getfixturevalue("query_model"))
 
 
 def error_of(exc: pytest.ExceptionInfo) -> tuple[str, int]:

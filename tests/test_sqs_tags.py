@@ -9,16 +9,14 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 from test_sqs import sqs_client
-from test_sqs_query import query_client, query_model  # noqa: F401 - a fixture
+from test_sqs_query import PROTOCOLS, client_for, query_model  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["json", "query"])
+@pytest.fixture(params=PROTOCOLS)
 def sqs(request, service):
-    if request.param == "json":
-        return sqs_client(service.url)
-    return query_client(service.url, request.getfixturevalue("query_model"))
+    return client_for(request, service)
 
 
 def attribute(sqs, url: str, name: str) -> str:

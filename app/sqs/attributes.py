@@ -25,7 +25,7 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 
 # Integer attributes: (lowest, highest, default).
 INTEGER = {
-    "VisibilityTimeout": (1, 43200, 30),  # SQS allows 0; a jobq lease must last a moment
+    "VisibilityTimeout": (0, 43200, 30),
     "DelaySeconds": (0, 900, 0),
     "MessageRetentionPeriod": (60, 1209600, 345600),
     "MaximumMessageSize": (1024, MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES),
@@ -102,7 +102,14 @@ def check_queue_attributes(
             if not re.fullmatch(r"-?\d{1,12}", value) or not low <= int(value) <= high:
                 raise _invalid_value(name, f"must be an integer from {low} to {high}.")
             if name == "VisibilityTimeout":
-                settings["visibility_timeout"] = float(value)
+                # 0 is SQS's own: its receives hand messages out visible at once (messages.py). jobq's
+                # leases must last a moment, so the queue's visibility_timeout stays as it was for leases
+                # through jobq's API, and the 0 is kept as the SQS attribute, shown in its place.
+                if int(value) == 0:
+                    keep[name] = "0"
+                else:
+                    settings["visibility_timeout"] = float(value)
+                    keep[name] = ""  # no longer 0, if it was
                 continue
             keep[name] = value
         elif name == "RedrivePolicy":

@@ -274,6 +274,8 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         attempt = None  # SQS honours it on FIFO queues only
     if wait is None:
         wait = int(kept_attributes(row).get("ReceiveMessageWaitTimeSeconds", 0))
+    if visibility is None and kept_attributes(row).get("VisibilityTimeout") == "0":
+        visibility = 0
     timeout = float(visibility) if visibility is not None else None
     leased = []
     if attempt is not None:  # the same attempt again: what it received, if still in flight
@@ -300,6 +302,11 @@ async def receive_message(ctx: Context, body: Body) -> Body:
     note(jobs=len(leased))
     if not leased:
         return {"Messages": []}
+    if visibility == 0:
+        # Visible again at once, as in SQS: the leases, already past their deadline, are expired now
+        # rather than by the next sweep, each receive counted (and a message out of receives dead). The
+        # receipt handle still deletes the message until another receive takes it.
+        await jobs.expire_leases(ctx.db)
     async with ctx.db.acquire() as conn:
         extras = {
             r["id"]: r

@@ -1,0 +1,65 @@
+"""Where jobq's SQS API once differed from SQS, each case as SQS behaves, through boto3 in both wire
+formats (JSON 1.0 and the Query protocol), with the database checked behind."""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError
+from test_sqs_query import PROTOCOLS, client_for, query_model  # noqa: F401 - a fixture
+from waiting import states
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=PROTOCOLS)
+def sqs(request, service):
+    return client_for(request, service)
+
+
+def error_code(exc: pytest.ExceptionInfo) -> str:
+    return exc.value.response["Error"]["Code"]
+
+
+async def test_a_queue_with_a_visibility_timeout_of_0_hands_messages_out_visible(sqs, db):
+    url = sqs.create_queue(QueueName="glance", Attributes={"VisibilityTimeout": "0"})["QueueUrl"]
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"] == {
+        "VisibilityTimeout": "0"
+    }
+    sqs.send_message(QueueUrl=url, MessageBody="look")
+    first = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"])["Messages"][0]
+    second = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"])["Messages"][0]
+    assert first["MessageId"] == second["MessageId"]
+    assert [m["Attributes"]["ApproximateReceiveCount"] for m in (first, second)] == ["1", "2"]
+    assert await states(db, "glance")() == {"pending": 1}
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])  # the latest receive's
+    assert await states(db, "glance")() == {"completed": 1}
+
+    # Back to a lasting visibility: a received message stays hidden.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "45"})
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"] == {
+        "VisibilityTimeout": "45"
+    }
+    assert await db.fetchval("SELECT visibility_timeout FROM jobq.queues WHERE name = 'glance'") == 45
+    sqs.send_message(QueueUrl=url, MessageBody="hidden")
+    assert len(sqs.receive_message(QueueUrl=url)["Messages"]) == 1
+    assert not sqs.receive_message(QueueUrl=url).get("Messages")
+
+
+async def test_a_receive_with_a_visibility_timeout_of_0_leaves_the_message_visible(sqs, db):
+    url = sqs.create_queue(QueueName="peek")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="still there")
+    (peeked,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]
+    (taken,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30)["Messages"]
+    assert peeked["MessageId"] == taken["MessageId"]
+    assert await states(db, "peek")() == {"running": 1}
+    # A receive with 0 counts as a receive: past maxReceiveCount the message is dead, as SQS redrives it.
+    dlq = sqs.create_queue(QueueName="peek-dlq")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = f'{{"deadLetterTargetArn": "{arn}", "maxReceiveCount": 1}}'
+    once = sqs.create_queue(QueueName="peek-once", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    sqs.send_message(QueueUrl=once, MessageBody="one look")
+    assert len(sqs.receive_message(QueueUrl=once, VisibilityTimeout=0)["Messages"]) == 1
+    assert await states(db, "peek-once")() == {"dead": 1}
+    with pytest.raises(ClientError) as exc:
+        sqs.create_queue(QueueName="negative", Attributes={"VisibilityTimeout": "-1"})
+    assert error_code(exc) == "InvalidAttributeValue"
