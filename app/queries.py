@@ -17,7 +17,7 @@ pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        CANCEL_JOBS, ACK (the last holder, late),
            RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE   PURGE_QUEUE, DELETE_QUEUE
 running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED                 ACK, NACK, RELEASE, EXPIRE_LEASES,
-                                                               PURGE_QUEUE, DELETE_QUEUE
+                                                               PURGE_QUEUE, DELETE_QUEUE, EXPIRE_MESSAGES
 completed  ACK                                                 PRUNE_HISTORY_DEFAULT (and partitions
                                                                dropped: retention), DELETE_QUEUE
 dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, PURGE_DEAD_JOBS,
@@ -1211,6 +1211,23 @@ PURGE_QUEUE = Query.define(
     f"""
     DELETE FROM jobq.jobs j WHERE queue = :queue AND status IN ('pending', 'running')
     RETURNING {_notify_done()}
+    """,
+)
+
+# SQS MessageRetentionPeriod: messages a receive leased and found sent more than :retention seconds ago,
+# deleted as SQS deletes them, each fenced by the lease that receive took (app/sqs/messages.py). A key's
+# slot freed this way wakes the queue's long-polls, as an ack's does.
+EXPIRE_MESSAGES = Query.define(
+    "expire_messages",
+    f"""
+    WITH gone AS (
+        DELETE FROM jobq.jobs j
+        USING unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[]) AS r(id, queue, lease_token)
+        WHERE j.id = r.id AND j.queue = r.queue AND j.lease_token = r.lease_token AND j.status = 'running'
+          AND j.created_at <= now() - make_interval(secs => :retention)
+        RETURNING j.id, j.queue, j.key, j.run_at, {_notify_done()}
+    ), {_notify("gone", KEY_FREED)}
+    SELECT id FROM gone WHERE {NOTIFIED}
     """,
 )
 

@@ -63,3 +63,30 @@ async def test_a_receive_with_a_visibility_timeout_of_0_leaves_the_message_visib
     with pytest.raises(ClientError) as exc:
         sqs.create_queue(QueueName="negative", Attributes={"VisibilityTimeout": "-1"})
     assert error_code(exc) == "InvalidAttributeValue"
+
+
+async def test_messages_past_the_retention_period_are_not_received(sqs, db):
+    url = sqs.create_queue(QueueName="fleeting", Attributes={"MessageRetentionPeriod": "60"})["QueueUrl"]
+    old = sqs.send_message(QueueUrl=url, MessageBody="stale")["MessageId"]
+    fresh = sqs.send_message(QueueUrl=url, MessageBody="fresh")["MessageId"]
+    # Sent 61 s ago, as far as the database knows.
+    await db.execute(
+        "UPDATE jobq.jobs SET created_at = created_at - interval '61 seconds' WHERE id = $1", int(old)
+    )
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["MessageId"] for m in received] == [fresh]
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE id = $1", int(old)) == 0
+
+    # Only expired messages in the queue: the receive waits out its wait for a fresh one, then finds none.
+    alone = sqs.send_message(QueueUrl=url, MessageBody="stale too")["MessageId"]
+    await db.execute(
+        "UPDATE jobq.jobs SET created_at = created_at - interval '61 seconds' WHERE id = $1", int(alone)
+    )
+    assert not sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages")
+    assert await states(db, "fleeting")() == {"running": 1}  # the fresh one, still in flight
+
+    # A queue without a MessageRetentionPeriod keeps its messages (jobq's own jobs, too) until done.
+    kept = sqs.create_queue(QueueName="kept")["QueueUrl"]
+    aged = sqs.send_message(QueueUrl=kept, MessageBody="old but wanted")["MessageId"]
+    await db.execute("UPDATE jobq.jobs SET created_at = now() - interval '30 days' WHERE id = $1", int(aged))
+    assert [m["MessageId"] for m in sqs.receive_message(QueueUrl=kept)["Messages"]] == [aged]

@@ -168,6 +168,12 @@ MOVES: dict[str, Move] = {
         given="UPDATE jobq.jobs_history SET purge_after = now() - interval '1 second'",
     ),
     "PURGE_QUEUE": Move(q.PURGE_QUEUE, statement(q.PURGE_QUEUE, queue=QUEUE), {PENDING: GONE, RUNNING: GONE}),
+    "EXPIRE_MESSAGES": Move(
+        q.EXPIRE_MESSAGES,
+        statement(q.EXPIRE_MESSAGES, retention=60.0),
+        {RUNNING: GONE},
+        given="UPDATE jobq.jobs SET created_at = now() - interval '61 seconds'",
+    ),
     "DELETE_QUEUE": Move(q.DELETE_QUEUE, delete_queue, dict.fromkeys(JobStatus, GONE)),
 }
 

@@ -13,6 +13,7 @@ received through SQS with that JSON text as its body. Its trace context is the j
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ import asyncpg
 import orjson
 
 from app import jobs
+from app import queries as q
 from app.access_log import note
 from app.errors import Invalid, LeaseLost, NotFound
 from app.jobs.rows import Row
@@ -48,6 +50,7 @@ from app.sqs.protocol import (
     receipt_handle_invalid,
 )
 from app.sqs.trace_context import TRACE_HEADER, SentTrace, sent_trace, trace_header
+from app.tokens import parse_token
 
 # A receipt handle may carry a spelling of a UUID longer than MAX_LEASE_TOKEN (uuid.UUID ignores any
 # number of hyphens); DeleteMessage and a visibility of 0 refuse it as the API would, for the whole request.
@@ -259,6 +262,50 @@ def _millis(value: Any) -> str:
     return str(int(value.timestamp() * 1000))
 
 
+async def _take(
+    ctx: Context, name: str, count: int, timeout: float | None, wait: float, attempt: str | None
+) -> list[Row]:
+    """Lease up to `count` messages for a receive; with a ReceiveRequestAttemptId (FIFO queues), what
+    that attempt received before, if still in flight."""
+    leased = []
+    if attempt is not None:  # the same attempt again: what it received, if still in flight
+        leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
+    if not leased:
+        leased = await jobs.lease(
+            ctx.db,
+            ctx.wakeups,
+            queue=name,
+            max_jobs=count,
+            visibility_timeout=timeout,
+            wait=wait,
+            worker_id="sqs",
+            disconnected=ctx.disconnected,
+        )
+        if attempt is not None:
+            if not leased:
+                # Nothing free: perhaps a receive with this attempt id took it meanwhile.
+                leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
+            elif not await fifo_queues.keep_receive(ctx.db, name, attempt, leased):
+                # Another receive with this attempt id got in first: its messages are the answer.
+                await fifo_queues.hand_back(ctx.db, leased)
+                leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
+    return leased
+
+
+async def _drop_expired(ctx: Context, leased: list[Row], retention: int) -> list[Row]:
+    """The leased messages still within `retention` seconds of being sent; the others deleted."""
+    query = q.EXPIRE_MESSAGES
+    args = query.args(
+        ids=[j["id"] for j in leased],
+        queues=[j["queue"] for j in leased],
+        lease_tokens=[parse_token(j["lease_token"])[0] for j in leased],
+        retention=float(retention),
+    )
+    async with ctx.db.acquire() as conn:
+        gone = {r["id"] for r in await conn.fetch(query.text, *args)}
+    return [j for j in leased if j["id"] not in gone]
+
+
 async def receive_message(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     count = integer(body, "MaxNumberOfMessages", 1, 10, 1)
@@ -277,28 +324,19 @@ async def receive_message(ctx: Context, body: Body) -> Body:
     if visibility is None and kept_attributes(row).get("VisibilityTimeout") == "0":
         visibility = 0
     timeout = float(visibility) if visibility is not None else None
-    leased = []
-    if attempt is not None:  # the same attempt again: what it received, if still in flight
-        leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
-    if not leased:
-        leased = await jobs.lease(
-            ctx.db,
-            ctx.wakeups,
-            queue=name,
-            max_jobs=count or 1,
-            visibility_timeout=timeout,
-            wait=float(wait),
-            worker_id="sqs",
-            disconnected=ctx.disconnected,
-        )
-        if attempt is not None:
-            if not leased:
-                # Nothing free: perhaps a receive with this attempt id took it meanwhile.
-                leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
-            elif not await fifo_queues.keep_receive(ctx.db, name, attempt, leased):
-                # Another receive with this attempt id got in first: its messages are the answer.
-                await fifo_queues.hand_back(ctx.db, leased)
-                leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
+    retention = kept_attributes(row).get("MessageRetentionPeriod")
+    deadline = time.monotonic() + wait
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        leased = await _take(ctx, name, count or 1, timeout, left, attempt)
+        if retention is None or not leased:
+            break
+        # Messages past the queue's MessageRetentionPeriod are deleted, as SQS deletes them, when a
+        # receive meets them (this costs a statement per receive of such a queue only); if that took
+        # every one, the receive goes on, within its wait.
+        leased = await _drop_expired(ctx, leased, int(retention))
+        if leased or time.monotonic() >= deadline:
+            break
     note(jobs=len(leased))
     if not leased:
         return {"Messages": []}

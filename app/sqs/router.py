@@ -18,7 +18,14 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.access import OPEN, Grant
-from app.errors import DATABASE_UNAVAILABLE, Invalid, JobqError, PayloadTooLarge, Unavailable
+from app.errors import (
+    DATABASE_REJECTED_INPUT,
+    DATABASE_UNAVAILABLE,
+    Invalid,
+    JobqError,
+    PayloadTooLarge,
+    Unavailable,
+)
 from app.sqs import auth, query
 from app.sqs.actions import ACTIONS
 from app.sqs.context import Context
@@ -76,6 +83,11 @@ async def _serve(request: Request, queue_url: str | None) -> Response:
         return error(SqsError("InvalidParameterValue", exc.detail, status=exc.status))
     except DATABASE_UNAVAILABLE:
         return error(SqsError("ServiceUnavailable", "The database is unreachable; retry shortly.", 503))
+    except DATABASE_REJECTED_INPUT as exc:  # a value no check above caught, refused by PostgreSQL
+        return error(SqsError("InvalidParameterValue", f"A value was refused: {str(exc).splitlines()[0]}"))
+    except Exception:  # a fault of jobq's: logged, and answered in the client's own wire format
+        log.exception("SQS request failed")
+        return error(SqsError("InternalFailure", "The request failed on the server; see its log.", 500))
 
 
 def _json_action(request: Request) -> str:
