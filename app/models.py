@@ -137,6 +137,8 @@ class Queue(Base):
     # Tags set through the SQS API (TagQueue, CreateQueue's tags): a JSON object of strings, reported by
     # ListQueueTags and nothing else. NULL: none.
     sqs_tags: Mapped[dict | None] = mapped_column(JSONB)
+    # The last SQS PurgeQueue: SQS takes one a minute per queue. NULL: never purged through SQS.
+    sqs_purged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Flow control (app/jobs/flow.py); NULL or false: no limit. At most this many jobs of one key running
     # at once (1: a key's jobs also run in order); ready jobs handed out across keys in turn; at most
     # rate_limit leases of the queue, and key_rate_limit of each key, in any rate_period / key_rate_period
@@ -433,6 +435,16 @@ class SqsReceiveAttempt(Base):
     lease_tokens: Mapped[list[UUID]] = mapped_column(ARRAY(PG_UUID(as_uuid=True)))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class SqsDeletedQueue(Base):
+    """A queue SQS DeleteQueue deleted, kept for a minute: as in SQS, CreateQueue refuses its name until
+    then (QueueDeletedRecently), on every replica. Older rows are deleted by the next DeleteQueue."""
+
+    __tablename__ = "sqs_deleted_queues"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    deleted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class WorkerSeen(Base):

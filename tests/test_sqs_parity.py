@@ -90,3 +90,47 @@ async def test_messages_past_the_retention_period_are_not_received(sqs, db):
     aged = sqs.send_message(QueueUrl=kept, MessageBody="old but wanted")["MessageId"]
     await db.execute("UPDATE jobq.jobs SET created_at = now() - interval '30 days' WHERE id = $1", int(aged))
     assert [m["MessageId"] for m in sqs.receive_message(QueueUrl=kept)["Messages"]] == [aged]
+
+
+async def test_a_deleted_queue_name_is_held_for_a_minute(sqs, db):
+    url = sqs.create_queue(QueueName="short-lived")["QueueUrl"]
+    sqs.delete_queue(QueueUrl=url)
+    with pytest.raises(ClientError) as exc:
+        sqs.create_queue(QueueName="short-lived")
+    assert error_code(exc) in ("QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently")
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'short-lived'") == 0
+    sqs.create_queue(QueueName="other-name")  # only that name is held
+    # A minute on (as far as the database knows), the name is free again.
+    await db.execute("UPDATE jobq.sqs_deleted_queues SET deleted_at = deleted_at - interval '61 seconds'")
+    assert sqs.create_queue(QueueName="short-lived")["QueueUrl"] == url
+
+
+async def test_one_purge_a_minute(sqs, db):
+    url = sqs.create_queue(QueueName="purged")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="first")
+    sqs.purge_queue(QueueUrl=url)
+    sqs.send_message(QueueUrl=url, MessageBody="second")
+    with pytest.raises(ClientError) as exc:
+        sqs.purge_queue(QueueUrl=url)
+    assert error_code(exc) in ("PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress")
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert await states(db, "purged")() == {"pending": 1}  # the second message outlived the refusal
+    await db.execute("UPDATE jobq.queues SET sqs_purged_at = sqs_purged_at - interval '61 seconds'")
+    sqs.purge_queue(QueueUrl=url)
+    assert await states(db, "purged")() == {}
+
+
+async def test_message_attribute_names_and_values_as_sqs_takes_them(sqs):
+    url = sqs.create_queue(QueueName="attributed")["QueueUrl"]
+    unicode = {"attr.1øßä": {"DataType": "String", "StringValue": "v"}}
+    sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes=unicode)
+    (message,) = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"]
+    assert message["MessageAttributes"] == unicode
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(
+            QueueUrl=url,
+            MessageBody="x",
+            MessageAttributes={"a": {"DataType": "String", "StringValue": "bell\x07"}},
+        )
+    assert error_code(exc) == "InvalidParameterValue"

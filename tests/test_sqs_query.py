@@ -206,6 +206,10 @@ async def test_errors_come_as_the_query_protocol_reports_them(sqs, service):
     with pytest.raises(ClientError) as exc:
         sqs.delete_message(QueueUrl=url, ReceiptHandle="forged")
     assert error_of(exc)[0] == "ReceiptHandleIsInvalid"
+    # An error that quotes what was sent stays well-formed XML, whatever was sent.
+    with pytest.raises(ClientError) as exc:
+        sqs.get_queue_url(QueueName="no\x01such")
+    assert error_of(exc) == ("AWS.SimpleQueueService.NonExistentQueue", 400)
 
     async with httpx.AsyncClient(base_url=service.url) as http:
         form = {"Content-Type": "application/x-www-form-urlencoded"}

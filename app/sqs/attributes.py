@@ -190,14 +190,17 @@ def queue_attributes(row: Any, stats: dict[str, Any]) -> dict[str, str]:
 
 # --- message attributes ----------------------------------------------------------------------------
 
-_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+# Letters (any script's: SQS takes "attr.1øßä"), digits, _, - and .; at most 256.
+_ATTRIBUTE_NAME = re.compile(r"^[\w.-]{1,256}$")
 # The characters SQS allows in a message: #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF.
 _INVALID_CHARACTER = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def check_message_text(text: str, what: str) -> None:
+def check_message_text(text: str, what: str, code: str = "InvalidMessageContents") -> None:
+    """SQS's characters only; else `code` (a body's InvalidMessageContents, an attribute value's
+    InvalidParameterValue, as SQS answers each)."""
     if _INVALID_CHARACTER.search(text):
-        raise SqsError("InvalidMessageContents", f"Invalid characters found in {what}.")
+        raise SqsError(code, f"Invalid characters found in {what}.")
 
 
 def check_message_attributes(attributes: Any) -> dict[str, dict[str, str]]:
@@ -240,7 +243,7 @@ def check_message_attributes(attributes: Any) -> dict[str, dict[str, str]]:
         value = attribute.get("StringValue")
         if not isinstance(value, str) or not value:
             raise invalid_parameter(f"The message attribute '{name}' must contain a non-empty value.")
-        check_message_text(value, f"the message attribute '{name}'")
+        check_message_text(value, f"the message attribute '{name}'", "InvalidParameterValue")
         if base == "Number":
             try:
                 Decimal(value)

@@ -70,6 +70,44 @@ QUEUE_TAGS = Query.define(
     """,
 )
 
+# SQS keeps a queue's name for a minute after DeleteQueue (QueueDeletedRecently), and takes one
+# PurgeQueue a minute (PurgeQueueInProgress), on every replica: both remembered here.
+SQS_NAME_HOLD = 60  # seconds
+
+# Note a queue as just deleted (in DeleteQueue's transaction), forgetting those deleted long enough ago.
+NOTE_DELETED_QUEUE = Query.define(
+    "sqs_note_deleted_queue",
+    f"""
+    WITH forgotten AS (
+        DELETE FROM jobq.sqs_deleted_queues WHERE deleted_at <= now() - interval '{SQS_NAME_HOLD} seconds'
+    )
+    INSERT INTO jobq.sqs_deleted_queues (name) VALUES (:queue)
+    ON CONFLICT (name) DO UPDATE SET deleted_at = now()
+    """,
+)
+
+# Whether a queue of this name was deleted within the last minute.
+DELETED_RECENTLY = Query.define(
+    "sqs_deleted_recently",
+    f"""
+    SELECT EXISTS (
+        SELECT 1 FROM jobq.sqs_deleted_queues
+        WHERE name = :queue AND deleted_at > now() - interval '{SQS_NAME_HOLD} seconds'
+    )
+    """,
+)
+
+# Take the queue's purge turn: a row when no SQS PurgeQueue ran in the last minute (and it is now noted).
+TAKE_PURGE_TURN = Query.define(
+    "sqs_take_purge_turn",
+    f"""
+    UPDATE jobq.queues SET sqs_purged_at = now()
+    WHERE name = :queue
+      AND (sqs_purged_at IS NULL OR sqs_purged_at <= now() - interval '{SQS_NAME_HOLD} seconds')
+    RETURNING name
+    """,
+)
+
 # Store the message attributes of messages just enqueued (in the enqueue's own transaction).
 SET_MESSAGE_ATTRIBUTES = Query.define(
     "sqs_set_message_attributes",

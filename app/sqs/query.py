@@ -18,6 +18,7 @@ maps flattened the same way. Errors are ``<ErrorResponse>`` with the Query proto
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -363,6 +364,11 @@ def _encode(member: Any, value: Any) -> str:
     return _text(str(value))
 
 
+# Characters XML 1.0 cannot carry at all, even as references. SQS refuses them in messages; an error's
+# words may quote what a client sent, so they are replaced there.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def _text(value: str) -> str:
     # A carriage return as a character reference: an XML parser would turn a literal one into \n.
-    return escape(value, {"\r": "&#xD;"})
+    return escape(_NOT_XML.sub("\ufffd", value), {"\r": "&#xD;"})

@@ -73,6 +73,14 @@ async def create_queue(ctx: Context, body: Body) -> Body:
                     query_code="QueueAlreadyExists",
                 )
         return {"QueueUrl": queue_url(ctx.base_url, name)}
+    async with ctx.db.acquire() as conn:
+        if await conn.fetchval(sq.DELETED_RECENTLY.text, *sq.DELETED_RECENTLY.args(queue=name)):
+            raise SqsError(
+                "QueueDeletedRecently",
+                f"You must wait {sq.SQS_NAME_HOLD} seconds after deleting a queue before you can create"
+                " another with the same name.",
+                query_code="AWS.SimpleQueueService.QueueDeletedRecently",
+            )
     settings.setdefault("max_attempts", NO_REDRIVE_MAX_ATTEMPTS)
     if fifo:
         # A FIFO queue is jobq's keyed flow control with one job of a key at a time, in order: each
@@ -141,6 +149,8 @@ async def delete_queue(ctx: Context, body: Body) -> Body:
         # Two statements: the delete's snapshot must be taken once the lock is held (q.LOCK_QUEUE).
         await conn.execute(q.LOCK_QUEUE.text, *q.LOCK_QUEUE.args(queue=name))
         gone = await conn.fetchval(q.DELETE_QUEUE.text, *q.DELETE_QUEUE.args(queue=name))
+        if gone is not None:
+            await conn.execute(sq.NOTE_DELETED_QUEUE.text, *sq.NOTE_DELETED_QUEUE.args(queue=name))
     if gone is None:
         raise queue_does_not_exist(name)
     return {}
@@ -149,7 +159,14 @@ async def delete_queue(ctx: Context, body: Body) -> Body:
 async def purge_queue(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     await queue_row(ctx, name)
-    async with ctx.db.acquire() as conn:
+    async with ctx.db.acquire() as conn, conn.transaction():
+        if await conn.fetchval(sq.TAKE_PURGE_TURN.text, *sq.TAKE_PURGE_TURN.args(queue=name)) is None:
+            raise SqsError(
+                "PurgeQueueInProgress",
+                f"Only one PurgeQueue operation on {name} is allowed every {sq.SQS_NAME_HOLD} seconds.",
+                status=403,
+                query_code="AWS.SimpleQueueService.PurgeQueueInProgress",
+            )
         await conn.execute(q.PURGE_QUEUE.text, *q.PURGE_QUEUE.args(queue=name))
     return {}
 
