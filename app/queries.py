@@ -15,8 +15,9 @@ status     led in by                                           led out by
 =========  ==================================================  ============================================
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED, CANCEL,
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        CANCEL_JOBS, ACK (the last holder, late),
-           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE   PURGE_QUEUE, DELETE_QUEUE
-running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED                 ACK, NACK, RELEASE, EXPIRE_LEASES,
+           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE   PURGE_QUEUE, DELETE_QUEUE, REVIVE_LEASE
+                                                               (the last holder, late)
+running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED, REVIVE_LEASE   ACK, NACK, RELEASE, EXPIRE_LEASES,
                                                                PURGE_QUEUE, DELETE_QUEUE, EXPIRE_MESSAGES
 completed  ACK                                                 PRUNE_HISTORY_DEFAULT (and partitions
                                                                dropped: retention), DELETE_QUEUE
@@ -867,6 +868,21 @@ EXTEND = Query.define(
     SET lease_expires_at = now() + make_interval(secs => :visibility_timeout), updated_at = now(),
         progress = coalesce(:progress::jsonb, progress)
     WHERE id = :id AND queue = :queue AND lease_token = :lease_token AND status = 'running'
+    RETURNING id, lease_expires_at
+    """,
+)
+
+# SQS ChangeMessageVisibility by the last receive of a message whose visibility ran out, nobody having
+# received it since: in flight again under the same receipt handle, as SQS allows (jobq's own EXTEND does
+# not). The expiry counted that receive's attempt already; this counts none. Jobs with a key stay pending:
+# running again outside the claim could pass their key's limits.
+REVIVE_LEASE = Query.define(
+    "revive_lease",
+    """
+    UPDATE jobq.jobs
+    SET status = 'running', lease_expires_at = now() + make_interval(secs => :visibility_timeout),
+        updated_at = now()
+    WHERE id = :id AND queue = :queue AND lease_token = :lease_token AND status = 'pending' AND key IS NULL
     RETURNING id, lease_expires_at
     """,
 )

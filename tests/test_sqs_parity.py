@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 from test_sqs_query import PROTOCOLS, client_for, query_model  # noqa: F401 - a fixture
-from waiting import states
+from waiting import equals, states, until
 
 pytestmark = pytest.mark.anyio
 
@@ -134,3 +134,29 @@ async def test_message_attribute_names_and_values_as_sqs_takes_them(sqs):
             MessageAttributes={"a": {"DataType": "String", "StringValue": "bell\x07"}},
         )
     assert error_code(exc) == "InvalidParameterValue"
+
+
+async def test_changing_the_visibility_of_a_message_as_sqs_answers_it(sqs, db):
+    url = sqs.create_queue(QueueName="seen")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="one")
+    (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30)["Messages"]
+    handle = message["ReceiptHandle"]
+    # Its visibility ran out (the lease expired, as far as the database knows) and nobody received it
+    # since: the handle takes it back, in flight again, the receive not counted twice.
+    await db.execute("UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 second'")
+    await until(equals(states(db, "seen"), {"pending": 1}))
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=60)
+    row = await db.fetchrow("SELECT status, attempts, lease_expires_at > now() AS later FROM jobq.jobs")
+    assert tuple(row) == ("running", 1, True)
+    assert not sqs.receive_message(QueueUrl=url).get("Messages")  # hidden again
+    # Deleted: its visibility can no longer change.
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    with pytest.raises(ClientError) as exc:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=60)
+    assert error_code(exc) == "InvalidParameterValue" and "Message does not exist" in str(exc.value)
+    with pytest.raises(ClientError) as exc:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+    assert error_code(exc) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as exc:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-handle")
+    assert 'The input receipt handle "not-a-handle" is not a valid receipt handle.' in str(exc.value)

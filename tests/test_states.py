@@ -145,6 +145,9 @@ MOVES: dict[str, Move] = {
         {RUNNING: DEAD},
         given="UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 second', max_attempts = attempts",
     ),
+    "REVIVE_LEASE": Move(
+        q.REVIVE_LEASE, statement(q.REVIVE_LEASE, visibility_timeout=30.0), {PENDING: RUNNING}
+    ),
     "CANCEL": Move(q.CANCEL, statement(q.CANCEL, scope=None), {PENDING: CANCELLED}),
     "CANCEL_JOBS": Move(q.CANCEL_JOBS, statement(q.CANCEL_JOBS, scope=None), {PENDING: CANCELLED}),
     "RUN_NOW": Move(

@@ -26,7 +26,7 @@ from app import queries as q
 from app.access_log import note
 from app.errors import Invalid, LeaseLost, NotFound
 from app.jobs.rows import Row
-from app.models import MAX_LEASE_TOKEN
+from app.models import FINISHED, MAX_LEASE_TOKEN
 from app.sqs import fifo as fifo_queues
 from app.sqs import queries as sq
 from app.sqs.attributes import (
@@ -448,6 +448,34 @@ async def delete_message_batch(ctx: Context, body: Body) -> Body:
     return {"Successful": successful, "Failed": refused}
 
 
+async def _revive(ctx: Context, job_id: int, token: str, timeout: float) -> tuple[bool, str | None]:
+    """REVIVE_LEASE: (True, None) when the handle's lease is in force again, else (False, the job's
+    status, None when there is no such job)."""
+    lease, queue = parse_token(_checked_token(token))
+    async with ctx.db.acquire() as conn:
+        if queue is None:  # a token from before tokens named their queue
+            row = await conn.fetchrow(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=[job_id]))
+            queue = row["queue"] if row else None
+        args = q.REVIVE_LEASE.args(id=job_id, queue=queue, lease_token=lease, visibility_timeout=timeout)
+        if await conn.fetchrow(q.REVIVE_LEASE.text, *args) is not None:
+            return True, None
+        return False, await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=None))
+
+
+def _refusal(handle: str, status: str | None) -> SqsError:
+    """Why a visibility change by `handle` changed nothing, given the message's status now (None: gone):
+    deleted or otherwise done, or in flight under another receive's handle."""
+    return _unavailable(handle) if status is None or status in FINISHED else _not_in_flight()
+
+
+def _unavailable(handle: str) -> SqsError:
+    """A message deleted, or gone otherwise: SQS's answer to changing its visibility."""
+    return invalid_parameter(
+        f"Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not"
+        " available for visibility timeout change."
+    )
+
+
 def _not_in_flight() -> SqsError:
     return SqsError(
         "MessageNotInflight",
@@ -469,14 +497,20 @@ async def _change_visibility(ctx: Context, handle: Any, timeout: Any) -> None:
         try:
             await jobs.extend(ctx.db, job_id, token, float(timeout))
         except NotFound as exc:
-            raise receipt_handle_invalid() from exc
+            raise _unavailable(handle) from exc
         except LeaseLost as exc:
-            raise _not_in_flight() from exc
+            # Not running under this handle: its visibility may have run out with nobody receiving it
+            # since, which SQS lets the handle take back; else it is done, or in another receive's hands.
+            revived, status = await _revive(ctx, job_id, token, float(timeout))
+            if not revived:
+                raise _refusal(handle, status) from exc
         return
     # Visible again now: the lease ends like a nack that retries at once (the receive still counts).
     (result,) = await jobs.nack_batch(ctx.db, [jobs.Nack(job_id, _checked_token(token), retry_after=0.0)])
     if not result["ok"]:
-        raise receipt_handle_invalid() if result["code"] == "not_found" else _not_in_flight()
+        async with ctx.db.acquire() as conn:
+            status = await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=None))
+        raise _refusal(handle, status)
 
 
 async def change_message_visibility(ctx: Context, body: Body) -> Body:

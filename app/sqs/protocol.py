@@ -123,7 +123,8 @@ def parse_receipt_handle(handle: Any) -> tuple[int, str]:
         if parse_token(token)[0] is None:
             raise ValueError(token)
     except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
-        raise receipt_handle_invalid(f'The receipt handle "{handle}" is not valid.') from exc
+        reason = f'The input receipt handle "{handle}" is not a valid receipt handle.'
+        raise receipt_handle_invalid(reason) from exc
     if not 1 <= number <= MAX_JOB_ID:
         raise receipt_handle_invalid()
     return number, token
