@@ -14,6 +14,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from waiting import equals, states, until
 
+from app.sqs.protocol import job_id_of
+
 pytestmark = pytest.mark.anyio
 
 
@@ -113,7 +115,7 @@ async def test_send_receive_delete_with_attributes(sqs, db):
         "kind": {"DataType": "String.custom", "StringValue": "wélcome ✉"},
     }
     sent = sqs.send_message(QueueUrl=url, MessageBody="hello, wörld", MessageAttributes=attributes)
-    job = await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", int(sent["MessageId"]))
+    job = await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", job_id_of(sent["MessageId"]))
     assert json.loads(job["payload"]) == "hello, wörld"  # the body is the payload, as a JSON string
     assert job["status"] == "pending"
 
@@ -167,11 +169,11 @@ async def test_a_job_from_jobqs_api_is_received_through_sqs(sqs, service):
         assert [json.loads(m["Body"]) for m in messages[:1]] == [{"to": "ada", "n": [1, 2]}]
         assert messages[1]["Body"] == "plain text"
         sqs.delete_message(QueueUrl=url, ReceiptHandle=messages[0]["ReceiptHandle"])
-        job = (await client.get(f"/jobs/{messages[0]['MessageId']}")).json()
+        job = (await client.get(f"/jobs/{job_id_of(messages[0]['MessageId'])}")).json()
         assert job["status"] == "completed"
         # And what SQS sent, jobq's API sees as a job.
         sent = sqs.send_message(QueueUrl=url, MessageBody='{"json": "text"}')
-        job = (await client.get(f"/jobs/{sent['MessageId']}")).json()
+        job = (await client.get(f"/jobs/{job_id_of(sent['MessageId'])}")).json()
         assert job["payload"] == '{"json": "text"}'
         rows = (await client.get("/queues/mixed")).json()
         assert rows["pending"] == 1 and rows["running"] == 1

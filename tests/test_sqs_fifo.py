@@ -15,6 +15,8 @@ from botocore.exceptions import ClientError
 from test_sqs import sqs_client
 from waiting import equals, states, until
 
+from app.sqs.protocol import job_id_of
+
 pytestmark = pytest.mark.anyio
 
 
@@ -203,7 +205,7 @@ async def test_deduplication_within_five_minutes_even_after_delete(sqs, service,
     )
     assert (kept["scope"], kept["ids"], kept["ttl"]) == (
         "sqs-dedup:once.fifo",
-        [int(first["MessageId"])],
+        [job_id_of(first["MessageId"])],
         300,
     )
     # Within a batch, an id repeated is a duplicate of its first message.
@@ -389,7 +391,7 @@ async def test_receive_request_attempt_id_gets_the_same_messages_again(sqs, serv
         "SELECT ids, extract(epoch FROM expires_at - created_at) AS ttl FROM jobq.sqs_receive_attempts"
         " WHERE queue = 'attempts.fifo' AND attempt_id = 'r1'"
     )
-    assert sorted(kept["ids"]) == sorted(int(m["MessageId"]) for m in fresh) and kept["ttl"] == 300
+    assert sorted(kept["ids"]) == sorted(job_id_of(m["MessageId"]) for m in fresh) and kept["ttl"] == 300
     bad = refused(sqs.receive_message, QueueUrl=url, ReceiveRequestAttemptId="no spaces")
     assert error_code_of(bad) == "InvalidParameterValue"
 

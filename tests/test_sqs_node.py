@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from app.sqs.protocol import job_id_of
+
 pytestmark = pytest.mark.anyio
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sqs-node"
@@ -55,7 +57,7 @@ async def test_send_receive_delete_with_the_javascript_sdk(sdk, start_service, d
     assert result["sentId"] == result["receivedId"]
     assert (result["body"], result["lang"], result["receiveCount"]) == ("hello from node", "javascript", "1")
     job = await db.fetchrow(
-        "SELECT status, payload, attempts FROM jobq.all_jobs WHERE id = $1", int(result["sentId"])
+        "SELECT status, payload, attempts FROM jobq.all_jobs WHERE id = $1", job_id_of(result["sentId"])
     )
     assert (job["status"], json.loads(job["payload"]), job["attempts"]) == ("completed", "hello from node", 1)
 

@@ -3,10 +3,14 @@ formats (JSON 1.0 and the Query protocol), with the database checked behind."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from botocore.exceptions import ClientError
 from test_sqs_query import PROTOCOLS, client_for, query_model  # noqa: F401 - a fixture
 from waiting import equals, states, until
+
+from app.sqs.protocol import job_id_of
 
 pytestmark = pytest.mark.anyio
 
@@ -71,16 +75,16 @@ async def test_messages_past_the_retention_period_are_not_received(sqs, db):
     fresh = sqs.send_message(QueueUrl=url, MessageBody="fresh")["MessageId"]
     # Sent 61 s ago, as far as the database knows.
     await db.execute(
-        "UPDATE jobq.jobs SET created_at = created_at - interval '61 seconds' WHERE id = $1", int(old)
+        "UPDATE jobq.jobs SET created_at = created_at - interval '61 seconds' WHERE id = $1", job_id_of(old)
     )
     received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert [m["MessageId"] for m in received] == [fresh]
-    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE id = $1", int(old)) == 0
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE id = $1", job_id_of(old)) == 0
 
     # Only expired messages in the queue: the receive waits out its wait for a fresh one, then finds none.
     alone = sqs.send_message(QueueUrl=url, MessageBody="stale too")["MessageId"]
     await db.execute(
-        "UPDATE jobq.jobs SET created_at = created_at - interval '61 seconds' WHERE id = $1", int(alone)
+        "UPDATE jobq.jobs SET created_at = created_at - interval '61 seconds' WHERE id = $1", job_id_of(alone)
     )
     assert not sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages")
     assert await states(db, "fleeting")() == {"running": 1}  # the fresh one, still in flight
@@ -88,7 +92,9 @@ async def test_messages_past_the_retention_period_are_not_received(sqs, db):
     # A queue without a MessageRetentionPeriod keeps its messages (jobq's own jobs, too) until done.
     kept = sqs.create_queue(QueueName="kept")["QueueUrl"]
     aged = sqs.send_message(QueueUrl=kept, MessageBody="old but wanted")["MessageId"]
-    await db.execute("UPDATE jobq.jobs SET created_at = now() - interval '30 days' WHERE id = $1", int(aged))
+    await db.execute(
+        "UPDATE jobq.jobs SET created_at = now() - interval '30 days' WHERE id = $1", job_id_of(aged)
+    )
     assert [m["MessageId"] for m in sqs.receive_message(QueueUrl=kept)["Messages"]] == [aged]
 
 
@@ -160,3 +166,18 @@ async def test_changing_the_visibility_of_a_message_as_sqs_answers_it(sqs, db):
     with pytest.raises(ClientError) as exc:
         sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-handle")
     assert 'The input receipt handle "not-a-handle" is not a valid receipt handle.' in str(exc.value)
+
+
+async def test_message_ids_are_uuids_that_name_their_job(sqs, db):
+    url = sqs.create_queue(QueueName="identified")["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="a")["MessageId"]
+    (batched,) = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "b", "MessageBody": "b"}])["Successful"]
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert {m["MessageId"] for m in received} == {sent, batched["MessageId"]}
+    for message_id in (sent, batched["MessageId"]):
+        assert uuid.UUID(message_id).version == 4 and str(uuid.UUID(message_id)) == message_id
+    rows = await db.fetch("SELECT id, payload #>> '{}' AS body FROM jobq.all_jobs ORDER BY id")
+    assert [(r["id"], r["body"]) for r in rows] == [
+        (job_id_of(sent), "a"),
+        (job_id_of(batched["MessageId"]), "b"),
+    ]

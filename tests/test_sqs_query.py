@@ -26,6 +26,7 @@ from botocore.exceptions import ClientError
 from test_sqs import sqs_client
 from waiting import equals, states, until
 
+from app.sqs.protocol import job_id_of
 from tests.fixtures import tool_missing
 
 pytestmark = pytest.mark.anyio
@@ -164,7 +165,7 @@ async def test_messages_through_the_query_protocol(sqs, db):
     assert first["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
     assert first["Attributes"]["ApproximateReceiveCount"] == "1"
     stored = await db.fetchval(
-        "SELECT payload #>> '{}' FROM jobq.all_jobs WHERE id = $1", int(first["MessageId"])
+        "SELECT payload #>> '{}' FROM jobq.all_jobs WHERE id = $1", job_id_of(first["MessageId"])
     )
     assert stored == body  # a message is stored as its body, a JSON string
 
@@ -244,7 +245,7 @@ async def test_a_query_request_may_go_to_the_queue_url(service, db):
             f"{ACCOUNT_PATH}/nosuch", content="Action=SendMessage&MessageBody=x", headers=form
         )
         assert gone.status_code == 400 and "AWS.SimpleQueueService.NonExistentQueue" in gone.text
-    payload = await db.fetchval("SELECT payload FROM jobq.all_jobs WHERE id = $1", int(message_id))
+    payload = await db.fetchval("SELECT payload FROM jobq.all_jobs WHERE id = $1", job_id_of(message_id))
     assert json.loads(payload) == "from java"
 
 

@@ -8,6 +8,8 @@ import pytest
 from botocore.exceptions import ClientError
 from test_sqs import error_code, sqs_client
 
+from app.sqs.protocol import job_id_of
+
 pytestmark = pytest.mark.anyio
 
 TRACE_ID = "5759e988bd862e3fe1be46a994272793"
@@ -31,7 +33,7 @@ def strings(**values: str) -> dict:
 
 
 async def trace_of(client, message_id: str) -> tuple[str | None, str | None]:
-    job = (await client.get(f"/jobs/{message_id}")).json()
+    job = (await client.get(f"/jobs/{job_id_of(message_id)}")).json()
     return job["traceparent"], job["tracestate"]
 
 
@@ -226,3 +228,27 @@ async def test_a_traced_job_from_jobqs_api_is_received_with_aws_trace_header(sqs
         {"AWSTraceHeader": W3C_AS_HEADER.replace("Sampled=1", "Sampled=0")},
         None,
     ]
+
+
+async def test_the_x_ray_header_of_a_send_is_its_trace_header(sqs, client):
+    """An X-Ray SDK sends the trace as the X-Amzn-Trace-Id header; SQS takes it as the AWSTraceHeader of
+    a send that has none, and the system attribute wins over it."""
+    url = sqs.create_queue(QueueName="xray-header")["QueueUrl"]
+
+    def trace_header(request, **_):
+        request.headers["X-Amzn-Trace-Id"] = HEADER.format("1")
+
+    sqs.meta.events.register("before-send.sqs.SendMessage", trace_header)
+    sqs.meta.events.register("before-send.sqs.SendMessageBatch", trace_header)
+    sent = sqs.send_message(QueueUrl=url, MessageBody="by header")
+    assert "MD5OfMessageSystemAttributes" not in sent  # no system attribute was sent
+    assert await trace_of(client, sent["MessageId"]) == (TRACEPARENT.format("01"), None)
+    own = sqs.send_message(QueueUrl=url, MessageBody="own", MessageSystemAttributes=traced(W3C_AS_HEADER))
+    assert await trace_of(client, own["MessageId"]) == (W3C, None)
+    (entry,) = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "batched"}])[
+        "Successful"
+    ]
+    assert await trace_of(client, entry["MessageId"]) == (TRACEPARENT.format("01"), None)
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
+    headers = {m["Body"]: m["Attributes"]["AWSTraceHeader"] for m in received["Messages"]}
+    assert headers == {"by header": HEADER.format("1"), "own": W3C_AS_HEADER, "batched": HEADER.format("1")}

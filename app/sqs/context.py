@@ -30,6 +30,7 @@ class Context:
     # The signing key's roles and queues. The queues a request names were checked before the action
     # (app/sqs/auth.py admit); those an action finds itself it checks or filters with this.
     grant: Grant = OPEN
+    trace_header: str | None = None  # the request's X-Amzn-Trace-Id: a send's AWSTraceHeader if it has none
 
 
 async def queue_row(ctx: Context, name: str) -> asyncpg.Record:

@@ -43,6 +43,7 @@ from app.sqs.protocol import (
     invalid_parameter,
     md5_of_attributes,
     md5_of_body,
+    message_id,
     missing_parameter,
     name_from_url,
     parse_receipt_handle,
@@ -78,7 +79,10 @@ def _not_for_this_queue(parameter: str, value: Any) -> SqsError:
     )
 
 
-def _outgoing(entry: Body, max_bytes: int, fifo: Fifo | None, entry_id: str | None = None) -> _Outgoing:
+def _outgoing(
+    entry: Body, max_bytes: int, fifo: Fifo | None, entry_id: str | None = None, trace: str | None = None
+) -> _Outgoing:
+    """A message to send, checked; `trace` is the request's X-Amzn-Trace-Id header."""
     text = string(entry, "MessageBody")
     assert text is not None
     if not text:
@@ -86,7 +90,7 @@ def _outgoing(entry: Body, max_bytes: int, fifo: Fifo | None, entry_id: str | No
     check_message_text(text, "the message body")
     attributes = check_message_attributes(entry.get("MessageAttributes"))
     # System attributes do not count towards the size, as in SQS.
-    trace = sent_trace(entry.get("MessageSystemAttributes"), attributes)
+    sent = sent_trace(entry.get("MessageSystemAttributes"), attributes, trace)
     size = len(text.encode()) + sum(
         len(n.encode())
         + len(a["DataType"].encode())
@@ -112,7 +116,7 @@ def _outgoing(entry: Body, max_bytes: int, fifo: Fifo | None, entry_id: str | No
         if delay is not None:
             raise _not_for_this_queue("DelaySeconds", delay)
         dedup = fifo_queues.deduplication_id(fifo, dedup, text)
-    return _Outgoing(entry_id, text, delay, attributes, trace, group, dedup, size)
+    return _Outgoing(entry_id, text, delay, attributes, sent, group, dedup, size)
 
 
 def _max_message_bytes(ctx: Context, row: asyncpg.Record) -> int:
@@ -191,7 +195,7 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
         ids = await fifo_queues.send_once(ctx.db, name, fifo, messages, enqueue)
     out = []
     for m, job_id in zip(messages, ids, strict=True):
-        sent: Body = {"MessageId": str(job_id), "MD5OfMessageBody": md5_of_body(m.body)}
+        sent: Body = {"MessageId": message_id(job_id), "MD5OfMessageBody": md5_of_body(m.body)}
         if m.attributes:
             sent["MD5OfMessageAttributes"] = md5_of_attributes(m.attributes)
         if m.trace.system_attributes:
@@ -205,7 +209,9 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
 async def send_message(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     row = await queue_row(ctx, name)
-    message = _outgoing(body, _max_message_bytes(ctx, row), fifo_of(kept_attributes(row)))
+    message = _outgoing(
+        body, _max_message_bytes(ctx, row), fifo_of(kept_attributes(row)), trace=ctx.trace_header
+    )
     (sent,) = await _send(ctx, name, row, [message])
     return sent
 
@@ -220,7 +226,7 @@ async def send_message_batch(ctx: Context, body: Body) -> Body:
     refused = []
     for entry in given:
         try:
-            good.append(_outgoing(entry, limit, fifo, entry["Id"]))
+            good.append(_outgoing(entry, limit, fifo, entry["Id"], ctx.trace_header))
         except SqsError as error:
             refused.append(failed(entry["Id"], error))
     total = sum(m.size for m in good)
@@ -356,7 +362,7 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         extra = extras.get(job["id"])
         text = _body_of(job["payload"])
         message: Body = {
-            "MessageId": str(job["id"]),
+            "MessageId": message_id(job["id"]),
             "ReceiptHandle": receipt_handle(job["id"], job["lease_token"]),
             "MD5OfBody": md5_of_body(text),
             "Body": text,

@@ -105,6 +105,24 @@ def md5_of_attributes(attributes: dict[str, dict[str, Any]]) -> str:
     return digest.hexdigest()
 
 
+# --- message ids -----------------------------------------------------------------------------------
+
+# A message's MessageId is a UUID, as SQS's are (clients store them as such), that carries its job's id:
+# "6a6f6271" ("jobq" in ASCII), the id's high 16 bits, the UUID's version and variant, and the id's low 48
+# bits, in hex. Job 2308206 is message 6a6f6271-0000-4000-8000-00000023386e; `job_id_of` reads it back.
+_MESSAGE_ID = re.compile(r"^6a6f6271-([0-9a-f]{4})-4000-8000-([0-9a-f]{12})$")
+
+
+def message_id(job_id: int) -> str:
+    return f"6a6f6271-{job_id >> 48:04x}-4000-8000-{job_id & 0xFFFF_FFFF_FFFF:012x}"
+
+
+def job_id_of(message: str) -> int | None:
+    """The job a MessageId names; None for one jobq did not make."""
+    match = _MESSAGE_ID.match(message)
+    return int(match[1], 16) << 48 | int(match[2], 16) if match else None
+
+
 # --- receipt handles -------------------------------------------------------------------------------
 
 

@@ -132,4 +132,5 @@ def _context(request: Request, grant: Grant) -> Context:
         disconnected=disconnected(request),
         move_tasks=state.sqs_move_tasks,
         grant=grant,
+        trace_header=request.headers.get("x-amzn-trace-id"),
     )

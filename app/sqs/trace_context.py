@@ -64,9 +64,11 @@ def _string_attribute(attributes: dict[str, dict[str, str]], name: str) -> str |
     return attribute["StringValue"] if attribute and attribute["DataType"] == "String" else None
 
 
-def sent_trace(system: Any, attributes: dict[str, dict[str, str]]) -> SentTrace:
+def sent_trace(system: Any, attributes: dict[str, dict[str, str]], header: str | None = None) -> SentTrace:
     """The trace context of a send, from its MessageSystemAttributes (`system`, as given: a malformed one
-    is InvalidParameterValue, as SQS answers) and its checked message `attributes`. AWSTraceHeader wins;
+    is InvalidParameterValue, as SQS answers), the request's X-Amzn-Trace-Id `header` and its checked
+    message `attributes`. AWSTraceHeader wins; then the header, which SQS takes as the AWSTraceHeader of a
+    send that has none (an X-Ray SDK sets it on every call it traces; one that names no trace is ignored);
     else a `traceparent` String attribute that is valid, with `tracestate` if valid too. An invalid
     traceparent attribute is ignored, as W3C asks of a traceparent header, and stays a message attribute."""
     if system is None:
@@ -90,6 +92,9 @@ def sent_trace(system: Any, attributes: dict[str, dict[str, str]]) -> SentTrace:
                 "X-Ray trace header naming a trace (Root=1-<8 hex>-<24 hex>;Parent=<16 hex>;Sampled=<0|1>)."
             )
         return SentTrace(traceparent, None, {TRACE_HEADER: {"DataType": "String", "StringValue": value}})
+    from_header = traceparent_of(header) if header else None
+    if from_header is not None:
+        return SentTrace(from_header, None)
     traceparent, tracestate = trace_context(
         _string_attribute(attributes, "traceparent"), _string_attribute(attributes, "tracestate")
     )
