@@ -181,3 +181,17 @@ async def test_message_ids_are_uuids_that_name_their_job(sqs, db):
         (job_id_of(sent), "a"),
         (job_id_of(batched["MessageId"]), "b"),
     ]
+
+
+async def test_queue_urls_in_every_form_clients_build(sqs, db):
+    """jobq is one region (README, "Already on SQS?"): a queue URL names its queue by its last segment,
+    whatever host and account the client put before it."""
+    sqs.create_queue(QueueName="anywhere")
+    for url in (
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/anywhere",
+        "https://eu-west-1.queue.amazonaws.com/123456789012/anywhere",
+        "http://localhost:4566/000000000000/anywhere",
+        "http://sqs.us-east-1.localhost.localstack.cloud:4566/000000000000/anywhere/",
+    ):
+        sqs.send_message(QueueUrl=url, MessageBody=url)
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'anywhere'") == 4
