@@ -1,4 +1,5 @@
-"""Work each service process does on its own: expiring leases, finished jobs' retention, expired
+"""Work each service process does on its own: expiring leases (and moving the dead jobs of queues with an
+SQS RedrivePolicy into their dead-letter queues, app/sqs/redrive.py), finished jobs' retention, expired
 idempotency keys, workers long gone and old rollups, reading the metrics' database gauges, writing the
 workers it saw lease and the rollups of what it counted (every metrics interval; with the gauges, what
 holds back vacuum and the jobs table's state), and vacuuming the jobs table where autovacuum does not
@@ -21,7 +22,7 @@ from app.db import Database
 from app.errors import DATABASE_UNAVAILABLE
 from app.jobs import flow
 from app.metrics import QueueGauges
-from app.sqs import fifo
+from app.sqs import fifo, redrive
 
 log = logging.getLogger("jobq.background")
 
@@ -44,6 +45,9 @@ def start(db: Database) -> list[asyncio.Task]:
         changed = await jobs.expire_leases(db)
         if changed:
             log.info("returned %d expired leases", len(changed))
+        moved = await redrive.move_dead_letters(db)
+        if moved:
+            log.info("moved %d dead jobs into their SQS dead-letter queues", moved)
 
     async def prune() -> None:
         kept = await jobs.keep_history(db)
@@ -55,6 +59,7 @@ def start(db: Database) -> list[asyncio.Task]:
                 [str(d) for d in kept.dropped],
                 kept.pruned,
             )
+        await redrive.forget_dead_letters(db)
         forgotten = await jobs.prune_idempotency_keys(db)
         if forgotten:
             log.info("forgot %d expired idempotency keys", forgotten)

@@ -447,6 +447,17 @@ class SqsDeletedQueue(Base):
     deleted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+class SqsDeadLetter(Base):
+    """A job the SQS redrive moved into a dead-letter queue (jobq.queries REDRIVE_DEAD), and the queue it
+    came from, where StartMessageMoveTask takes it back. Dropped when it goes back, or once the job has
+    left the dead-letter queue otherwise (FORGET_DEAD_LETTERS)."""
+
+    __tablename__ = "sqs_dead_letters"
+
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    source: Mapped[str] = mapped_column(Text)
+
+
 class WorkerSeen(Base):
     """A worker (its `worker_id`, as sent with `POST /lease`) seen leasing from a queue: when last, and how
     many jobs it has leased there since it was first kept. Each replica keeps what it sees in memory and

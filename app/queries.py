@@ -15,24 +15,25 @@ status     led in by                                           led out by
 =========  ==================================================  ============================================
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED, CANCEL,
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        CANCEL_JOBS, ACK (the last holder, late),
-           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE   PURGE_QUEUE, DELETE_QUEUE, REVIVE_LEASE
-                                                               (the last holder, late)
+           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE,  PURGE_QUEUE, DELETE_QUEUE, REVIVE_LEASE
+           REDRIVE_DEAD (into another queue)                   (the last holder, late)
 running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED, REVIVE_LEASE   ACK, NACK, RELEASE, EXPIRE_LEASES,
                                                                PURGE_QUEUE, DELETE_QUEUE, EXPIRE_MESSAGES
 completed  ACK                                                 PRUNE_HISTORY_DEFAULT (and partitions
                                                                dropped: retention), DELETE_QUEUE
 dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, PURGE_DEAD_JOBS,
-           (out of attempts)                                   ACK (the last holder, late), DELETE_QUEUE
+           (out of attempts)                                   ACK (the last holder, late), DELETE_QUEUE,
+                                                               REDRIVE_DEAD
 cancelled  CANCEL, CANCEL_JOBS                                 PRUNE_HISTORY_DEFAULT (and partitions
                                                                dropped: retention), DELETE_QUEUE
 =========  ==================================================  ============================================
 
 Completed and cancelled jobs live in jobq.jobs_history (see JOB_COLUMNS), the others in jobq.jobs.
-Led out by a DELETE (PURGE_*, PRUNE_HISTORY_DEFAULT, DELETE_QUEUE), or when retention drops a day's
-partition of jobs_history (app/jobs/history.py), the row is gone; MOVE_FINISHED moves finished rows
-that are still in jobq.jobs and changes no status. EXTEND keeps a running job running, RUN_NOW a pending
-job pending. Statuses are written in the SQL as literals ('pending'): the test checks each is a
-``JobStatus``.
+Led out by a DELETE (PURGE_*, PRUNE_HISTORY_DEFAULT, DELETE_QUEUE, EXPIRE_MESSAGES), or when retention
+drops a day's partition of jobs_history (app/jobs/history.py), the row is gone; MOVE_FINISHED moves
+finished rows that are still in jobq.jobs and changes no status. EXTEND keeps a running job running,
+RUN_NOW a pending job pending, RETURN_DEAD_LETTERS a pending job pending (in another queue). Statuses are
+written in the SQL as literals ('pending'): the test checks each is a ``JobStatus``.
 """
 
 from __future__ import annotations
@@ -1244,6 +1245,91 @@ EXPIRE_MESSAGES = Query.define(
         RETURNING j.id, j.queue, j.key, j.run_at, {_notify_done()}
     ), {_notify("gone", KEY_FREED)}
     SELECT id FROM gone WHERE {NOTIFIED}
+    """,
+)
+
+# SQS redrive: the dead jobs of each queue whose RedrivePolicy names another queue that exists (its
+# deadLetterTargetArn's last field, SQS names holding no colon) move into that queue, pending and
+# receivable there as SQS moves a message past its maxReceiveCount into the dead-letter queue; each move is
+# noted in sqs_dead_letters, so StartMessageMoveTask can take the message back to where it came from. A
+# moved job starts over in its new queue: attempts 0, that queue's max_attempts, no dedup_key (the
+# dead-letter queue deduplicates nothing of the source's); its key, payload, message attributes and
+# last_error stay. Jobs enter the target as an enqueue does, under its queue lock (the queue row made again
+# if a DeleteQueue just took it). A bounded batch, SKIP LOCKED: every replica may run it.
+REDRIVE_DEAD = Query.define(
+    "redrive_dead",
+    f"""
+    WITH policies AS (
+        SELECT name AS source,
+               substring((sqs_attributes ->> 'RedrivePolicy')::jsonb ->> 'deadLetterTargetArn'
+                         FROM '^(?:[^:]*:){{5}}([^:]+)$') AS target
+        FROM jobq.queues
+        WHERE coalesce(sqs_attributes ->> 'RedrivePolicy', '') <> ''
+    ), doomed AS (
+        SELECT j.id, p.source, p.target AS queue
+        FROM jobq.jobs j
+        JOIN policies p ON p.source = j.queue
+        JOIN jobq.queues t ON t.name = p.target AND t.name <> p.source
+        WHERE j.status = 'dead'
+        ORDER BY j.id
+        LIMIT :batch
+        FOR UPDATE OF j SKIP LOCKED
+    ), {_queue_locks("doomed")}, new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
+    ), moved AS (
+        UPDATE jobq.jobs j
+        SET status = 'pending', queue = d.queue, attempts = 0, max_attempts = NULL, dedup_key = NULL,
+            run_at = now(), lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, updated_at = now()
+        FROM doomed d
+        WHERE j.id = d.id AND j.status = 'dead' AND {LOCKED}
+        RETURNING j.id, j.queue, j.key, j.run_at, d.source
+    ), noted AS (
+        INSERT INTO jobq.sqs_dead_letters (job_id, source) SELECT id, source FROM moved
+        ON CONFLICT (job_id) DO UPDATE SET source = excluded.source
+    ), {_notify("moved")}
+    SELECT id, source, queue FROM moved WHERE {NOTIFIED}
+    """,
+)
+
+# SQS StartMessageMoveTask on a dead-letter queue (:dlq): its visible messages that REDRIVE_DEAD brought
+# from one of :sources go back to the queue each came from, to be received again from the start (attempts
+# 0); their notes are dropped. A bounded batch; the caller loops while batches come back full.
+RETURN_DEAD_LETTERS = Query.define(
+    "return_dead_letters",
+    f"""
+    WITH back AS (
+        SELECT j.id, l.source AS queue
+        FROM jobq.sqs_dead_letters l JOIN jobq.jobs j ON j.id = l.job_id
+        WHERE j.queue = :dlq AND j.status = 'pending' AND l.source = ANY(:sources::text[])
+        ORDER BY j.id
+        LIMIT :batch
+        FOR UPDATE OF j SKIP LOCKED
+    ), {_queue_locks("back")}, new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
+    ), moved AS (
+        UPDATE jobq.jobs j
+        SET queue = b.queue, attempts = 0, max_attempts = NULL, run_at = now(), updated_at = now()
+        FROM back b
+        WHERE j.id = b.id AND j.status = 'pending' AND {LOCKED}
+        RETURNING j.id, j.queue, j.run_at
+    ), forgotten AS (
+        DELETE FROM jobq.sqs_dead_letters WHERE job_id IN (SELECT id FROM moved)
+    ), {_notify("moved")}
+    SELECT count(*) AS moved FROM moved WHERE {NOTIFIED}
+    """,
+)
+
+# The notes of REDRIVE_DEAD whose job left its dead-letter queue otherwise (done, deleted, purged): dropped
+# with retention pruning, a bounded batch at a time.
+FORGET_DEAD_LETTERS = Query.define(
+    "forget_dead_letters",
+    """
+    WITH gone AS (
+        SELECT l.job_id FROM jobq.sqs_dead_letters l
+        WHERE NOT EXISTS (SELECT FROM jobq.jobs j WHERE j.id = l.job_id AND j.queue <> l.source)
+        LIMIT :batch
+    )
+    DELETE FROM jobq.sqs_dead_letters l USING gone WHERE l.job_id = gone.job_id
     """,
 )
 

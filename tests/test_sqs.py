@@ -12,7 +12,7 @@ import httpx
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from waiting import equals, states, until
+from waiting import states, until
 
 from app.sqs.protocol import job_id_of
 
@@ -313,43 +313,6 @@ async def test_queue_delay_applies_to_sends(sqs, db):
     assert 299 < delays[0]["d"] <= 301 and delays[1]["d"] < 1
     (message,) = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert message["Body"] == "y"
-
-
-async def test_redrive_to_dead_after_max_receive_count_and_move_back(sqs, db):
-    dlq_url = sqs.create_queue(QueueName="work-dlq")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
-    url = sqs.create_queue(QueueName="work", Attributes={"RedrivePolicy": policy})["QueueUrl"]
-    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq_url)["queueUrls"] == [url]
-    sqs.send_message(QueueUrl=url, MessageBody="poison")
-    for receive in (1, 2):
-        # Received and never deleted: a visibility timeout of 1 s runs out and lease expiry returns it.
-        (message,) = (
-            await asyncio.to_thread(
-                sqs.receive_message,
-                QueueUrl=url,
-                VisibilityTimeout=1,
-                WaitTimeSeconds=10,
-                MessageSystemAttributeNames=["ApproximateReceiveCount"],
-            )
-        )["Messages"]
-        assert message["Attributes"]["ApproximateReceiveCount"] == str(receive)
-    await until(equals(states(db, "work"), {"dead": 1}))
-    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
-
-    task = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
-    assert await states(db, "work")() == {"pending": 1}
-    (listed,) = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
-    assert listed["TaskHandle"] == task
-    assert (listed["Status"], listed["ApproximateNumberOfMessagesMoved"]) == ("COMPLETED", 1)
-    (message,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
-    assert message["Body"] == "poison"
-    assert message["Attributes"]["ApproximateReceiveCount"] == "1"  # attempts start over
-    with pytest.raises(ClientError) as exc:
-        sqs.start_message_move_task(SourceArn=dlq_arn, DestinationArn=dlq_arn)
-    assert error_code(exc) == "AWS.SimpleQueueService.UnsupportedOperation"
 
 
 async def test_a_message_group_is_the_jobs_key(sqs, service, db):

@@ -464,11 +464,13 @@ async def test_fifo_dead_letters_keep_their_group(sqs, db):
             )
         )["Messages"]
         assert (message["Body"], message["Attributes"]["ApproximateReceiveCount"]) == ("poison", str(receive))
-    await until(equals(states(db, "work.fifo"), {"dead": 1, "pending": 1}))
+    # Dead, it moves into the dead-letter queue, its group kept.
+    await until(equals(states(db, "work-dlq.fifo"), {"pending": 1}))
+    assert await states(db, "work.fifo")() == {"pending": 1}
     (message,) = (await asyncio.to_thread(sqs.receive_message, QueueUrl=url, WaitTimeSeconds=5))["Messages"]
     assert message["Body"] == "next"  # the group goes on without its dead message
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    assert await db.fetchval("SELECT key FROM jobq.all_jobs WHERE status = 'dead'") == "g1"
+    assert await db.fetchval("SELECT key FROM jobq.jobs WHERE queue = 'work-dlq.fifo'") == "g1"
     sqs.start_message_move_task(SourceArn=dlq_arn)
     (message,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
     assert (message["Body"], message["Attributes"]["MessageGroupId"]) == ("poison", "g1")

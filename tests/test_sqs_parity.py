@@ -3,8 +3,12 @@ formats (JSON 1.0 and the Query protocol), with the database checked behind."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
+from functools import partial
 
+import httpx
 import pytest
 from botocore.exceptions import ClientError
 from test_sqs_query import PROTOCOLS, client_for, query_model  # noqa: F401 - a fixture
@@ -195,3 +199,57 @@ async def test_queue_urls_in_every_form_clients_build(sqs, db):
     ):
         sqs.send_message(QueueUrl=url, MessageBody=url)
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'anywhere'") == 4
+
+
+async def test_dead_letters_move_to_the_dead_letter_queue_and_back(sqs, service, db):
+    dlq_url = sqs.create_queue(QueueName="work-dlq")["QueueUrl"]
+    dlq = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq, "maxReceiveCount": 2})
+    url = sqs.create_queue(QueueName="work", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq_url)["queueUrls"] == [url]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="poison")["MessageId"]
+    for _ in range(2):  # received twice and never deleted: each visibility of 1 s runs out
+        receive = partial(sqs.receive_message, QueueUrl=url, VisibilityTimeout=1, WaitTimeSeconds=10)
+        assert len((await asyncio.to_thread(receive))["Messages"]) == 1
+    # Past maxReceiveCount: received from the dead-letter queue, as in SQS, and gone from its own.
+    receive = partial(sqs.receive_message, QueueUrl=dlq_url, WaitTimeSeconds=10, VisibilityTimeout=60)
+    (dead,) = (await asyncio.to_thread(receive))["Messages"]
+    assert (dead["MessageId"], dead["Body"]) == (sent, "poison")
+    assert await states(db, "work")() == {} and await states(db, "work-dlq")() == {"running": 1}
+    assert not sqs.receive_message(QueueUrl=url).get("Messages")
+
+    # Visible again in the dead-letter queue, then moved back to where it came from, received anew.
+    sqs.change_message_visibility(QueueUrl=dlq_url, ReceiptHandle=dead["ReceiptHandle"], VisibilityTimeout=0)
+    task = sqs.start_message_move_task(SourceArn=dlq)["TaskHandle"]
+    (listed,) = sqs.list_message_move_tasks(SourceArn=dlq)["Results"]
+    assert (listed["TaskHandle"], listed["Status"], listed["ApproximateNumberOfMessagesMoved"]) == (
+        task,
+        "COMPLETED",
+        1,
+    )
+    assert await states(db, "work")() == {"pending": 1} and await states(db, "work-dlq")() == {}
+    (back,) = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+    assert (back["MessageId"], back["Body"], back["Attributes"]["ApproximateReceiveCount"]) == (
+        sent,
+        "poison",
+        "1",
+    )
+    assert await db.fetchval("SELECT count(*) FROM jobq.sqs_dead_letters") == 0
+
+
+async def test_without_a_dead_letter_queue_dead_jobs_stay_for_jobqs_dead_letter_api(sqs, service, db):
+    """A RedrivePolicy naming a queue that does not exist, or none: dead jobs stay dead in their queue,
+    listed by GET /dead, as for any jobq queue."""
+    policy = json.dumps(
+        {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:nowhere", "maxReceiveCount": 1}
+    )
+    url = sqs.create_queue(QueueName="orphan", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="dies")
+    receive = partial(sqs.receive_message, QueueUrl=url, VisibilityTimeout=1, WaitTimeSeconds=10)
+    assert len((await asyncio.to_thread(receive))["Messages"]) == 1
+    await until(equals(states(db, "orphan"), {"dead": 1}))
+    await asyncio.sleep(1.5)  # more than a redrive tick: it stays where it is
+    assert await states(db, "orphan")() == {"dead": 1}
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        (listed,) = (await http.get("/dead", params={"queue": "orphan"})).json()["jobs"]
+    assert listed["payload"] == "dies"

@@ -6,7 +6,6 @@ PyPI cannot be reached the tests skip (and fail under CI=true). The database is 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -24,7 +23,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from test_sqs import sqs_client
-from waiting import equals, states, until
+from waiting import states
 
 from app.sqs.protocol import job_id_of
 from tests.fixtures import tool_missing
@@ -264,30 +263,6 @@ async def test_signed_query_requests(start_service, query_model, db):
     assert unsigned.status_code == 403 and "<Code>MissingAuthenticationToken</Code>" in unsigned.text
     payloads = await db.fetch("SELECT payload #>> '{}' AS body FROM jobq.all_jobs")
     assert [r["body"] for r in payloads] == ["kept"]
-
-
-async def test_dead_letters_and_their_redrive_through_the_query_protocol(sqs, db):
-    dlq_url = sqs.create_queue(QueueName="work-dlq")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})
-    url = sqs.create_queue(QueueName="work", Attributes={"RedrivePolicy": policy})["QueueUrl"]
-    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq_url)["queueUrls"] == [url]
-    sqs.send_message(QueueUrl=url, MessageBody="poison")
-    (message,) = (
-        await asyncio.to_thread(sqs.receive_message, QueueUrl=url, VisibilityTimeout=1, WaitTimeSeconds=5)
-    )["Messages"]
-    await until(equals(states(db, "work"), {"dead": 1}))
-    task = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
-    (listed,) = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
-    assert (listed["TaskHandle"], listed["Status"], listed["ApproximateNumberOfMessagesMoved"]) == (
-        task,
-        "COMPLETED",
-        1,
-    )
-    assert await states(db, "work")() == {"pending": 1}
-    assert message["Body"] == "poison"
 
 
 async def test_a_form_another_site_makes_a_browser_post_is_refused(service, db):

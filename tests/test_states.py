@@ -83,6 +83,7 @@ def lease_flow(walk: q.Query, claim: q.Query) -> Run:
 
 
 FLOW = "UPDATE jobq.queues SET flow = true, key_concurrency = 1"
+REDRIVE = '{"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq", "maxReceiveCount": 1}'
 COLUMNS = ", ".join(q.JOB_COLUMNS)
 # A finished job where an older release leaves it: in jobq.jobs.
 FINISHED_IN_JOBS = f"""
@@ -147,6 +148,19 @@ MOVES: dict[str, Move] = {
     ),
     "REVIVE_LEASE": Move(
         q.REVIVE_LEASE, statement(q.REVIVE_LEASE, visibility_timeout=30.0), {PENDING: RUNNING}
+    ),
+    "REDRIVE_DEAD": Move(
+        q.REDRIVE_DEAD,
+        statement(q.REDRIVE_DEAD, batch=10),
+        {DEAD: PENDING},
+        given=f"""INSERT INTO jobq.queues (name) VALUES ('dlq');
+                  UPDATE jobq.queues SET sqs_attributes = jsonb_build_object('RedrivePolicy', '{REDRIVE}')
+                  WHERE name = '{QUEUE}'""",
+    ),
+    "RETURN_DEAD_LETTERS": Move(
+        q.RETURN_DEAD_LETTERS,
+        statement(q.RETURN_DEAD_LETTERS, dlq=QUEUE, sources=["elsewhere"], batch=10),
+        given="INSERT INTO jobq.sqs_dead_letters (job_id, source) SELECT id, 'elsewhere' FROM jobq.jobs",
     ),
     "CANCEL": Move(q.CANCEL, statement(q.CANCEL, scope=None), {PENDING: CANCELLED}),
     "CANCEL_JOBS": Move(q.CANCEL_JOBS, statement(q.CANCEL_JOBS, scope=None), {PENDING: CANCELLED}),
@@ -273,7 +287,7 @@ def test_every_status_change_is_in_the_table():
     tabled = {move.query.name for move in MOVES.values()} | {
         query.name for name, query in defined(q).items() if name in ENQUEUES
     }
-    assert changing == tabled - {q.EXTEND.name, q.RUN_NOW.name}
+    assert changing == tabled - {q.EXTEND.name, q.RUN_NOW.name, q.RETURN_DEAD_LETTERS.name}
     # ...and none outside app/queries.py.
     assert not [
         name

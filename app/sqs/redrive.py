@@ -1,9 +1,15 @@
-"""Dead-letter redrive: a message move task moves dead messages back to the queue they died in.
+"""Dead-letter redrive, as SQS does it: a message past its queue's maxReceiveCount moves into the
+dead-letter queue its RedrivePolicy names, and a message move task takes dead letters back.
 
-jobq keeps a queue's dead letters in the queue itself (dead jobs), not in another queue, so a move task
-retries the dead jobs of the queues whose RedrivePolicy names the dead-letter queue, at once: it is
-complete by the time StartMessageMoveTask answers. The latest hundred tasks are remembered per process,
-for ListMessageMoveTasks.
+jobq's own dead letters are dead jobs kept in their queue. For a queue whose RedrivePolicy names another
+queue that exists, every replica moves the queue's dead jobs into that queue each lease-expiry tick (about
+a second: REDRIVE_DEAD), pending there, to be received from it as SQS users do; each move is noted with
+the queue the job came from. A queue with no RedrivePolicy, or whose dead-letter queue does not exist,
+keeps its dead jobs, for jobq's dead-letter API (GET /dead, POST /dead/retry).
+
+StartMessageMoveTask on a dead-letter queue takes its visible messages back to the queues they came from,
+and retries the source queues' dead jobs not yet moved, at once: it is complete by the time it answers.
+The latest hundred tasks are remembered per process, for ListMessageMoveTasks.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import uuid
 from dataclasses import dataclass
 
 from app import jobs
+from app import queries as q
+from app.db import Database
 from app.sqs import auth
 from app.sqs import queries as sq
 from app.sqs.context import Context, queue_row
@@ -62,6 +70,7 @@ async def start_message_move_task(ctx: Context, body: Body) -> Body:
     moved = 0
     for source in sources:
         moved += (await jobs.retry_dead(ctx.db, ids=None, queue=source))["retried"]
+    moved += await _return_dead_letters(ctx.db, name_from_arn(source_arn, "SourceArn"), sources)
     task = MoveTask(str(uuid.uuid4()), source_arn, destination_arn, moved, int(time.time() * 1000))
     ctx.move_tasks.append(task)
     del ctx.move_tasks[:-100]  # the latest hundred are remembered
@@ -86,3 +95,36 @@ async def list_message_move_tasks(ctx: Context, body: Body) -> Body:
             result["DestinationArn"] = task.destination_arn
         results.append(result)
     return {"Results": results}
+
+
+BATCH = 1000  # jobs per redrive statement
+
+
+async def move_dead_letters(db: Database) -> int:
+    """REDRIVE_DEAD until a batch comes back short: how many jobs moved into dead-letter queues."""
+    moved = 0
+    async with db.acquire() as conn:
+        while True:
+            rows = await conn.fetch(q.REDRIVE_DEAD.text, *q.REDRIVE_DEAD.args(batch=BATCH))
+            moved += len(rows)
+            if len(rows) < BATCH:
+                return moved
+
+
+async def forget_dead_letters(db: Database) -> int:
+    """Drop the notes of moved jobs that left their dead-letter queue otherwise; how many."""
+    async with db.acquire() as conn:
+        tag = await conn.execute(q.FORGET_DEAD_LETTERS.text, *q.FORGET_DEAD_LETTERS.args(batch=BATCH))
+    return int(tag.split()[-1])
+
+
+async def _return_dead_letters(db: Database, dlq: str, sources: list[str]) -> int:
+    """RETURN_DEAD_LETTERS until a batch comes back short: how many went back to `sources`."""
+    moved = 0
+    async with db.acquire() as conn:
+        while True:
+            args = q.RETURN_DEAD_LETTERS.args(dlq=dlq, sources=sources, batch=BATCH)
+            batch = await conn.fetchval(q.RETURN_DEAD_LETTERS.text, *args)
+            moved += batch
+            if batch < BATCH:
+                return moved

@@ -1,8 +1,9 @@
 """What the SQS API keeps of a queue beyond its attributes: its tags (`queues.sqs_tags`), its last purge
-(`queues.sqs_purged_at`: one PurgeQueue a minute), and the names of queues deleted in the last minute
-(`sqs_deleted_queues`: a name is not created again within 60 s of its deletion), as SQS keeps them
+(`queues.sqs_purged_at`: one PurgeQueue a minute), the names of queues deleted in the last minute
+(`sqs_deleted_queues`: a name is not created again within 60 s of its deletion), as SQS keeps them, and
+the messages moved into a dead-letter queue with the queue each came from (`sqs_dead_letters`)
 
-Expand only: nullable columns without a default (no rewrite) and a new table. Code of revision 0002 runs
+Expand only: nullable columns without a default (no rewrite) and new tables. Code of revision 0002 runs
 on this schema unchanged: it never reads or writes them.
 
 Revision ID: 0018
@@ -35,11 +36,15 @@ def upgrade() -> None:
         f"CREATE TABLE IF NOT EXISTS {SCHEMA}.sqs_deleted_queues"
         " (name text PRIMARY KEY, deleted_at timestamptz NOT NULL DEFAULT now())"
     )
+    op.execute(
+        f"CREATE TABLE IF NOT EXISTS {SCHEMA}.sqs_dead_letters"
+        " (job_id bigint PRIMARY KEY, source text NOT NULL)"
+    )
 
 
 def downgrade() -> None:
     lock_tables("queues")
-    op.execute(f"DROP TABLE IF EXISTS {SCHEMA}.sqs_deleted_queues")
+    op.execute(f"DROP TABLE IF EXISTS {SCHEMA}.sqs_deleted_queues, {SCHEMA}.sqs_dead_letters")
     op.execute(
         f"ALTER TABLE {SCHEMA}.queues DROP COLUMN IF EXISTS sqs_tags, DROP COLUMN IF EXISTS sqs_purged_at"
     )
