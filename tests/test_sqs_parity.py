@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from test_sqs_query import PROTOCOLS, client_for, query_model  # noqa: F401 - a fixture
 from waiting import equals, states, until
 
-from app.sqs.protocol import job_id_of
+from app.sqs.protocol import job_id_of, md5_of_attributes
 
 pytestmark = pytest.mark.anyio
 
@@ -253,3 +253,30 @@ async def test_without_a_dead_letter_queue_dead_jobs_stay_for_jobqs_dead_letter_
     async with httpx.AsyncClient(base_url=service.url) as http:
         (listed,) = (await http.get("/dead", params={"queue": "orphan"})).json()["jobs"]
     assert listed["payload"] == "dies"
+
+
+async def test_what_sqs_refuses_is_refused(sqs):
+    url = sqs.create_queue(QueueName="checked")["QueueUrl"]
+    for group in ("", " ", "g" * 129):
+        with pytest.raises(ClientError) as exc:
+            sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId=group)
+        assert error_code(exc) == "InvalidParameterValue", group
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageDeduplicationId="d")  # a FIFO queue's
+    assert error_code(exc) == "InvalidParameterValue"
+    for attributes in ({"ContentBasedDeduplication": "true"}, {"FifoThroughputLimit": "perQueue"}):
+        with pytest.raises(ClientError) as exc:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes=attributes)
+        assert error_code(exc) == "InvalidAttributeName"
+    big = [{"Id": str(i), "MessageBody": "x" * 200_000} for i in range(6)]  # each fits, together not
+    with pytest.raises(ClientError) as exc:
+        sqs.send_message_batch(QueueUrl=url, Entries=big)
+    assert error_code(exc) in ("BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong")
+
+
+async def test_a_send_with_system_attributes_answers_their_digest(sqs):
+    url = sqs.create_queue(QueueName="digested")["QueueUrl"]
+    header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    system = {"AWSTraceHeader": {"DataType": "String", "StringValue": header}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes=system)
+    assert sent["MD5OfMessageSystemAttributes"] == md5_of_attributes(system)

@@ -25,6 +25,8 @@ from botocore.exceptions import ClientError
 from test_sqs import sqs_client
 from waiting import states
 
+from app.sqs import query
+from app.sqs.actions import ACTIONS
 from app.sqs.protocol import job_id_of
 from tests.fixtures import tool_missing
 
@@ -276,3 +278,7 @@ async def test_a_form_another_site_makes_a_browser_post_is_refused(service, db):
         )
     assert forged.status_code == 403
     assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'forged'") == 0
+
+
+def test_the_query_protocol_serves_every_action():
+    assert set(query.ACTIONS) == set(ACTIONS)
