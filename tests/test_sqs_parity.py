@@ -280,3 +280,17 @@ async def test_a_send_with_system_attributes_answers_their_digest(sqs):
     system = {"AWSTraceHeader": {"DataType": "String", "StringValue": header}}
     sent = sqs.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes=system)
     assert sent["MD5OfMessageSystemAttributes"] == md5_of_attributes(system)
+
+
+async def test_the_x_ray_header_is_a_sends_trace_header(sqs):
+    """In either wire format (the JSON one in full in tests/test_sqs_tracing.py)."""
+    url = sqs.create_queue(QueueName="traced")["QueueUrl"]
+    header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+
+    def trace(request, **_):
+        request.headers["X-Amzn-Trace-Id"] = header
+
+    sqs.meta.events.register("before-send.sqs.SendMessage", trace)
+    sqs.send_message(QueueUrl=url, MessageBody="x")
+    (message,) = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+    assert message["Attributes"]["AWSTraceHeader"] == header
