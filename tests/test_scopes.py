@@ -87,6 +87,7 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/ui/schedules/{name}/resume"): set(),
     ("POST", "/ui/schedules/{name}/trigger"): set(),
     ("POST", "/"): SQS,
+    ("POST", "/{account:int}/{queue}"): SQS,  # the Query protocol at a queue's URL
 }
 ROLE_TOKENS = {f"t-{role}": role for role in ("producer", "worker", "viewer", "admin")}
 PATH_VALUES = {"{id}": "1", "{queue}": "q", "{name}": "ui.js"}
