@@ -207,6 +207,15 @@ def _queue_locks(source: str) -> str:
 
 LOCKED = "(SELECT count(*) FROM locked) > 0"
 
+
+def _queues_made(source: str) -> str:
+    """The CTEs `locked` (_queue_locks) and `new_queues`: each queue of `source` locked, then made if it
+    does not exist. A statement that puts jobs into queues reads them first and filters by LOCKED."""
+    return f"""{_queue_locks(source)}, new_queues AS (
+        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
+    )"""
+
+
 # Insert a batch of jobs that have no dedup_key (one job is a batch of one), creating their queues on
 # first use: the common case, and the cheapest statement that does it.
 # - Columns go in as arrays, one element per job; a column the whole batch leaves at its default goes in
@@ -237,9 +246,7 @@ _INSERT_NEW = f"""
     )"""
 # The jobs' queues locked and created on first use, the jobs inserted (`j`), and the wake-up sent.
 _ENQUEUE_NEW_CTES = f"""
-    WITH {_queue_locks("unnest(:queues::text[]) AS t(queue)")}, new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
-    ), {_INSERT_NEW}, {_notify("j")}"""
+    WITH {_queues_made("unnest(:queues::text[]) AS t(queue)")}, {_INSERT_NEW}, {_notify("j")}"""
 # The answer: one row of arrays, in id order.
 _NEW_JOBS_ROW = f"""
     SELECT array_agg(j.id ORDER BY j.id) AS ids,
@@ -273,9 +280,7 @@ ENQUEUE = Query.define(
                     :traceparents::text[], :tracestates::text[], :dedup_keys::text[])
              WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, kind, key,
                                   traceparent, tracestate, dedup_key, ord)
-    ), {_queue_locks("input")}, new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
-    ), j AS (
+    ), {_queues_made("input")}, j AS (
         INSERT INTO jobq.jobs AS j
             (id, queue, payload, priority, run_at, max_attempts, kind, key, traceparent, tracestate,
              dedup_key)
@@ -1274,9 +1279,7 @@ REDRIVE_DEAD = Query.define(
         ORDER BY j.id
         LIMIT :batch
         FOR UPDATE OF j SKIP LOCKED
-    ), {_queue_locks("doomed")}, new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
-    ), moved AS (
+    ), {_queues_made("doomed")}, moved AS (
         UPDATE jobq.jobs j
         SET status = 'pending', queue = d.queue, attempts = 0, max_attempts = NULL, dedup_key = NULL,
             run_at = now(), lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, updated_at = now()
@@ -1304,9 +1307,7 @@ RETURN_DEAD_LETTERS = Query.define(
         ORDER BY j.id
         LIMIT :batch
         FOR UPDATE OF j SKIP LOCKED
-    ), {_queue_locks("back")}, new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
-    ), moved AS (
+    ), {_queues_made("back")}, moved AS (
         UPDATE jobq.jobs j
         SET queue = b.queue, attempts = 0, max_attempts = NULL, run_at = now(), updated_at = now()
         FROM back b
@@ -1807,9 +1808,7 @@ NEXT_DUE = Query.define(
 FIRE_SCHEDULE = Query.define(
     "fire_schedule",
     f"""
-    WITH {_queue_locks("jobq.schedules WHERE name = :name")}, new_queues AS (
-        INSERT INTO jobq.queues (name) SELECT queue FROM locked ON CONFLICT DO NOTHING
-    ), j AS (
+    WITH {_queues_made("jobq.schedules WHERE name = :name")}, j AS (
         INSERT INTO jobq.jobs AS j
             (queue, payload, priority, max_attempts, kind, key, schedule, schedule_slot)
         SELECT s.queue, s.payload, s.priority, s.max_attempts, s.kind, s.key, s.name, slot

@@ -322,15 +322,16 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         fifo_queues.check_token(attempt, "ReceiveRequestAttemptId")
     system = _system_names(body)
     row = await queue_row(ctx, name)
-    fifo = fifo_of(kept_attributes(row))
+    kept = kept_attributes(row)
+    fifo = fifo_of(kept)
     if fifo is None:
         attempt = None  # SQS honours it on FIFO queues only
     if wait is None:
-        wait = int(kept_attributes(row).get("ReceiveMessageWaitTimeSeconds", 0))
-    if visibility is None and kept_attributes(row).get("VisibilityTimeout") == "0":
+        wait = int(kept.get("ReceiveMessageWaitTimeSeconds", 0))
+    if visibility is None and kept.get("VisibilityTimeout") == "0":
         visibility = 0
     timeout = float(visibility) if visibility is not None else None
-    retention = kept_attributes(row).get("MessageRetentionPeriod")
+    retention = kept.get("MessageRetentionPeriod")
     deadline = time.monotonic() + wait
     while True:
         left = max(0.0, deadline - time.monotonic())

@@ -100,7 +100,7 @@ async def list_queue_tags(ctx: Context, body: Body) -> Body:
         tags = await conn.fetchval(sq.QUEUE_TAGS.text, *sq.QUEUE_TAGS.args(queue=name))
     if tags is None:
         raise queue_does_not_exist(name)
-    tags = json.loads(tags) if isinstance(tags, str) else tags
+    tags = _json(tags)
     return {"Tags": tags} if tags else {}
 
 
