@@ -61,8 +61,9 @@ log = logging.getLogger("jobq.migrations")
 # do not all agree: enqueue takes `queues` first, but a prepared lease, nack or lease expiry takes `jobs`
 # first (seen in pg_locks). No order of ACCESS EXCLUSIVE locks on both tables avoids every cycle, so
 # `lock_tables` takes them in this order and bounds its waiting, so that the step gives way, never a
-# statement of the service (see there).
-LOCK_ORDER = ("queues", "jobs")
+# statement of the service (see there). jobs_history comes after jobs: a statement that finishes jobs
+# deletes them from jobs, then inserts them there.
+LOCK_ORDER = ("queues", "jobs", "jobs_history")
 
 # The lock waits in force (both in ms; lock_timeout 0 is "for ever").
 LOCK_TIMEOUTS = """
@@ -221,15 +222,44 @@ END $$
 """
 
 
-def build_index(name: str, definition: str, *, unique: bool = False) -> None:
-    """Build an index on jobq.jobs without blocking writes (CREATE INDEX CONCURRENTLY `definition`, e.g.
+def build_index(name: str, definition: str, *, unique: bool = False, table: str = "jobs") -> None:
+    """Build an index on jobq.`table` without blocking writes (CREATE INDEX CONCURRENTLY `definition`, e.g.
     "(queue, id)"), again after a build that failed. Call it inside `op.get_context().autocommit_block()`:
     a concurrent build cannot run in a transaction."""
     from alembic import op
 
     op.execute(_DROP_INVALID_INDEX.format(schema=SCHEMA, name=name))
     kind = "UNIQUE INDEX" if unique else "INDEX"
-    op.execute(f"CREATE {kind} CONCURRENTLY IF NOT EXISTS {name} ON {SCHEMA}.jobs {definition}")
+    op.execute(f"CREATE {kind} CONCURRENTLY IF NOT EXISTS {name} ON {SCHEMA}.{table} {definition}")
+
+
+# The partitions of {table} without an index attached to its partitioned index {name}.
+_PARTITIONS_WITHOUT = """
+SELECT c.relname FROM pg_inherits p JOIN pg_class c ON c.oid = p.inhrelid
+WHERE p.inhparent = '{schema}.{table}'::regclass
+  AND NOT EXISTS (SELECT FROM pg_inherits pi JOIN pg_index x ON x.indexrelid = pi.inhrelid
+                  WHERE pi.inhparent = '{schema}.{name}'::regclass AND x.indrelid = c.oid)
+ORDER BY c.relname
+"""
+
+
+def build_partitioned_index(table: str, name: str, definition: str, *, unique: bool = False) -> None:
+    """Build index `name` on the partitioned table jobq.`table` without blocking writes: the parent's index
+    alone first (`ON ONLY`, invalid until every partition has one attached), then each partition's
+    CONCURRENTLY, attached as soon as it is built (`<partition>_<name>`); PostgreSQL marks the parent's
+    valid once the last is attached, and builds a partition's own when a partition is attached later.
+    Run again after a failed build, it goes on from where it stopped. Call it inside
+    `op.get_context().autocommit_block()`, holding off whatever makes or drops partitions meanwhile."""
+    from alembic import op
+
+    bind = op.get_bind()
+    kind = "UNIQUE INDEX" if unique else "INDEX"
+    op.execute(f"CREATE {kind} IF NOT EXISTS {name} ON ONLY {SCHEMA}.{table} {definition}")
+    missing = _PARTITIONS_WITHOUT.format(schema=SCHEMA, table=table, name=name)
+    for (partition,) in bind.execute(text(missing)).all():
+        own = f"{partition}_{name}"[:63]
+        build_index(own, definition, unique=unique, table=partition)
+        op.execute(f"ALTER INDEX {SCHEMA}.{name} ATTACH PARTITION {SCHEMA}.{own}")
 
 
 def describe_blockers(rows: list) -> str:

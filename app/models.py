@@ -21,6 +21,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     Text,
     func,
     text,
@@ -249,17 +250,10 @@ class Job(JobColumns, Base):
         # The dead-letter list, newest first, per queue or across queues.
         Index("ix_jobs_dead", "queue", "id", postgresql_where=text("status = 'dead'")),
         # A queue's jobs of every status, newest first (GET /jobs?queue=). Unique, as the primary key
-        # of a jobs table distributed by queue would be (README: Scaling out).
+        # of a jobs table distributed by queue would be (README: Scaling out). The primary key stays on
+        # id alone on one server: the claims' plans rely on a unique index on id (app/queries.py, LEASE).
         Index("uq_jobs_queue_id", "queue", "id", unique=True),
-        # One job per schedule slot, however many replicas fire (app/jobs/schedules.py); per queue too,
-        # as a distributed table needs. The first goes once no code names it as an arbiter (0014).
-        Index(
-            "uq_jobs_schedule_slot",
-            "schedule",
-            "schedule_slot",
-            unique=True,
-            postgresql_where=text("schedule_slot IS NOT NULL"),
-        ),
+        # One job per schedule slot, however many replicas fire (app/jobs/schedules.py).
         Index(
             "uq_jobs_queue_schedule_slot",
             "queue",
@@ -310,13 +304,16 @@ class JobHistory(JobColumns, Base):
 
     __tablename__ = "jobs_history"
     __table_args__ = (
-        # A queue's finished jobs, newest first (GET /jobs?queue=); the primary key finds one by id.
-        Index("ix_jobs_history_queue_id", "queue", "id"),
+        # The key names the queue, as a table distributed by queue needs (README: Scaling out), and
+        # holds purge_after, as a partitioned table's must; it serves a queue's finished jobs, newest
+        # first (GET /jobs?queue=). ix_jobs_history_id finds one by id.
+        PrimaryKeyConstraint("queue", "id", "purge_after", name="pk_jobs_history"),
+        Index("ix_jobs_history_id", "id"),
         {"postgresql_partition_by": "RANGE (purge_after)"},
     )
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    purge_after: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger)
+    purge_after: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class Key(Base):

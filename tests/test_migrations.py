@@ -383,10 +383,10 @@ async def test_no_deadlock_under_mixed_load_while_migrating(
 
 
 def test_lock_tables_takes_the_service_order():
-    assert migrations.LOCK_ORDER == ("queues", "jobs")
+    assert migrations.LOCK_ORDER == ("queues", "jobs", "jobs_history")
     with pytest.raises(ValueError, match="LOCK_ORDER"):
         migrations.lock_order(["jobs", "unheard_of"])
-    assert migrations.lock_order(["jobs", "queues"]) == ["queues", "jobs"]
+    assert migrations.lock_order(["jobs_history", "jobs", "queues"]) == ["queues", "jobs", "jobs_history"]
 
 
 # --- point 6: rolling upgrades and rollbacks --------------------------------------------------------
@@ -692,3 +692,93 @@ async def test_0010_adds_the_receive_attempts_table_beside_existing_jobs_and_goe
     assert await db.fetchval("SELECT key FROM jobq.jobs WHERE id = $1", job) == "group"
     await asyncio.to_thread(migrations.upgrade, database_url)
     assert await db.fetchval("SELECT count(*) FROM jobq.sqs_receive_attempts") == 0
+
+
+# --- revision 0019: keys that name the queue ---------------------------------------------------------
+
+# Each table's (and each jobs_history partition's) primary key, its columns in order.
+KEYS = """
+SELECT t.relname, array_agg(a.attname::text ORDER BY array_position(i.indkey::int2[], a.attnum))
+FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
+JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY(i.indkey)
+WHERE i.indisprimary AND t.relnamespace = 'jobq'::regnamespace AND t.relname LIKE 'jobs%'
+GROUP BY 1
+"""
+FINISHED_JOB = """
+INSERT INTO jobq.jobs_history (id, queue, status, payload, priority, run_at, attempts, created_at,
+                               updated_at, completed_at, awaited, purge_after)
+VALUES (nextval('jobq.jobs_id_seq'), 'q', 'completed', '"done"', 0, now(), 1, now(), now(), now(), false, $1)
+RETURNING id
+"""
+
+
+async def make_partition(db, day) -> None:
+    from app.jobs import history
+
+    async with db.transaction():
+        for statement in history._make(day):
+            await db.execute(statement)
+
+
+async def test_0019_keys_the_history_by_queue_without_a_rebuild_under_lock_and_goes_back(database_url, db):
+    from datetime import UTC, datetime, timedelta
+
+    from app.jobs import history
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0018")
+    today = datetime.now(UTC).date()
+    await make_partition(db, today)
+    waiting = await db.fetchval("SELECT jobq.enqueue('q', '1')")
+    in_day = await db.fetchval(FINISHED_JOB, datetime.now(UTC) + timedelta(hours=1))
+    in_default = await db.fetchval(FINISHED_JOB, datetime(2100, 1, 1, tzinfo=UTC))
+    day = history.partition_name(today)
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0019")
+    by_queue = ["queue", "id", "purge_after"]
+    assert dict(await db.fetch(KEYS)) == {
+        "jobs": ["id"],
+        "jobs_history": by_queue,
+        day: by_queue,
+        "jobs_history_default": by_queue,
+    }
+    invalid = await db.fetch(
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE c.relnamespace = 'jobq'::regnamespace AND NOT i.indisvalid"
+    )
+    assert invalid == []
+    gone = ["uq_jobs_schedule_slot", "ix_jobs_history_queue_id"]
+    assert [await db.fetchval("SELECT to_regclass($1)", f"jobq.{name}") for name in gone] == [None] * 2
+    # Every job is where it was, and a finished one found by id alone through the new index.
+    found = await db.fetch("SELECT id, status FROM jobq.all_jobs ORDER BY id")
+    assert [tuple(r) for r in found] == [
+        (waiting, "pending"),
+        (in_day, "completed"),
+        (in_default, "completed"),
+    ]
+    by_id = await db.fetchval(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'jobq.ix_jobs_history_id'::regclass"
+    )
+    assert by_id == 2  # each partition's index on id, attached
+    # A partition the service makes afterwards takes the new key from its parent.
+    tomorrow = history.partition_name(today + timedelta(days=1))
+    await make_partition(db, today + timedelta(days=1))
+    assert dict(await db.fetch(KEYS))[tomorrow] == by_queue
+    # The key refuses a second row of one job in one partition.
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await db.execute(
+            "INSERT INTO jobq.jobs_history SELECT * FROM jobq.jobs_history WHERE id = $1", in_default
+        )
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0018")
+    by_id = ["id", "purge_after"]
+    assert dict(await db.fetch(KEYS)) == {
+        "jobs": ["id"],
+        "jobs_history": by_id,
+        day: by_id,
+        tomorrow: by_id,
+        "jobs_history_default": by_id,
+    }
+    assert all([await db.fetchval("SELECT to_regclass($1)", f"jobq.{name}") for name in gone])
+    assert await db.fetchval("SELECT to_regclass('jobq.ix_jobs_history_id')") is None
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 3
+    await asyncio.to_thread(migrations.upgrade, database_url)

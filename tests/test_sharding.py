@@ -106,7 +106,39 @@ async def test_a_claim_reads_one_queue_by_equality(name, db):
         column = BY_QUEUE[node["Relation Name"]]
         # A job found by a scan of its queue may be looked up again by id in the same statement (to lock
         # it, to update it): a lookup of one row, on the shard the statement is routed to. Naming its
-        # queue there too made PostgreSQL plan the claims ten times slower (a scan of the queue's index).
+        # queue there too lets PostgreSQL plan the claims badly (app/queries.py, LEASE).
         looked_up = node.get("Index Cond", "").startswith("(id = ")
         where = f"{node['Node Type']} on {node['Relation Name']}: {conds}"
         assert f"{column} = " in conds or looked_up, where
+
+
+# The tables a distributed schema splits by queue, with their queue column; a unique index of such a
+# table must hold it (Citus enforces uniqueness within a shard only).
+DISTRIBUTED = {"jobs": "queue", "jobs_history": "queue", "keys": "queue", "queues": "name"}
+
+
+async def test_every_unique_index_of_a_table_split_by_queue_holds_the_queue(db):
+    rows = await db.fetch(
+        """SELECT t.relname AS table_name, c.relname AS index_name,
+                  array_agg(a.attname::text ORDER BY array_position(i.indkey::int2[], a.attnum)) AS columns
+           FROM pg_index i
+           JOIN pg_class c ON c.oid = i.indexrelid
+           JOIN pg_class t ON t.oid = i.indrelid
+           JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY(i.indkey)
+           WHERE t.relnamespace = 'jobq'::regnamespace AND i.indisunique AND t.relname = ANY($1::text[])
+           GROUP BY 1, 2""",
+        list(DISTRIBUTED),
+    )
+    assert {r["table_name"] for r in rows} == set(DISTRIBUTED)
+    lacking = [
+        (r["table_name"], r["index_name"]) for r in rows if DISTRIBUTED[r["table_name"]] not in r["columns"]
+    ]
+    # jobs' primary key stays on id on one server, since the claims' plans rely on it (app/queries.py,
+    # LEASE); uq_jobs_queue_id is the key a distributed table would have.
+    assert lacking == [("jobs", "pk_jobs")]
+    keys = {
+        r["index_name"]: r["columns"]
+        for r in rows
+        if r["index_name"] in ("uq_jobs_queue_id", "pk_jobs_history")
+    }
+    assert keys == {"uq_jobs_queue_id": ["queue", "id"], "pk_jobs_history": ["queue", "id", "purge_after"]}
