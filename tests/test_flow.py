@@ -359,3 +359,53 @@ async def test_rates_hold_window_after_window_under_a_backlog(a, b, db):
         starts = [bisect.bisect_left(times, times[0] + k * period) for k in range(RATE_WINDOWS + 1)]
         per_window = [end - start for start, end in itertools.pairwise(starts)]
         assert min(per_window) >= 0.95 * limit, f"{group}: leases per window {per_window}"
+
+
+# --- the claim's plans ------------------------------------------------------------------------------
+
+KEYS_50 = [f"k{n}" for n in range(50)]
+SLOTS_100 = {"worker_ids": ["w"] * 100, "visibility_timeouts": [30.0] * 100}
+CLAIM_STATEMENTS = {
+    "flow_keys": (q.FLOW_KEYS, {"queue": "q", "after": "", "scan": 52, "reach": 208}),
+    "flow_keys_rated": (q.FLOW_KEYS_RATED, {"queue": "q", "after": "", "scan": 52, "reach": 208}),
+    "lease_flow": (q.LEASE_FLOW, {"queue": "q", "keys": KEYS_50, "lookahead": 100, **SLOTS_100}),
+    "lease_flow_rated": (q.LEASE_FLOW_RATED, {"queue": "q", "keys": KEYS_50, "lookahead": 100, **SLOTS_100}),
+}
+
+
+class _Planned(Exception):
+    """Leaves the transaction a plan was read in (EXPLAIN of a statement that changes rows runs nothing,
+    but its settings stay local to it)."""
+
+
+@pytest.mark.parametrize("name", sorted(CLAIM_STATEMENTS))
+async def test_a_flow_claim_reads_by_index_whatever_the_estimates(name, db):
+    """Estimates can make PostgreSQL prefer reading a whole table to walking an index: in service,
+    statistics from a time the jobs had no keys made it walk the keys by reading and sorting the whole
+    table, once per key. Here random_page_cost makes every index read look dear; the claim's settings
+    (FLOW_PLANS) still read every table by index."""
+    from app.jobs.flow import FLOW_PLANS
+
+    await db.execute("INSERT INTO jobq.queues (name, key_concurrency, flow) VALUES ('q', 2, true)")
+    await db.execute(
+        "INSERT INTO jobq.jobs (queue, key, payload) SELECT 'q', 'k' || (g % 100), '{}'"
+        " FROM generate_series(1, 5000) g"
+    )
+    await db.execute("ANALYZE jobq.jobs")
+    query, args = CLAIM_STATEMENTS[name]
+
+    async def plan(*settings: str) -> str:
+        try:
+            async with db.transaction():
+                for setting in settings:
+                    await db.execute(setting)
+                explain = await db.prepare(f"EXPLAIN {query.text}")
+                text = "\n".join(r[0] for r in await explain.fetch(*query.args(**args)))
+                raise _Planned(text)
+        except _Planned as planned:
+            return str(planned)
+
+    dear = "SET LOCAL random_page_cost = 100000"
+    assert "Seq Scan on jobs" in await plan(dear)  # what these estimates alone would do
+    claimed = await plan(dear, FLOW_PLANS)
+    assert "Seq Scan" not in claimed and "Bitmap" not in claimed, claimed
