@@ -10,6 +10,7 @@ import os
 import time
 from urllib.parse import quote
 
+import asyncpg
 import httpx
 import pytest
 from helpers import STATUS_HISTORY, assert_problem
@@ -409,3 +410,27 @@ async def test_a_flow_claim_reads_by_index_whatever_the_estimates(name, db):
     assert "Seq Scan on jobs" in await plan(dear)  # what these estimates alone would do
     claimed = await plan(dear, FLOW_PLANS)
     assert "Seq Scan" not in claimed and "Bitmap" not in claimed, claimed
+
+
+async def test_a_claim_that_fails_rolls_back_and_frees_its_keys(database_url, db):
+    """The claim's transaction (BEGIN with its settings in one round trip) is rolled back when a
+    statement fails: no key lock outlives it, the connection goes back to the pool clean, and the next
+    claim leases."""
+    from helpers import open_database
+
+    from app.jobs import flow
+
+    await db.execute("INSERT INTO jobq.queues (name, key_concurrency, flow) VALUES ('q', 1, true)")
+    await db.execute("INSERT INTO jobq.jobs (queue, key, payload) VALUES ('q', 'a', '1'), ('q', 'b', '2')")
+    async with open_database(database_url, pool_max_size=1) as database:
+        settings = await flow.queue_flow(database, "q")
+        with pytest.raises(asyncpg.DataError):  # a lease deadline past the end of time: interval out of range
+            await flow.lease_flow(database, "q", settings, [1e300, 1e300], [None, None])
+        async with database.acquire() as conn:
+            assert not conn.is_in_transaction()
+            locks = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            assert await conn.fetchval(locks) == 0
+            assert await conn.fetchval("SHOW enable_seqscan") == "on"
+        claim = await flow.lease_flow(database, "q", settings, [30.0, 30.0], [None, None])
+    assert sorted(r["key"] for r in claim.rows) == ["a", "b"]
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running'") == 2

@@ -30,6 +30,7 @@ import contextlib
 import json
 import math
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -160,6 +161,23 @@ FLOW_PLANS = (
 )
 
 
+@contextlib.asynccontextmanager
+async def _planned_transaction(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """The claim's transaction, begun with its settings in one round trip (BEGIN and FLOW_PLANS in one
+    simple query, where conn.transaction() would take two), committed, or rolled back on any error."""
+    await conn.execute(f"BEGIN; {FLOW_PLANS}")
+    try:
+        yield
+    except BaseException:
+        # A rollback that fails leaves the connection to the pool, which resets or drops it; the
+        # claim's own error is the one to raise.
+        if not conn.is_closed():
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
+
+
 async def _claim(
     db: Database, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
 ) -> tuple[FlowClaim, list[asyncio.Event]]:
@@ -183,8 +201,7 @@ async def _claim(
     claiming = known.claiming.setdefault(queue, set())
     mine = asyncio.Event()
     try:
-        async with whole, db.acquire() as conn, conn.transaction():
-            await conn.execute(FLOW_PLANS)
+        async with whole, db.acquire() as conn, _planned_transaction(conn):
             async with walking:
                 others = list(claiming)
                 claiming.add(mine)
