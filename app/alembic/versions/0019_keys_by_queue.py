@@ -36,9 +36,15 @@ compatible_from = "0014"
 
 SCHEMA = "jobq"
 
-# The service's lock on making and dropping jobs_history's partitions, held here for the session.
+# The service's lock on making and dropping jobs_history's partitions, held here for the session. A step
+# retried after a lock timeout takes it again (session locks count), so it is let go of as often as held.
 HOLD_PARTITIONS = "SELECT pg_advisory_lock(hashtext('jobq.history'))"
-RELEASE_PARTITIONS = "SELECT pg_advisory_unlock(hashtext('jobq.history'))"
+RELEASE_PARTITIONS = """
+DO $$ BEGIN
+    PERFORM set_config('client_min_messages', 'error', true);  -- the last unlock finds it free: no warning
+    WHILE pg_advisory_unlock(hashtext('jobq.history')) LOOP END LOOP;
+END $$
+"""
 
 PARTITIONS = f"""
 SELECT c.relname FROM pg_inherits p JOIN pg_class c ON c.oid = p.inhrelid
