@@ -139,6 +139,22 @@ async def row(db: asyncpg.Connection, job_id: int) -> asyncpg.Record | None:
     return await db.fetchrow("SELECT * FROM jobq.all_jobs WHERE id = $1", job_id)
 
 
+async def index_columns(db: asyncpg.Connection, where: str, *args: Any) -> list[asyncpg.Record]:
+    """The indexes of jobq's tables that `where` picks (over pg_index `i` and the table `t`): each as
+    `table_name`, `index_name` and `columns`, in the index's own order."""
+    return await db.fetch(
+        f"""SELECT t.relname AS table_name, c.relname AS index_name,
+                   array_agg(a.attname::text ORDER BY array_position(i.indkey::int2[], a.attnum)) AS columns
+            FROM pg_index i
+            JOIN pg_class c ON c.oid = i.indexrelid
+            JOIN pg_class t ON t.oid = i.indrelid
+            JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY(i.indkey)
+            WHERE t.relnamespace = 'jobq'::regnamespace AND ({where})
+            GROUP BY 1, 2""",
+        *args,
+    )
+
+
 async def db_now(db: asyncpg.Connection) -> datetime:
     """The database's clock (the start of its current transaction), which deadlines are set by."""
     return await db.fetchval("SELECT now()")

@@ -23,7 +23,7 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from helpers import assert_problem
+from helpers import assert_problem, index_columns
 from service_process import JOBQ, jobq_env
 from waiting import until
 
@@ -696,14 +696,13 @@ async def test_0010_adds_the_receive_attempts_table_beside_existing_jobs_and_goe
 
 # --- revision 0019: keys that name the queue ---------------------------------------------------------
 
-# Each table's (and each jobs_history partition's) primary key, its columns in order.
-KEYS = """
-SELECT t.relname, array_agg(a.attname::text ORDER BY array_position(i.indkey::int2[], a.attnum))
-FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
-JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY(i.indkey)
-WHERE i.indisprimary AND t.relnamespace = 'jobq'::regnamespace AND t.relname LIKE 'jobs%'
-GROUP BY 1
-"""
+
+async def primary_keys(db) -> dict[str, list[str]]:
+    """Each jobs table's (and each jobs_history partition's) primary key, its columns in order."""
+    rows = await index_columns(db, "i.indisprimary AND t.relname LIKE 'jobs%'")
+    return {r["table_name"]: r["columns"] for r in rows}
+
+
 FINISHED_JOB = """
 INSERT INTO jobq.jobs_history (id, queue, status, payload, priority, run_at, attempts, created_at,
                                updated_at, completed_at, awaited, purge_after)
@@ -713,6 +712,8 @@ RETURNING id
 
 
 async def make_partition(db, day) -> None:
+    """`day`'s partition of jobs_history, made as the service makes it (app/jobs/history.py: a table of
+    its own, then attached), which is how a partition takes its parent's keys and indexes."""
     from app.jobs import history
 
     async with db.transaction():
@@ -735,7 +736,7 @@ async def test_0019_keys_the_history_by_queue_without_a_rebuild_under_lock_and_g
 
     await asyncio.to_thread(migrations.upgrade, database_url, "0019")
     by_queue = ["queue", "id", "purge_after"]
-    assert dict(await db.fetch(KEYS)) == {
+    assert await primary_keys(db) == {
         "jobs": ["id"],
         "jobs_history": by_queue,
         day: by_queue,
@@ -762,7 +763,7 @@ async def test_0019_keys_the_history_by_queue_without_a_rebuild_under_lock_and_g
     # A partition the service makes afterwards takes the new key from its parent.
     tomorrow = history.partition_name(today + timedelta(days=1))
     await make_partition(db, today + timedelta(days=1))
-    assert dict(await db.fetch(KEYS))[tomorrow] == by_queue
+    assert (await primary_keys(db))[tomorrow] == by_queue
     # The key refuses a second row of one job in one partition.
     with pytest.raises(asyncpg.UniqueViolationError):
         await db.execute(
@@ -771,7 +772,7 @@ async def test_0019_keys_the_history_by_queue_without_a_rebuild_under_lock_and_g
 
     await asyncio.to_thread(migrations.downgrade, database_url, "0018")
     by_id = ["id", "purge_after"]
-    assert dict(await db.fetch(KEYS)) == {
+    assert await primary_keys(db) == {
         "jobs": ["id"],
         "jobs_history": by_id,
         day: by_id,

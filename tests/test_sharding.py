@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import index_columns
 
 from app import queries as q
 
@@ -118,17 +119,7 @@ DISTRIBUTED = {"jobs": "queue", "jobs_history": "queue", "keys": "queue", "queue
 
 
 async def test_every_unique_index_of_a_table_split_by_queue_holds_the_queue(db):
-    rows = await db.fetch(
-        """SELECT t.relname AS table_name, c.relname AS index_name,
-                  array_agg(a.attname::text ORDER BY array_position(i.indkey::int2[], a.attnum)) AS columns
-           FROM pg_index i
-           JOIN pg_class c ON c.oid = i.indexrelid
-           JOIN pg_class t ON t.oid = i.indrelid
-           JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY(i.indkey)
-           WHERE t.relnamespace = 'jobq'::regnamespace AND i.indisunique AND t.relname = ANY($1::text[])
-           GROUP BY 1, 2""",
-        list(DISTRIBUTED),
-    )
+    rows = await index_columns(db, "i.indisunique AND t.relname = ANY($1::text[])", list(DISTRIBUTED))
     assert {r["table_name"] for r in rows} == set(DISTRIBUTED)
     lacking = [
         (r["table_name"], r["index_name"]) for r in rows if DISTRIBUTED[r["table_name"]] not in r["columns"]
