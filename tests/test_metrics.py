@@ -267,13 +267,18 @@ async def test_a_snapshot_that_holds_back_vacuum_is_named_within_one_interval(st
     interval = 0.2
     service = start_service(metrics_interval=interval)
 
-    def refreshed_after(moment: float):
-        async def check() -> dict | None:  # the samples of the first refresh begun after `moment`
+    def finished_after(moment: float):
+        async def check() -> dict | None:
             samples = await scrape(client)
-            at = value(samples, "jobq_gauges_refreshed_timestamp_seconds")
-            return samples if at >= moment + interval else None
+            return samples if value(samples, "jobq_gauges_refreshed_timestamp_seconds") > moment else None
 
         return check
+
+    async def refreshed_after(moment: float) -> dict:
+        """The samples of a refresh begun after `moment`. The timestamp is taken when a refresh ends, so the
+        first to end after `moment` may have read the database before it; the one after that began later."""
+        first = await until(finished_after(moment))
+        return await until(finished_after(value(first, "jobq_gauges_refreshed_timestamp_seconds")))
 
     holder = await asyncpg.connect(database_url, server_settings={"application_name": "report-export"})
     try:
@@ -288,7 +293,7 @@ async def test_a_snapshot_that_holds_back_vacuum_is_named_within_one_interval(st
                 (job,) = (await post(client, "/lease", {"queue": "flow"}))["jobs"]
                 await post(client, "/ack", {"id": job["id"], "lease_token": job["lease_token"]})
 
-            samples = await until(refreshed_after(held_from))
+            samples = await refreshed_after(time.time())
             held_for = time.time() - held_from
             seconds = value(samples, "jobq_xmin_horizon_age_seconds", holder="session")
             assert 0 < seconds <= held_for + 1
@@ -313,7 +318,7 @@ async def test_a_snapshot_that_holds_back_vacuum_is_named_within_one_interval(st
 
             await tx.rollback()
 
-            await until(refreshed_after(time.time()))
+            await refreshed_after(time.time())
             ready = (await client.get("/readyz")).json()
             assert (ready["database_health"]["oldest_snapshot"] or {}).get("pid") != pid
             assert "report-export" not in (await client.get("/ui")).text
