@@ -139,6 +139,8 @@ class PromptServer(uvicorn.Server):
     async def shutdown(self, sockets: list | None = None) -> None:
         for server in self.servers:
             server.close()
+        for sock in sockets or []:
+            sock.close()
         for connection in list(self.server_state.connections):
             connection.shutdown()
         timeout = self.config.timeout_graceful_shutdown
