@@ -19,6 +19,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
+# How far back a repeated hour's start may lie from a time read in it: clocks go back by an hour (half an
+# hour on Lord Howe Island), never by more than this.
+FOLD_REACH = timedelta(hours=3)
+
 
 class CronError(ValueError):
     """A cron expression or time zone that cannot be used; the message says why, for people."""
@@ -50,12 +54,23 @@ class Cron:
         object.__setattr__(self, "_seconds", len(fields) == 6)
 
     def _walk(self, near: datetime, forward: bool) -> Iterator[datetime]:
-        """Slots as aware UTC datetimes, in order (forward or backward) from a few hours before (or after)
-        `near` on the wall clock: in a repeated hour the local reading of `near` may be the second, and
-        slots of the first must not be missed; callers filter by instant."""
+        """Slots as aware UTC datetimes, in order (forward or backward) from about `near` on the wall
+        clock; callers filter by instant.
+
+        Forward, the walk starts a second before `near`'s wall time: a slot later than `near` is never
+        earlier on the wall clock, since a repeated wall time is placed at its first reading. Backward, a
+        `near` read in the second reading of a repeated hour has slots of the first reading before it
+        that come later on the wall clock, so the walk starts past them: by as much as the clocks went
+        back in the few hours before `near` (nothing, nearly always). A walk begun hours away instead
+        took 10,800 steps for a schedule of every second, half a second of the event loop per firing."""
         zone: ZoneInfo = self._zone  # type: ignore[attr-defined]
-        margin = timedelta(hours=3 if forward else -3)
-        start = (near.astimezone(zone) - margin).replace(tzinfo=None)
+        reading = near.astimezone(zone).replace(tzinfo=None)
+        if forward:
+            start = reading - timedelta(seconds=1)
+        else:
+            before, at = (near - FOLD_REACH).astimezone(zone), near.astimezone(zone)
+            went_back = before.utcoffset() - at.utcoffset()  # type: ignore[operator]
+            start = reading + timedelta(seconds=1) + max(went_back, timedelta(0))
         steps = croniter(self.expression, start, second_at_beginning=self._seconds)  # type: ignore[attr-defined]
         step = steps.get_next if forward else steps.get_prev
         while True:

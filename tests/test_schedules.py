@@ -3,9 +3,11 @@ replicas, the lead moving when its holder dies, catch-up after downtime, and the
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
+from croniter import croniter
 from helpers import assert_problem, open_database
 from waiting import until
 
@@ -43,6 +45,54 @@ def test_a_slot_the_clocks_skip_is_skipped_and_a_repeated_one_fires_once():
     # 02:00-02:45 once (the first reading, CEST), nothing in the second reading (01:00-02:00 UTC).
     assert [s.strftime("%H:%M") for s in repeated_hour] == ["00:00", "00:15", "00:30", "00:45", "02:00"]
     assert quarter.latest(repeated_hour[-1], repeated_hour[0], 3) == repeated_hour[-3:]
+
+
+def _slots_by_the_hour(cron: Cron, after: datetime, until: datetime) -> list[datetime]:
+    """The slots after < slot <= until found the slow, plain way: every wall time from hours before
+    `after` to hours after `until`, each placed at its first reading, kept if it exists."""
+    zone = ZoneInfo(cron.timezone)
+    steps = croniter(cron.expression, (after - timedelta(hours=4)).astimezone(zone).replace(tzinfo=None))
+    found = []
+    while True:
+        wall = steps.get_next(datetime)
+        placed = wall.replace(tzinfo=zone)
+        if placed.astimezone(UTC).astimezone(zone).replace(tzinfo=None) != wall:
+            continue
+        if placed.astimezone(UTC) > until + timedelta(hours=4):
+            return sorted({s for s in found if after < s <= until})
+        found.append(placed.astimezone(UTC))
+
+
+@pytest.mark.parametrize(
+    "timezone, change",
+    [
+        ("Europe/Berlin", datetime(2026, 10, 25, 1, tzinfo=UTC)),  # back an hour
+        ("Europe/Berlin", datetime(2026, 3, 29, 1, tzinfo=UTC)),  # forward an hour
+        ("America/New_York", datetime(2026, 11, 1, 6, tzinfo=UTC)),
+        ("Australia/Lord_Howe", datetime(2026, 4, 4, 15, tzinfo=UTC)),  # back half an hour
+        ("UTC", datetime(2026, 11, 27, tzinfo=UTC)),
+    ],
+)
+def test_slots_near_a_change_of_the_clocks_are_those_of_every_wall_time(timezone, change):
+    """The walk starts next to the time asked about, not hours away; around a change of the clocks it
+    finds what a walk through every wall time of the hours around finds, forward and backward."""
+    for cron in (Cron("*/10 * * * *", timezone), Cron("15,45 1-3 * * *", timezone)):
+        for minutes in range(-150, 151, 5):
+            after = change + timedelta(minutes=minutes, seconds=7)
+            until = after + timedelta(minutes=95)
+            expected = _slots_by_the_hour(cron, after, until)
+            assert cron.slots(after, until) == expected, (cron, after)
+            assert cron.latest(until, after, 3) == expected[-3:], (cron, until)
+            assert cron.next_after(after) == _slots_by_the_hour(cron, after, after + timedelta(days=1))[0]
+    # A schedule of every second, away from the change: found a step or two from the time asked about.
+    every_second = Cron("* * * * * *", timezone)
+    near = change - timedelta(hours=4, microseconds=500_000)
+    assert next(every_second._walk(near, forward=True)) >= near - timedelta(seconds=1)
+    assert next(every_second._walk(near, forward=False)) <= near + timedelta(seconds=1)
+    assert every_second.next_after(near) == near.replace(microsecond=0) + timedelta(seconds=1)
+    assert every_second.latest(near, near - timedelta(seconds=3), 5) == [
+        near.replace(microsecond=0) - timedelta(seconds=i) for i in (2, 1, 0)
+    ]
 
 
 def test_six_fields_have_seconds_and_bad_expressions_say_why():
