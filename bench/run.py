@@ -99,15 +99,15 @@ class Bench:
             f"  {name:34} jobq {jobq:9.1f}  ref {reference:9.1f} {unit:7} ratio {jobq / reference:5.2f}  ({target})"
         )
 
-    async def alternate(self, jobq, reference) -> tuple[float, float]:
-        """Medians of `repeat` alternating runs of two measurements (each returns a rate)."""
-        a, b = [], []
+    async def alternate(self, jobq, reference, *more) -> tuple[float, ...]:
+        """Medians of `repeat` alternating runs of two measurements or more (each returns a rate)."""
+        measures = (jobq, reference, *more)
+        rates: list[list[float]] = [[] for _ in measures]
         for _ in range(self.repeat):
-            await self.reset()
-            a.append(await jobq())
-            await self.reset()
-            b.append(await reference())
-        return statistics.median(a), statistics.median(b)
+            for measure, kept in zip(measures, rates, strict=True):
+                await self.reset()
+                kept.append(await measure())
+        return tuple(statistics.median(kept) for kept in rates)
 
     # --- scenarios -------------------------------------------------------------------------------------
 
@@ -147,9 +147,22 @@ class Bench:
                     self.dsn, self.queue("eb"), size, total, PAYLOAD_TEXT
                 )
 
-            j, r = await self.alternate(jobq, rawsql)
+            async def floor(size=size, total=total) -> float:
+                return total / await served.enqueue_batches(
+                    self.bare_url, self.queue("eb"), size, total, PAYLOAD
+                )
+
+            j, r, f = await self.alternate(jobq, rawsql, floor)
             self.record(
                 f"enqueue batch {size}", j, r, "jobs/s", ">= 0.5 x raw", f"raw INSERT ... unnest of {size}"
+            )
+            # What HTTP, JSON and Python cost alone: the same insert behind a bare ASGI endpoint
+            # (bench/bare_app.py), with an answer as large as jobq's.
+            self.record(
+                f"enqueue batch {size}, floor", f, r, "jobs/s", "-", "the same raw insert, served bare"
+            )
+            self.record(
+                f"enqueue batch {size} vs floor", j, f, "jobs/s", "-", "bare ASGI endpoint, raw insert"
             )
 
     async def drain_single(self) -> None:
@@ -795,7 +808,9 @@ async def main(args: argparse.Namespace) -> None:
         bare = BareApp(dsn)
         await asyncio.sleep(2)
         if bare.process.poll() is not None:  # a stale reference would answer in its place
-            raise RuntimeError(f"the bare FastAPI reference exited at start (is {bare.url} in use?)")
+            raise RuntimeError(
+                f"the bare references (bench/bare_app.py) exited at start (is {bare.url} in use?)"
+            )
         bench = Bench(dsn, service, bare.url, args.repeat, 0.25 if args.quick else 1.0)
         try:
             for name in chosen:
