@@ -64,12 +64,12 @@ class Cron:
         back in the few hours before `near` (nothing, nearly always). A walk begun hours away instead
         took 10,800 steps for a schedule of every second, half a second of the event loop per firing."""
         zone: ZoneInfo = self._zone  # type: ignore[attr-defined]
-        reading = near.astimezone(zone).replace(tzinfo=None)
+        local = near.astimezone(zone)
+        reading = local.replace(tzinfo=None)
         if forward:
             start = reading - timedelta(seconds=1)
         else:
-            before, at = (near - FOLD_REACH).astimezone(zone), near.astimezone(zone)
-            went_back = before.utcoffset() - at.utcoffset()  # type: ignore[operator]
+            went_back = (near - FOLD_REACH).astimezone(zone).utcoffset() - local.utcoffset()  # type: ignore[operator]
             start = reading + timedelta(seconds=1) + max(went_back, timedelta(0))
         steps = croniter(self.expression, start, second_at_beginning=self._seconds)  # type: ignore[attr-defined]
         step = steps.get_next if forward else steps.get_prev
