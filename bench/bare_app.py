@@ -4,8 +4,9 @@
   pydantic, one INSERT through an asyncpg pool, acquired once, no reset query on release, a JSON answer).
 - Batch enqueue, the floor under any Python service: `POST /jobs/batch` answered by a bare ASGI callable
   with no framework and no checks. It reads the body with orjson, runs the raw reference's
-  `INSERT ... unnest` (bench/raw.py) and answers each job with the fields jobq answers, so the answer
-  is as large; what it costs above the raw insert is what HTTP, JSON and Python cost alone.
+  `INSERT ... unnest` (bench/raw.py; here it also returns the timestamps the answer needs) and answers
+  each job with the fields jobq answers, so the answer is as large; what it costs above the raw insert
+  is what HTTP, JSON and Python cost alone.
 
 Run: JOBQ_DATABASE_URL=... uvicorn bench.bare_app:app
 """
