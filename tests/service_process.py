@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,10 +25,32 @@ def jobq_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports for servers the tests start, below the range the kernel draws a connection's own port from: a
+# port found free there (bind to port 0) could be taken by any outgoing connection before the server
+# bound it, and the cluster of test_failover makes dozens in the seconds before its last node starts.
+# Each port is handed out once per process, so two asked for in a row always differ.
+_TOP = min(_ephemeral_start(), 32768)
+_PORTS = random.Random().sample(range(max(1024, _TOP - 12000), _TOP), k=4000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port on 127.0.0.1 that nothing listens on, outside the kernel's ephemeral range."""
+    while _PORTS:
+        port = _PORTS.pop()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("every port below the ephemeral range was handed out or taken")
 
 
 class ServiceProcess:

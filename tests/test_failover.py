@@ -115,13 +115,15 @@ class Cluster:
         ]
 
     async def states(self) -> dict[str, str]:
-        """Each node's state as the monitor last heard it (reported)."""
+        """Each node's state as the monitor last heard it (reported), by our name for its port (the
+        monitor's names number its registrations, and a node that registers again gets a new one)."""
+        names = {port: name for name, port in self.ports.items()}
         conn = await asyncpg.connect(self.monitor_url)
         try:
-            rows = await conn.fetch("SELECT nodename, reportedstate::text FROM pgautofailover.node")
+            rows = await conn.fetch("SELECT nodeport, reportedstate::text FROM pgautofailover.node")
         finally:
             await conn.close()
-        return {row["nodename"]: row["reportedstate"] for row in rows}
+        return {names.get(row["nodeport"], str(row["nodeport"])): row["reportedstate"] for row in rows}
 
     async def checkpoint(self, name: str) -> None:
         """A standby's base backup waits for a checkpoint on the primary; a spread one takes minutes."""
@@ -150,14 +152,43 @@ class Cluster:
         await conn.execute("SELECT pg_reload_conf()")
         await conn.close()
         self.start("node1", *self.node_args("node1"))
-        await until(lambda: self.reached({"node_1": "single"}), timeout=120, every=0.5)
+        await until(lambda: self.reached({"node1": "single"}), timeout=120, every=0.5)
         self.start("node2", *self.node_args("node2"))
 
         async def replicating() -> bool:
             await self.checkpoint("node1")
-            return await self.reached({"node_1": "primary", "node_2": "secondary"})
+            return await self.reached({"node1": "primary", "node2": "secondary"})
 
-        await until(replicating, timeout=180, every=1.0)
+        try:
+            await until(replicating, timeout=180, every=1.0)
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}\n{await self.story()}") from None
+
+    async def story(self) -> str:
+        """What the monitor knows of each node, and the end of each process's log: why a cluster did not
+        come up."""
+        try:
+            conn = await asyncpg.connect(self.monitor_url, timeout=5)
+            try:
+                rows = await conn.fetch(
+                    "SELECT nodename, nodeport, reportedstate::text, goalstate::text, health, "
+                    "reportedlsn::text FROM pgautofailover.node ORDER BY nodeid"
+                )
+                events = await conn.fetch(
+                    "SELECT eventtime::text, description FROM pgautofailover.event "
+                    "ORDER BY eventid DESC LIMIT 15"
+                )
+            finally:
+                await conn.close()
+            told = [f"  {dict(row)}" for row in rows] + [
+                f"  {e['eventtime']} {e['description']}" for e in events[::-1]
+            ]
+        except (OSError, asyncpg.PostgresError) as error:
+            told = [f"  the monitor did not answer: {error!r}"]
+        for name in self.processes:
+            lines = (self.root / f"{name}.log").read_text(errors="replace").splitlines()
+            told += [f"--- {name}.log, last lines:", *lines[-25:]]
+        return "\n".join(told)
 
     async def reached(self, wanted: dict[str, str]) -> bool:
         with contextlib.suppress(OSError, asyncpg.PostgresError):
@@ -271,7 +302,7 @@ async def test_failover_loses_no_acknowledged_enqueue_or_ack(cluster, start_serv
         before = len(ledger.enqueued), len(ledger.acked)
         lost_at = time.monotonic()
         cluster.lose("node1")
-        promoted = await until(lambda: cluster.reached({"node_2": "wait_primary"}), timeout=90, every=0.1)
+        promoted = await until(lambda: cluster.reached({"node2": "wait_primary"}), timeout=90, every=0.1)
         promoted_at = time.monotonic()
         serving = await until(
             lambda: next((t for t, s in ledger.enqueue_times if t > promoted_at and s == 201), None),
