@@ -49,8 +49,9 @@ R = TypeVar("R")
 
 # SQLSTATE classes that say nothing about whether the statement committed, or say it ran into something
 # other than its input: connection exception, insufficient resources, operator intervention (cancel,
-# statement_timeout, terminated backend, shutdown), system error, internal error.
-_NOT_PROOF = ("08", "53", "57", "58", "XX")
+# statement_timeout, terminated backend, shutdown), system error, internal error; and a server that
+# takes no writes (25006, read_only_sql_transaction: the same for every item).
+_NOT_PROOF = ("08", "53", "57", "58", "XX", "25006")
 
 
 def refused(exc: BaseException) -> bool:

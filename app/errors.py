@@ -72,6 +72,12 @@ class Unavailable(JobqError):
         self.retry_after = retry_after
 
 
+# The server takes no writes (SQLSTATE 25006), on a connection made when it did, or made without
+# target_session_attrs=read-write: a standby, or a new primary its failover manager keeps read-only for a
+# moment after promoting it (pg_auto_failover, until the old primary is surely gone). The statement was
+# refused before it did anything.
+READ_ONLY = asyncpg.exceptions.ReadOnlySQLTransactionError
+
 # Errors meaning "the database cannot be reached or is going away": answered 503, and the pool
 # reconnects on a later request by itself.
 DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -85,14 +91,18 @@ DATABASE_UNAVAILABLE: tuple[type[BaseException], ...] = (
     # asyncpg's protocol left mid-operation, as when the server died under a statement (seen in a
     # failover: "cannot switch to state 12; another operation (2) is in progress").
     asyncpg.exceptions.InternalClientError,
+    READ_ONLY,
 )
-# Of those, the ones after which the connection itself is not to be used again (app/db.py closes it).
+# Of those, the ones after which the connection itself is not to be used again (app/db.py closes it). A
+# connection to a server that refuses writes is closed too: a new one goes to the host that takes them
+# (the first that answers read-write, with several hosts in the URL).
 CONNECTION_TROUBLE: tuple[type[BaseException], ...] = (
     OSError,
     asyncio.TimeoutError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.exceptions.InternalClientError,
+    READ_ONLY,
 )
 
 # Set on such an error (as an attribute of that name) when it came before anything was sent to the

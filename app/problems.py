@@ -21,6 +21,7 @@ from app.errors import (
     DATABASE_REJECTED_INPUT,
     DATABASE_UNAVAILABLE,
     NOTHING_DONE,
+    READ_ONLY,
     TRANSACTION_ROLLED_BACK,
     JobqError,
     Unauthorized,
@@ -147,6 +148,12 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
+    if isinstance(exc, READ_ONLY):
+        return _retry_soon(
+            "the database takes no writes at the moment (a failover under way?); nothing was done, retry "
+            "shortly",
+            nothing_done=True,
+        )
     done = {"nothing_done": True} if getattr(exc, NOTHING_DONE, False) else {}
     return _retry_soon("the database is unreachable; retry shortly", **done)
 

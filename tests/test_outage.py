@@ -92,3 +92,62 @@ async def test_a_transaction_postgresql_rolls_back_is_503_nothing_done():
         body = json.loads(response.body)
         assert (response.status_code, body["code"], body["nothing_done"]) == (503, "unavailable", True)
         assert response.headers["retry-after"] == "1"
+
+
+@pytest.mark.anyio
+async def test_a_server_that_refuses_writes_is_503_nothing_done_and_its_connections_are_dropped(
+    database_url, start_service, db
+):
+    """A failover manager can keep a promoted standby read-only for a moment (pg_auto_failover does, until
+    the old primary is surely gone), and a connection then finds the server refusing writes (SQLSTATE
+    25006). Every call answers 503 with `nothing_done`, never 500; the service drops such a connection (a
+    new one goes to the host that takes writes), so it serves again by itself once writes are taken."""
+    from tests.fixtures import POOLER
+    from tests.waiting import until
+
+    service = start_service(pool_acquire_timeout=2.0)
+    database = await db.fetchval("SELECT current_database()")
+    app_backends = (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
+        job = (await client.post("/jobs", json={"queue": "q", "payload": 1})).json()
+        (leased,) = (await client.post("/lease", json={"queue": "q"})).json()["jobs"]
+        await db.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+        await db.execute(app_backends)  # the sessions a failover ends; the service's next ones refuse writes
+
+        async def refused() -> bool:
+            r = await client.post("/jobs", json={"queue": "q", "payload": 2})
+            assert r.status_code == 503, r.text
+            return "takes no writes" in r.json()["detail"]
+
+        await until(refused, timeout=20)
+        calls = [
+            lambda: client.post("/jobs", json={"queue": "q", "payload": 3}),
+            lambda: client.post("/jobs/batch", json={"jobs": [{"queue": "q", "payload": 4}]}),
+            lambda: client.post("/lease", json={"queue": "q", "wait": 2}),
+            lambda: client.post("/ack", json={"id": job["id"], "lease_token": leased["lease_token"]}),
+            lambda: client.post("/nack", json={"id": job["id"], "lease_token": leased["lease_token"]}),
+        ]
+        for call in calls * 3:
+            r = await call()
+            assert r.status_code == 503, r.text
+            body = r.json()
+            assert (body["code"], r.headers["retry-after"]) == ("unavailable", "1")
+            if "takes no writes" in body["detail"]:
+                assert body["nothing_done"] is True
+
+        await db.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+        if POOLER:
+            # PgBouncer keeps its server sessions, read-only ones too: they are its to replace.
+            await db.execute(app_backends)
+
+        async def served() -> bool:
+            r = await client.post("/ack", json={"id": job["id"], "lease_token": leased["lease_token"]})
+            assert r.status_code in (200, 503), r.text
+            return r.status_code == 200
+
+        await until(served, timeout=20)
+    rows = await db.fetch("SELECT payload::text, status FROM jobq.all_jobs")
+    assert [tuple(r) for r in rows] == [("1", "completed")], "nothing refused was written"
