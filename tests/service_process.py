@@ -37,7 +37,8 @@ def _ephemeral_start() -> int:
 # bound it, and the cluster of test_failover makes dozens in the seconds before its last node starts.
 # Each port is handed out once per process, so two asked for in a row always differ.
 _TOP = min(_ephemeral_start(), 32768)
-_PORTS = random.Random().sample(range(max(1024, _TOP - 12000), _TOP), k=4000)
+_BELOW = range(max(1024, _TOP - 12000), _TOP)
+_PORTS = random.Random().sample(_BELOW, k=min(4000, len(_BELOW)))
 
 
 def free_port() -> int:
