@@ -304,3 +304,46 @@ async def test_acks_routed_to_the_default_partition_meanwhile_survive_its_days_p
         acked += sum(await asyncio.gather(*workers))
         assert made
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs_history WHERE queue LIKE 'r%'") == acked > 0
+
+
+async def test_a_job_stays_in_sight_while_its_days_partition_is_made(database, db, database_url):
+    """Reads of a finished job in the default partition, made while its day's partition is being made,
+    find it once the partition is there. (Attaching locked jobs_history weakly: a read took the list of
+    partitions before the attach committed and its snapshot after, so it saw the row gone from the
+    default partition and did not look in the new one.)"""
+    await history.keep_history(database)
+    await jobs.configure_queue(database, "monthly", jobs.QueueSettings(retention=30 * 86400))
+    job = await enqueue(database, "monthly")
+    await ack(database, held(await lease_one(database, "monthly")))
+    assert await where(db, job["id"]) == ("jobq.jobs_history_default", "completed")
+    day = await db.fetchval(
+        "SELECT (purge_after AT TIME ZONE 'UTC')::date FROM jobq.jobs_history WHERE id = $1", job["id"]
+    )
+
+    async def lookup() -> str | None:
+        reader = await asyncpg.connect(database_url)
+        try:
+            return await reader.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job["id"])
+        finally:
+            await reader.close()
+
+    async def get() -> str:
+        return (await jobs.get_job(database, job["id"]))["status"]
+
+    maker = await asyncpg.connect(database_url)
+    try:
+        async with maker.transaction():
+            for statement in history._make(day):
+                await maker.execute(statement)
+            reads = [asyncio.create_task(lookup()), asyncio.create_task(get())]
+            waiting = """SELECT count(*) FROM pg_stat_activity
+                         WHERE wait_event_type = 'Lock' AND datname = current_database()"""
+            for _ in range(500):
+                if await db.fetchval(waiting) == len(reads):
+                    break
+                await asyncio.sleep(0.01)
+            assert await db.fetchval(waiting) == len(reads)
+    finally:
+        await maker.close()
+    assert await asyncio.gather(*reads) == ["completed", "completed"]
+    assert (await where(db, job["id"]) or ("", ""))[0] == f"jobq.{history.partition_name(day)}"

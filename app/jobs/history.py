@@ -17,9 +17,9 @@ advisory lock that one replica takes at a time (the others skip the round), and 
 DDL_LOCK_TIMEOUT for its locks. Dropping a partition takes an ACCESS EXCLUSIVE lock on jobs_history
 (PostgreSQL locks the parent to drop a partition), so acks and cancels, which insert into it, wait for
 the drop, about a tenth of a second for a partition of 2 million rows; a drop that cannot get its lock
-in time gives way and is tried again next round. Making a partition holds back inserts into
-jobs_history (see _make), and lookups of finished jobs while it checks the default partition's few rows,
-for a moment. Nothing here needs a session: it runs through a pooler in transaction mode.
+in time gives way and is tried again next round. Making a partition locks jobs_history the same way
+(see _make), for as long as it takes to move the default partition's few rows of that day. Nothing here
+needs a session: it runs through a pooler in transaction mode.
 """
 
 from __future__ import annotations
@@ -64,13 +64,17 @@ def _make(day: date) -> list[str]:
     of that day moved into it, then attached (with a default partition present, PostgreSQL checks that
     none of its rows belongs to the new range, and refuses otherwise).
 
-    Inserts into jobs_history (acks, cancels) wait for it all: attaching alone locks jobs_history only
-    against other DDL, so an ack meanwhile could put a row of that day into the default partition after
-    the move (the attach then refuses), or choose the default partition just before the attach commits
-    and then break its new constraint (the ack fails). Reads go on."""
+    Reads and inserts of jobs_history wait for it all (ACCESS EXCLUSIVE, as a drop takes it), since
+    attaching alone locks jobs_history only against other DDL:
+    - an insert (an ack, a cancel) meanwhile could put a row of that day into the default partition after
+      the move (the attach then refuses), or choose the default partition just before the attach commits
+      and then break its new constraint (the ack fails);
+    - a read could take the list of partitions before the attach commits and its snapshot after: it
+      would see the moved rows gone from the default partition and not look in the new one (a finished
+      job answered 404 for a moment)."""
     name, low, high = partition_name(day), _bound(day), _bound(day + timedelta(days=1))
     return [
-        "LOCK TABLE jobq.jobs_history IN SHARE ROW EXCLUSIVE MODE",
+        "LOCK TABLE jobq.jobs_history IN ACCESS EXCLUSIVE MODE",
         f"CREATE TABLE jobq.{name} (LIKE jobq.jobs_history INCLUDING DEFAULTS)",
         f"""WITH moved AS (
                 DELETE FROM jobq.jobs_history_default
