@@ -162,6 +162,20 @@ async def test_a_drop_that_cannot_get_its_lock_gives_way_and_goes_next_round(dat
     assert (await history.keep_history(database)).dropped == [yesterday]
 
 
+async def test_a_make_that_cannot_get_its_lock_gives_way_and_goes_next_round(database, db, database_url):
+    reader = await asyncpg.connect(database_url)
+    try:
+        transaction = reader.transaction()
+        await transaction.start()
+        await reader.fetch("SELECT * FROM jobq.jobs_history LIMIT 1")  # holds a lock on the table
+        kept = await history.keep_history(database)
+        assert kept.made == [] and await history.partitions(database) == []
+        await transaction.rollback()
+    finally:
+        await reader.close()
+    assert len((await history.keep_history(database)).made) == 2
+
+
 async def test_a_job_no_partition_takes_waits_in_the_default_partition_and_moves_when_its_day_comes(
     database, db
 ):
