@@ -4,6 +4,7 @@ drops whole partitions (app/jobs/history.py): on a real database, through the se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, date, timedelta
@@ -142,37 +143,35 @@ async def test_a_days_partition_is_dropped_whole_once_its_day_is_over(database, 
     )
 
 
+@contextlib.asynccontextmanager
+async def reading_history(database_url: str) -> AsyncIterator[None]:
+    """A reader's transaction holding its lock on jobq.jobs_history until the block ends."""
+    reader = await asyncpg.connect(database_url)
+    try:
+        async with reader.transaction():
+            await reader.fetch("SELECT * FROM jobq.jobs_history LIMIT 1")
+            yield
+    finally:
+        await reader.close()
+
+
 async def test_a_drop_that_cannot_get_its_lock_gives_way_and_goes_next_round(database, db, database_url):
     yesterday = await today(db) - timedelta(days=1)
     await make_partition(db, yesterday)
-    reader = await asyncpg.connect(database_url)
-    try:
-        transaction = reader.transaction()
-        await transaction.start()
-        await reader.fetch("SELECT * FROM jobq.jobs_history LIMIT 1")  # holds a lock on the table
+    async with reading_history(database_url):
         kept = await history.keep_history(database)
         assert kept.dropped == [] and yesterday in await history.partitions(database)
         # Acks go on meanwhile: the drop waits behind the reader no longer than its lock timeout.
         job = await enqueue(database)
         await ack(database, held(await lease_one(database)))
         assert (await jobs.get_job(database, job["id"]))["status"] == "completed"
-        await transaction.rollback()
-    finally:
-        await reader.close()
     assert (await history.keep_history(database)).dropped == [yesterday]
 
 
 async def test_a_make_that_cannot_get_its_lock_gives_way_and_goes_next_round(database, db, database_url):
-    reader = await asyncpg.connect(database_url)
-    try:
-        transaction = reader.transaction()
-        await transaction.start()
-        await reader.fetch("SELECT * FROM jobq.jobs_history LIMIT 1")  # holds a lock on the table
+    async with reading_history(database_url):
         kept = await history.keep_history(database)
         assert kept.made == [] and await history.partitions(database) == []
-        await transaction.rollback()
-    finally:
-        await reader.close()
     assert len((await history.keep_history(database)).made) == 2
 
 
