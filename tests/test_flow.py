@@ -147,6 +147,23 @@ async def test_key_concurrency_holds_across_replicas_under_concurrent_leases(a, 
     assert all(j["key"] in (None, *(f"k{i}" for i in range(10))) for j in leased)
 
 
+async def test_a_lease_looks_past_full_keys_for_keys_with_room(a, db):
+    """Forty full keys come first in the walk; the ten keys with room after them are found by the same
+    call (a claim that came back short with every key it walked to locked walks on, further each time),
+    where a claim that walked a fixed number of keys answered nothing."""
+    await configure(a, key_concurrency=1)
+    await db.execute(
+        """INSERT INTO jobq.jobs (queue, key, payload, status, attempts, lease_token, lease_expires_at)
+           SELECT 'f', 'b' || lpad(g::text, 2, '0'), 'null', 'running', 1, gen_random_uuid(),
+                  now() + interval '1 hour'
+           FROM generate_series(0, 39) g"""
+    )
+    await enqueue(a, [{"key": f"b{i:02}"} for i in range(40)] + [{"key": f"c{i:02}"} for i in range(10)])
+    leased = await lease(a, 10)
+    assert sorted(j["key"] for j in leased) == [f"c{i:02}" for i in range(10)]
+    assert set((await running_per_key(db)).values()) == {1}
+
+
 async def test_an_ack_frees_the_slot_once_and_a_late_ack_frees_nothing(a, db):
     await configure(a, key_concurrency=1)
     first, second, third = await enqueue(a, [{"key": "k"}] * 3)

@@ -116,10 +116,11 @@ class FlowClaim:
     slots: list[int]  # each row's slot, 1-based, in the arrays of the claim's caller
     wake_in: float | None  # seconds until a rate window lets a job go, when one held jobs back
     busy: bool  # a key was passed over because another claim held it
+    short: bool = False  # slots left empty with every key it walked to locked: keys further on may have room
 
 
-# Times a claim that came back short, keys passed over because this replica's other claims held them,
-# claims again once those have committed.
+# Times a claim that came back short claims again: once the replica's other claims whose keys it passed
+# over have committed, or at once when every key it walked to was locked (full, or without a ready job).
 BUSY_ROUNDS = 3
 
 
@@ -130,7 +131,10 @@ async def lease_flow(
     the replica's other claims of the queue and passes over the keys they hold; when it comes back
     short because of them, it waits for them to commit and claims again for the slots left, so that a
     claim does not answer empty while jobs it could have are only held for a moment (claims from
-    other replicas are not waited for: a long-poll looks again after BUSY_RETRY)."""
+    other replicas are not waited for: a long-poll looks again after BUSY_RETRY). When it comes back
+    short with every key it walked to locked, those keys were full: it walks on from where it stopped,
+    so that keys with room beyond a stretch of full keys are found by the same call, not at the next
+    wake-up."""
     claim = FlowClaim([], [], None, False)
     for _ in range(BUSY_ROUNDS):
         done = len(claim.rows)
@@ -138,9 +142,10 @@ async def lease_flow(
         claim.rows += more.rows
         claim.slots += [done + slot for slot in more.slots]
         claim.wake_in, claim.busy = more.wake_in, more.busy
-        if not (more.busy and others) or len(claim.rows) == len(workers):
+        if len(claim.rows) == len(workers) or not (more.short or (more.busy and others)):
             break
-        await asyncio.wait([asyncio.ensure_future(other.wait()) for other in others])
+        if more.busy and others:
+            await asyncio.wait([asyncio.ensure_future(other.wait()) for other in others])
     return claim
 
 
@@ -230,7 +235,9 @@ async def _claim(
         else:
             known.unkeyed_looked[queue] = time.monotonic()
     busy = any(r["locked"] is False for r in looked)
-    return FlowClaim(leased, [r["slot"] for r in leased], rows[0]["wake_in"], busy), others
+    # A queue with a rate comes back short when its window is full: walking on would find no more.
+    short = len(leased) < slots and len(locked) >= scan and not flow.rated
+    return FlowClaim(leased, [r["slot"] for r in leased], rows[0]["wake_in"], busy, short), others
 
 
 async def _walk(
