@@ -149,8 +149,8 @@ async def test_key_concurrency_holds_across_replicas_under_concurrent_leases(a, 
 
 async def test_a_lease_looks_past_full_keys_for_keys_with_room(a, db):
     """Forty full keys come first in the walk; the ten keys with room after them are found by the same
-    call (a claim that came back short with every key it walked to locked walks on, further each time),
-    where a claim that walked a fixed number of keys answered nothing."""
+    call (a claim that came back short with every key it walked to locked walks on from where it
+    stopped), where a claim that walked its keys once answered nothing."""
     await configure(a, key_concurrency=1)
     await db.execute(
         """INSERT INTO jobq.jobs (queue, key, payload, status, attempts, lease_token, lease_expires_at)
