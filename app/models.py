@@ -274,11 +274,13 @@ class Job(JobColumns, Base):
             postgresql_where=text("status = 'pending' AND key IS NOT NULL"),
         ),
         # ... and the jobs that hold a key's slot: running, or waiting for a retry (which holds a key
-        # whose jobs run in order).
+        # whose jobs run in order). The id makes each entry unique: a key's entries as duplicates were
+        # packed into posting lists and split again by every lease (alembic 0020).
         Index(
             "ix_jobs_key_held",
             "queue",
             "key",
+            "id",
             postgresql_where=text(
                 "key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))"
             ),

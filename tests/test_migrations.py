@@ -783,3 +783,36 @@ async def test_0019_keys_the_history_by_queue_without_a_rebuild_under_lock_and_g
     assert await db.fetchval("SELECT to_regclass('jobq.ix_jobs_history_id')") is None
     assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 3
     await asyncio.to_thread(migrations.upgrade, database_url)
+
+
+# --- revision 0020: the index of keys' held slots by id -----------------------------------------------
+
+
+async def key_held(db) -> list[tuple[list[str], bool, str]]:
+    """ix_jobs_key_held (and its build under another name, if left): columns, validity, predicate."""
+    rows = await index_columns(db, "c.relname LIKE 'ix_jobs_key_held%'")
+    valid = await db.fetch(
+        "SELECT c.relname, i.indisvalid, pg_get_expr(i.indpred, i.indrelid) AS held"
+        " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname LIKE 'ix_jobs_key_held%'"
+    )
+    by_name = {r["relname"]: (r["indisvalid"], r["held"]) for r in valid}
+    return [(r["index_name"], r["columns"], *by_name[r["index_name"]]) for r in rows]
+
+
+async def test_0020_rebuilds_the_key_held_index_by_id_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0019")
+    (before,) = await key_held(db)
+    assert before[:3] == ("ix_jobs_key_held", ["queue", "key"], True)
+    running = await db.fetchval("SELECT jobq.enqueue('q', '1', key => 'tenant')")
+    await db.execute("UPDATE jobq.jobs SET status = 'running' WHERE id = $1", running)
+    await db.fetchval("SELECT jobq.enqueue('q', '2', key => 'tenant')")  # waiting: holds nothing
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0020")
+    (after,) = await key_held(db)
+    assert after == ("ix_jobs_key_held", ["queue", "key", "id"], True, before[3])
+    # The running job holds its key in the new index, built with its one entry.
+    entries = await db.fetchval("SELECT reltuples FROM pg_class WHERE relname = 'ix_jobs_key_held'")
+    assert entries == 1
+    await asyncio.to_thread(migrations.downgrade, database_url, "0019")
+    assert await key_held(db) == [before]
+    await asyncio.to_thread(migrations.upgrade, database_url)
