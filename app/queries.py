@@ -13,12 +13,13 @@ the result against this table, and that no other statement here changes a status
 =========  ==================================================  ============================================
 status     led in by                                           led out by
 =========  ==================================================  ============================================
-pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED, CANCEL,
-           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        CANCEL_JOBS, ACK (the last holder, late),
-           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE,  PURGE_QUEUE, DELETE_QUEUE, REVIVE_LEASE
-           REDRIVE_DEAD (into another queue)                   (the last holder, late)
-running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED, REVIVE_LEASE   ACK, NACK, RELEASE, EXPIRE_LEASES,
-                                                               PURGE_QUEUE, DELETE_QUEUE, EXPIRE_MESSAGES
+pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED,
+           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        LEASE_FLOW_FRONT, CANCEL, CANCEL_JOBS, ACK
+           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE,  (the last holder, late), PURGE_QUEUE,
+           REDRIVE_DEAD (into another queue)                   DELETE_QUEUE, REVIVE_LEASE (the last
+                                                               holder, late)
+running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, EXPIRE_LEASES,
+           LEASE_FLOW_FRONT, REVIVE_LEASE                      PURGE_QUEUE, DELETE_QUEUE, EXPIRE_MESSAGES
 completed  ACK                                                 PRUNE_HISTORY_DEFAULT (and partitions
                                                                dropped: retention), DELETE_QUEUE
 dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, PURGE_DEAD_JOBS,
@@ -554,7 +555,9 @@ LEASE = Query.define(
 
 # --- flow control (app/jobs/flow.py) ----------------------------------------------------------------
 # A queue with flow control (`queues.flow`: key_concurrency, fair, rate, key_rate, or a key's override)
-# is claimed in one short transaction of two statements, FLOW_KEYS then LEASE_FLOW, instead of LEASE:
+# is claimed in one short transaction of two statements instead of LEASE: FLOW_FRONT then
+# LEASE_FLOW_FRONT for a queue under key concurrency alone, while the front of the queue has room (below);
+# otherwise FLOW_KEYS then LEASE_FLOW:
 # - FLOW_KEYS walks the keys that have pending jobs, one after the other from where this replica's last
 #   claim stopped (round robin), and takes a transaction-scoped advisory lock on each key it will claim
 #   from (try-lock: a key another claim holds is passed over, as SKIP LOCKED passes over rows). A queue
@@ -782,6 +785,90 @@ def _lease_flow(rated: bool) -> str:
 
 LEASE_FLOW = Query.define("lease_flow", _lease_flow(rated=False))
 LEASE_FLOW_RATED = Query.define("lease_flow_rated", _lease_flow(rated=True))
+
+# A queue under key concurrency alone (no `fair`, no rate) is first claimed from its front, as LEASE
+# claims: FLOW_FRONT then LEASE_FLOW_FRONT, in one transaction. Walking the keys reads each key's jobs
+# through its own index descents and takes jobs scattered over the table (a key's next jobs lie far apart);
+# the front is one scan of the claim index over jobs that lie together, so while the front of the queue has
+# room (its keys not full) a claim costs little more than LEASE (statement bench, 100 jobs over 1,000
+# keys: 2.9 ms against 2.1 for LEASE and 3.9 for the walk). A claim that finds the front held (full keys,
+# keys another claim holds) walks the keys for the slots left (app/jobs/flow.py).
+# FLOW_FRONT: the first :lookahead ready jobs in lease order, each locked (SKIP LOCKED: two claims at once
+# take consecutive stretches of the front), and the advisory lock of each of their keys, tried once per key
+# in the order first seen (`locked` false: another claim holds it; NULL for a job without a key).
+FLOW_FRONT = Query.define(
+    "flow_front",
+    f"""
+    WITH front AS (
+        SELECT id, key, row_number() OVER (ORDER BY priority, run_at, id) AS ord FROM (
+            SELECT id, key, priority, run_at FROM jobq.jobs
+            WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+              AND EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
+            ORDER BY priority, run_at, id
+            LIMIT :lookahead
+            FOR UPDATE SKIP LOCKED
+        ) f
+    ), keys AS (
+        SELECT key, {_KEY_LOCK.format(key="key")} AS locked
+        FROM (SELECT key, min(ord) AS first FROM front WHERE key IS NOT NULL GROUP BY key
+              ORDER BY first OFFSET 0) k
+    )
+    SELECT f.id, f.key, k.locked FROM front f LEFT JOIN keys k USING (key) ORDER BY f.ord
+    """,
+)
+
+# Lease, of the jobs FLOW_FRONT locked whose keys it holds (:ids and their :keys, in lease order), those
+# within their key's room, in lease order, one per slot (then as LEASE leases them). Run after the key locks
+# are held, so the running jobs it counts are the true count (see FLOW_KEYS). A key whose jobs run in order
+# (concurrency 1) gets a job only if it is the key's first (its retry when one waits, else its first ready
+# job by lease order, whatever the locks): a first job another statement held back is not overtaken.
+# Nothing is leased when the queue has become fair or rated since (the caller claims it the other way),
+# nor of a key with a rate of its own.
+LEASE_FLOW_FRONT = Query.define(
+    "lease_flow_front",
+    f"""
+    WITH q AS (
+        SELECT max_attempts, visibility_timeout, key_concurrency FROM jobq.queues
+        WHERE name = :queue AND NOT paused AND flow AND NOT fair AND rate_limit IS NULL
+          AND key_rate_limit IS NULL
+    ), front AS (
+        SELECT id, key, ord FROM unnest(:ids::bigint[], :keys::text[]) WITH ORDINALITY AS u(id, key, ord)
+    ), k AS (
+        SELECT f.key, coalesce(o.concurrency, q.key_concurrency) AS concurrency
+        FROM (SELECT DISTINCT key FROM front WHERE key IS NOT NULL) f CROSS JOIN q
+        LEFT JOIN jobq.keys o ON o.queue = :queue AND o.key = f.key
+        WHERE o.rate_limit IS NULL
+    ), room AS (
+        SELECT k.key, k.concurrency,
+               coalesce(k.concurrency - {_running("k.key")}, cardinality(:worker_ids::text[])) AS room,
+               CASE WHEN k.concurrency = 1 THEN coalesce(
+                   (SELECT id FROM jobq.jobs h
+                    WHERE h.queue = :queue AND h.key = k.key AND h.status = 'pending' AND h.attempts > 0
+                    ORDER BY priority, run_at, id LIMIT 1),
+                   (SELECT id FROM jobq.jobs h
+                    WHERE h.queue = :queue AND h.key = k.key AND h.status = 'pending' AND h.run_at <= now()
+                    ORDER BY priority, run_at, id LIMIT 1)) END AS first
+        FROM k
+    ), ready AS (
+        SELECT id, row_number() OVER (ORDER BY ord) AS slot FROM (
+            SELECT f.id, f.ord, f.key, r.room, row_number() OVER (PARTITION BY f.key ORDER BY f.ord) AS n
+            FROM front f LEFT JOIN room r USING (key)
+            WHERE f.key IS NULL OR r.concurrency IS DISTINCT FROM 1 OR r.first = f.id
+        ) c
+        WHERE EXISTS (SELECT FROM q) AND (key IS NULL OR n <= room)
+        ORDER BY ord
+        LIMIT cardinality(:worker_ids::text[])
+    )
+    UPDATE jobq.jobs j
+    SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(
+            secs => coalesce((:visibility_timeouts::float8[])[ready.slot], q.visibility_timeout)),
+        worker_id = (:worker_ids::text[])[ready.slot], updated_at = now()
+    FROM ready, q
+    WHERE j.id = ready.id AND j.status = 'pending'
+    RETURNING {LEASED_JOB}, ready.slot
+    """,
+)
 
 # Complete jobs whose latest lease token the caller holds, moving them to jobq.jobs_history. Accepted
 # after the lease expired (lease expiry moved the job to pending or dead but kept the token), because the

@@ -164,6 +164,31 @@ async def test_a_lease_looks_past_full_keys_for_keys_with_room(a, db):
     assert set((await running_per_key(db)).values()) == {1}
 
 
+async def test_under_key_concurrency_a_lease_follows_lease_order_across_keys(a):
+    """Without `fair`, a queue under key concurrency hands out ready jobs in lease order (priority,
+    run_at, id) across its keys, as a queue without limits does: the urgent jobs of the last keys go
+    first, not the first keys' jobs (a claim takes the front of the queue, not a stretch of keys)."""
+    await configure(a, key_concurrency=2)
+    await enqueue(a, [{"key": f"k{i:02}"} for i in range(30)])
+    urgent = await enqueue(a, [{"key": f"k{i:02}", "priority": -1} for i in (27, 28, 29)])
+    assert [j["id"] for j in await lease(a, 3)] == urgent
+
+
+async def test_a_key_with_a_backlog_at_the_front_holds_up_no_other_key(a, db):
+    """The front of the queue is one key's backlog, full after its first job: the claim finds the other
+    keys beyond it in the same call, and so do the claims after it."""
+    await configure(a, key_concurrency=1)
+    await enqueue(a, [{"key": "hot"}] * 200 + [{"key": f"k{i}"} for i in range(5)])
+    leased = await lease(a, 6)
+    assert sorted(j["key"] for j in leased) == ["hot", "k0", "k1", "k2", "k3", "k4"]
+    for job in leased:
+        assert (await ack(a, job)).status_code == 200
+    await enqueue(a, [{"key": f"k{i}"} for i in range(5, 10)])
+    leased = await lease(a, 6)
+    assert sorted(j["key"] for j in leased) == ["hot", "k5", "k6", "k7", "k8", "k9"]
+    assert set((await running_per_key(db)).values()) == {1}
+
+
 async def test_an_ack_frees_the_slot_once_and_a_late_ack_frees_nothing(a, db):
     await configure(a, key_concurrency=1)
     first, second, third = await enqueue(a, [{"key": "k"}] * 3)
@@ -396,6 +421,11 @@ CLAIM_STATEMENTS = {
     "flow_keys_rated": (q.FLOW_KEYS_RATED, {"queue": "q", "after": "", "scan": 52, "reach": 208}),
     "lease_flow": (q.LEASE_FLOW, {"queue": "q", "keys": KEYS_50, "lookahead": 100, **SLOTS_100}),
     "lease_flow_rated": (q.LEASE_FLOW_RATED, {"queue": "q", "keys": KEYS_50, "lookahead": 100, **SLOTS_100}),
+    "flow_front": (q.FLOW_FRONT, {"queue": "q", "lookahead": 116}),
+    "lease_flow_front": (
+        q.LEASE_FLOW_FRONT,
+        {"queue": "q", "ids": list(range(1, 101)), "keys": [f"k{n}" for n in range(1, 101)], **SLOTS_100},
+    ),
 }
 
 

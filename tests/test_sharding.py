@@ -25,6 +25,11 @@ ONE_QUEUE = {
         q.LEASE_FLOW_RATED,
         {"queue": "q", "worker_ids": ["w"], "keys": ["k"], "lookahead": 10, "visibility_timeouts": [30.0]},
     ),
+    "lease_flow_front": (
+        q.LEASE_FLOW_FRONT,
+        {"queue": "q", "worker_ids": ["w"], "ids": [2], "keys": ["k2"], "visibility_timeouts": [30.0]},
+    ),
+    "flow_front": (q.FLOW_FRONT, {"queue": "q", "lookahead": 10}),
     "flow_keys": (q.FLOW_KEYS, {"queue": "q", "after": "", "scan": 10, "reach": 10}),
     "flow_keys_rated": (q.FLOW_KEYS_RATED, {"queue": "q", "after": "", "scan": 10, "reach": 10}),
 }

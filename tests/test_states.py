@@ -82,6 +82,20 @@ def lease_flow(walk: q.Query, claim: q.Query) -> Run:
     return run
 
 
+async def lease_flow_front(conn: asyncpg.Connection, job_id: int) -> None:
+    async with conn.transaction():
+        front = await statement(q.FLOW_FRONT, queue=QUEUE, lookahead=10)(conn, job_id)
+        ours = [r for r in front if r["locked"] is not False]
+        await statement(
+            q.LEASE_FLOW_FRONT,
+            queue=QUEUE,
+            ids=[r["id"] for r in ours],
+            keys=[r["key"] for r in ours],
+            visibility_timeouts=[30.0],
+            worker_ids=["w"],
+        )(conn, job_id)
+
+
 FLOW = "UPDATE jobq.queues SET flow = true, key_concurrency = 1"
 REDRIVE = '{"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq", "maxReceiveCount": 1}'
 COLUMNS = ", ".join(q.JOB_COLUMNS)
@@ -101,6 +115,13 @@ MOVES: dict[str, Move] = {
     "LEASE_FLOW with a key": Move(
         q.LEASE_FLOW,
         lease_flow(q.FLOW_KEYS, q.LEASE_FLOW),
+        {PENDING: RUNNING},
+        given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'",
+    ),
+    "LEASE_FLOW_FRONT": Move(q.LEASE_FLOW_FRONT, lease_flow_front, {PENDING: RUNNING}, given=FLOW),
+    "LEASE_FLOW_FRONT with a key": Move(
+        q.LEASE_FLOW_FRONT,
+        lease_flow_front,
         {PENDING: RUNNING},
         given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'",
     ),

@@ -17,6 +17,12 @@ of the queue only (among the first few ready jobs per slot of a claim; while non
 twice a second), so such a queue should key its jobs.
 Jobs of a queue with none of these settings are claimed by the plain LEASE, as before.
 
+How a claim finds jobs. A queue under key concurrency alone (no `fair`, no rate) is claimed from its
+front, in lease order across keys, as the plain LEASE claims (_claim_front): most keys have room most of
+the time, and the front's jobs lie together. When the front is held (its keys full: one key's backlog
+before the rest), and for `fair` queues and queues with a rate, a claim walks the keys (_claim): each key
+once, from where the replica's last walk stopped, taking each key's first ready jobs.
+
 A replica knows which queues are under flow control from a small cache (``FlowQueues``), read from the
 queue's row on first use and dropped whenever the settings change (a notification every replica gets,
 app/wakeups.py) or the listener reconnects. The cache only picks the statement: the plain LEASE skips a
@@ -51,6 +57,9 @@ UNKEYED_INTERVAL = 0.5
 KEY_REACH = 4
 # Seconds until a long-poll looks again after a claim found keys another claim held (it commits soon).
 BUSY_RETRY = 0.005
+# Seconds a queue's claims walk the keys, without looking at its front first, after a claim found the
+# front mostly held by full keys.
+FRONT_PAUSE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +87,7 @@ class FlowQueues:
         self.unkeyed_looked: dict[str, float] = {}  # queue -> monotonic time; absent: found some
         self.turns: dict[str, asyncio.Lock] = {}
         self.claiming: dict[str, set[asyncio.Event]] = {}  # queue -> its claims under way, set when done
+        self.front_held: dict[str, float] = {}  # queue -> monotonic time until which claims only walk
 
     def get(self, queue: str) -> QueueFlow | None:
         return self._settings.get(queue)
@@ -87,9 +97,35 @@ class FlowQueues:
             self._settings.clear()
             self.cursors.clear()
             self.unkeyed_looked.clear()
+            self.front_held.clear()
             self.turns = {name: lock for name, lock in self.turns.items() if lock.locked()}
             # claiming is not cleared: each claim removes itself.
         self._settings[queue] = flow
+
+    def join(self, queue: str, claim: asyncio.Event) -> list[asyncio.Event]:
+        """Count `claim` among the queue's claims under way (set when it is done, see leave); the claims
+        under way before it."""
+        claiming = self.claiming.setdefault(queue, set())
+        others = list(claiming)
+        claiming.add(claim)
+        return others
+
+    def leave(self, queue: str, claim: asyncio.Event) -> None:
+        claim.set()
+        claiming = self.claiming.get(queue, set())
+        claiming.discard(claim)
+        if not claiming:
+            self.claiming.pop(queue, None)
+
+    def front_open(self, queue: str) -> bool:
+        """Whether a claim of the queue looks at its front first (see _claim_front)."""
+        held_until = self.front_held.get(queue)
+        if held_until is None:
+            return True
+        if time.monotonic() < held_until:
+            return False
+        del self.front_held[queue]
+        return True
 
     def forget(self, queue: str | None = None) -> None:
         """Drop what is known of `queue` (None: every queue), to be read again on its next claim."""
@@ -116,7 +152,7 @@ class FlowClaim:
     slots: list[int]  # each row's slot, 1-based, in the arrays of the claim's caller
     wake_in: float | None  # seconds until a rate window lets a job go, when one held jobs back
     busy: bool  # a key was passed over because another claim held it
-    short: bool = False  # slots left empty with every key it walked to locked: keys further on may have room
+    short: bool = False  # slots left empty where more may be found: by walking (on), see lease_flow
 
 
 # Times a claim that came back short claims again: once the replica's other claims whose keys it passed
@@ -127,15 +163,22 @@ BUSY_ROUNDS = 3
 async def lease_flow(
     db: Database, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
 ) -> FlowClaim:
-    """Claim up to one job per slot of a queue under flow control (see _claim). A claim runs beside
-    the replica's other claims of the queue and passes over the keys they hold; when it comes back
-    short because of them, it waits for them to commit and claims again for the slots left, so that a
-    claim does not answer empty while jobs it could have are only held for a moment (claims from
-    other replicas are not waited for: a long-poll looks again after BUSY_RETRY). When it comes back
-    short with every key it walked to locked, those keys were full: it walks on from where it stopped,
-    so that keys with room beyond a stretch of full keys are found by the same call, not at the next
-    wake-up."""
+    """Claim up to one job per slot of a queue under flow control: from the front of the queue when it
+    has neither `fair` nor a rate (see _claim_front), then, for the slots left, by a walk of its keys
+    (see _claim). A walk runs beside the replica's other claims of the queue and passes over the keys
+    they hold; when it comes back short because of them, it waits for them to commit and claims again
+    for the slots left, so that a claim does not answer empty while jobs it could have are only held for
+    a moment (claims from other replicas are not waited for: a long-poll looks again after BUSY_RETRY).
+    When it comes back short with every key it walked to locked, those keys were full: it walks on from
+    where it stopped, so that keys with room beyond a stretch of full keys are found by the same call,
+    not at the next wake-up."""
     claim = FlowClaim([], [], None, False)
+    if not (flow.fair or flow.rated) and db.flow.front_open(queue):
+        claim, others = await _claim_front(db, queue, timeouts, workers)
+        if not claim.short:
+            return claim
+        if others:
+            await asyncio.wait([asyncio.ensure_future(other.wait()) for other in others])
     for _ in range(BUSY_ROUNDS):
         done = len(claim.rows)
         more, others = await _claim(db, queue, flow, timeouts[done:], workers[done:])
@@ -203,13 +246,11 @@ async def _claim(
     # locked, and the claims then lease side by side, each from its own keys.
     whole, walking = (turn, contextlib.nullcontext()) if flow.rated else (contextlib.nullcontext(), turn)
     claim = q.LEASE_FLOW_RATED if flow.rated else q.LEASE_FLOW
-    claiming = known.claiming.setdefault(queue, set())
     mine = asyncio.Event()
     try:
         async with whole, db.acquire() as conn, _planned_transaction(conn):
             async with walking:
-                others = list(claiming)
-                claiming.add(mine)
+                others = known.join(queue, mine)
                 looked = await _walk(conn, known, queue, flow, scan)
             locked = [r["key"] for r in looked if r["locked"]]
             lookahead = UNKEYED_LOOKAHEAD * slots + KEY_SLACK if unkeyed else 0
@@ -224,10 +265,7 @@ async def _claim(
                 ),
             )
     finally:
-        mine.set()
-        claiming.discard(mine)
-        if not claiming:
-            known.claiming.pop(queue, None)
+        known.leave(queue, mine)
     leased = [r for r in rows if r["id"] is not None]
     if unkeyed:
         if any(r["key"] is None for r in leased):
@@ -238,6 +276,46 @@ async def _claim(
     # A queue with a rate comes back short when its window is full: walking on would find no more.
     short = len(leased) < slots and len(locked) >= scan and not flow.rated
     return FlowClaim(leased, [r["slot"] for r in leased], rows[0]["wake_in"], busy, short), others
+
+
+async def _claim_front(
+    db: Database, queue: str, timeouts: list[float | None], workers: list[str | None]
+) -> tuple[FlowClaim, list[asyncio.Event]]:
+    """A claim from the front of a queue under key concurrency alone: FLOW_FRONT, then LEASE_FLOW_FRONT,
+    in one transaction (see app/queries.py); and the replica's claims of the queue under way when it
+    began. It comes back `short` (the caller walks the keys for the slots left, once those claims have
+    committed) when it left slots empty and the front may not have been all there was: it looked at as
+    many jobs as it could (keys with room may lie beyond full ones), passed over keys another claim held,
+    or ran beside other claims (whose jobs it passed over, locked, and which may not lease them all); not
+    when it alone saw every ready job. A front mostly full (full keys before the rest: a key with a
+    backlog of its own) is not looked at again for FRONT_PAUSE seconds."""
+    slots = len(workers)
+    lookahead = slots + min(KEY_SLACK, slots + 3)
+    known = db.flow
+    mine = asyncio.Event()
+    others = known.join(queue, mine)
+    try:
+        async with db.acquire() as conn, _planned_transaction(conn):
+            front = await conn.fetch(q.FLOW_FRONT.text, *q.FLOW_FRONT.args(queue=queue, lookahead=lookahead))
+            ours = [r for r in front if r["locked"] is not False]
+            rows = await conn.fetch(
+                q.LEASE_FLOW_FRONT.text,
+                *q.LEASE_FLOW_FRONT.args(
+                    queue=queue,
+                    ids=[r["id"] for r in ours],
+                    keys=[r["key"] for r in ours],
+                    visibility_timeouts=timeouts,
+                    worker_ids=workers,
+                ),
+            )
+    finally:
+        known.leave(queue, mine)
+    busy = len(ours) < len(front)
+    held = len(front) == lookahead
+    short = len(rows) < slots and (busy or held or bool(others))
+    if held and 2 * len(rows) < slots:
+        known.front_held[queue] = time.monotonic() + FRONT_PAUSE
+    return FlowClaim(list(rows), [r["slot"] for r in rows], None, busy, short), others
 
 
 async def _walk(
