@@ -555,9 +555,9 @@ LEASE = Query.define(
 
 # --- flow control (app/jobs/flow.py) ----------------------------------------------------------------
 # A queue with flow control (`queues.flow`: key_concurrency, fair, rate, key_rate, or a key's override)
-# is claimed in one short transaction of two statements instead of LEASE: FLOW_FRONT then
-# LEASE_FLOW_FRONT for a queue under key concurrency alone, while the front of the queue has room (below);
-# otherwise FLOW_KEYS then LEASE_FLOW:
+# is claimed in one short transaction of two statements instead of LEASE: LEASE_FLOW_FRONT (the same two
+# steps in one function) for a queue under key concurrency alone, while the front of the queue has room
+# (below); otherwise FLOW_KEYS then LEASE_FLOW:
 # - FLOW_KEYS walks the keys that have pending jobs, one after the other from where this replica's last
 #   claim stopped (round robin), and takes a transaction-scoped advisory lock on each key it will claim
 #   from (try-lock: a key another claim holds is passed over, as SKIP LOCKED passes over rows). A queue
@@ -787,100 +787,22 @@ LEASE_FLOW = Query.define("lease_flow", _lease_flow(rated=False))
 LEASE_FLOW_RATED = Query.define("lease_flow_rated", _lease_flow(rated=True))
 
 # A queue under key concurrency alone (no `fair`, no rate) is first claimed from its front, as LEASE
-# claims: FLOW_FRONT then LEASE_FLOW_FRONT, in one transaction. Walking the keys reads each key's jobs
-# through its own index descents and takes jobs scattered over the table (a key's next jobs lie far apart);
-# the front is one scan of the claim index over jobs that lie together, so while the front of the queue has
-# room (its keys not full) a claim costs little more than LEASE (statement bench, 100 jobs over 1,000
-# keys: 2.9 ms against 2.1 for LEASE and 3.9 for the walk). A claim that finds the front held (full keys,
-# keys another claim holds) walks the keys for the slots left (app/jobs/flow.py).
-# FLOW_FRONT: the first :lookahead ready jobs in lease order, each locked (SKIP LOCKED: two claims at once
-# take consecutive stretches of the front), and the advisory lock of each of their keys, tried once per key
-# (`locked` false: another claim holds it; NULL for a job without a key). Each job is given its key's
-# answer by a window over the jobs, not by joining jobs to keys: planned once for any claim (FLOW_PLANS),
-# on estimates of one row, such a join was a nested loop, quadratic in the claim (5.4 of a claim's 5.8 ms
-# for 216 jobs, in a drain).
-FLOW_FRONT = Query.define(
-    "flow_front",
-    f"""
-    WITH front AS (
-        SELECT id, key, row_number() OVER (ORDER BY priority, run_at, id) AS ord FROM (
-            SELECT id, key, priority, run_at FROM jobq.jobs
-            WHERE queue = :queue AND status = 'pending' AND run_at <= now()
-              AND EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
-            ORDER BY priority, run_at, id
-            LIMIT :lookahead
-            FOR UPDATE SKIP LOCKED
-        ) f
-    ), tried AS (
-        SELECT id, key, ord, CASE WHEN first THEN {_KEY_LOCK.format(key="key")} END AS got
-        FROM (SELECT id, key, ord, key IS NOT NULL AND row_number() OVER (PARTITION BY key ORDER BY ord) = 1
-                     AS first
-              FROM front OFFSET 0) f
-    )
-    SELECT id, key, bool_or(got) OVER (PARTITION BY key) AS locked FROM tried ORDER BY ord
-    """,
-)
-
-# Lease, of the jobs FLOW_FRONT locked whose keys it holds (:ids and their :keys, in lease order), those
-# within their key's room, in lease order, one per slot (then as LEASE leases them). Run after the key locks
-# are held, so the running jobs it counts are the true count (see FLOW_KEYS). A key whose jobs run in order
-# (concurrency 1) gets a job only if it is the key's first (its retry when one waits, else its first ready
-# job by lease order, whatever the locks): a first job another statement held back is not overtaken.
-# Nothing is leased when the queue has become fair or rated since (the caller claims it the other way),
-# nor of a key with a rate of its own.
-# - `keyed`: at each key's first job, once per key, its room (its concurrency, an override's or the
-#   queue's, less its running jobs) and, for a key in order, its first job; `spread` gives them to the
-#   key's other jobs by a window, not by a join of jobs to keys (see FLOW_FRONT).
+# claims. Walking the keys reads each key's jobs through its own index descents and takes jobs scattered
+# over the table (a key's next jobs lie far apart); the front is one scan of the claim index over jobs that
+# lie together, so while the front of the queue has room (its keys not full) a claim costs little more
+# than LEASE (statement bench, 100 jobs over 1,000 keys: 2.9 ms against 2.1 for LEASE and 3.9 for the
+# walk). A claim that finds the front held (full keys, keys another claim holds) walks the keys for the
+# slots left (app/jobs/flow.py).
+# The claim is jobq.lease_flow_front() (alembic 0021, where its two statements are, FRONT and LEASE): the
+# first locks the first :lookahead ready jobs in lease order and tries their keys' locks, the second,
+# whose snapshot begins once the locks are held (as LEASE_FLOW's), leases those within their key's room.
+# One call in one round trip, where the two statements in a transaction of their own took four: the
+# keyed drain went from 24,662 to 27,100 jobs/s. Rows as LEASE's, each with its slot, and on every row
+# (on one row of NULL jobs when nothing was leased) how many jobs it `looked` at, and how many it
+# `passed` over because another claim held their key.
 LEASE_FLOW_FRONT = Query.define(
     "lease_flow_front",
-    f"""
-    WITH q AS (
-        SELECT max_attempts, visibility_timeout, key_concurrency FROM jobq.queues
-        WHERE name = :queue AND NOT paused AND flow AND NOT fair AND rate_limit IS NULL
-          AND key_rate_limit IS NULL
-    ), front AS (
-        SELECT id, key, ord, row_number() OVER (PARTITION BY key ORDER BY ord) AS n
-        FROM unnest(:ids::bigint[], :keys::text[]) WITH ORDINALITY AS u(id, key, ord)
-    ), keyed AS (
-        SELECT f.id, f.key, f.ord, k.concurrency, k.rated,
-               CASE WHEN f.n = 1 THEN coalesce(k.concurrency - {_running("f.key")},
-                                               cardinality(:worker_ids::text[])) END AS room,
-               CASE WHEN f.n = 1 AND k.concurrency = 1 THEN coalesce(
-                   (SELECT id FROM jobq.jobs h
-                    WHERE h.queue = :queue AND h.key = f.key AND h.status = 'pending' AND h.attempts > 0
-                    ORDER BY priority, run_at, id LIMIT 1),
-                   (SELECT id FROM jobq.jobs h
-                    WHERE h.queue = :queue AND h.key = f.key AND h.status = 'pending' AND h.run_at <= now()
-                    ORDER BY priority, run_at, id LIMIT 1)) END AS first
-        FROM front f CROSS JOIN q
-        LEFT JOIN LATERAL (
-            SELECT coalesce(o.concurrency, q.key_concurrency) AS concurrency,
-                   o.rate_limit IS NOT NULL AS rated
-            FROM (SELECT) one LEFT JOIN jobq.keys o ON o.queue = :queue AND o.key = f.key
-        ) k ON f.key IS NOT NULL
-    ), spread AS (
-        SELECT id, key, ord, concurrency, rated,
-               max(room) OVER per_key AS room, max(first) OVER per_key AS first
-        FROM keyed WINDOW per_key AS (PARTITION BY key)
-    ), ready AS (
-        SELECT id, row_number() OVER (ORDER BY ord) AS slot FROM (
-            SELECT id, key, ord, room, row_number() OVER (PARTITION BY key ORDER BY ord) AS n
-            FROM spread
-            WHERE key IS NULL OR (NOT rated AND (concurrency IS DISTINCT FROM 1 OR first = id))
-        ) c
-        WHERE key IS NULL OR n <= room
-        ORDER BY ord
-        LIMIT cardinality(:worker_ids::text[])
-    )
-    UPDATE jobq.jobs j
-    SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(
-            secs => coalesce((:visibility_timeouts::float8[])[ready.slot], q.visibility_timeout)),
-        worker_id = (:worker_ids::text[])[ready.slot], updated_at = now()
-    FROM ready, q
-    WHERE j.id = ready.id AND j.status = 'pending'
-    RETURNING {LEASED_JOB}, ready.slot
-    """,
+    "SELECT * FROM jobq.lease_flow_front(:queue, :lookahead, :visibility_timeouts, :worker_ids)",
 )
 
 # Complete jobs whose latest lease token the caller holds, moving them to jobq.jobs_history. Accepted

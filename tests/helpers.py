@@ -8,6 +8,7 @@ The server's tests import it as ``helpers``, the client's (clients/python/tests)
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -16,6 +17,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from app import queries as q
 from app.db import Database, create_pool
 from jobq import AsyncClient
 from tests.fixtures import test_settings
@@ -193,3 +195,10 @@ async def assert_nothing_stranded(
     await until(quiet(service))
     rows = await db.fetch("SELECT id, status, attempts FROM jobq.all_jobs")
     assert {r["id"]: (r["status"], r["attempts"]) for r in rows} == {job.id: ("pending", 0)}
+
+
+def front_claim_statements() -> tuple[q.Query, q.Query]:
+    """The two statements of jobq.lease_flow_front() (alembic 0021, FRONT and LEASE), as queries with the
+    same named parameters: for tests that read their plans. LEASE takes FRONT's jobs as :ids and :keys."""
+    revision = importlib.import_module("app.alembic.versions.0021_lease_flow_front")
+    return q.Query.define("flow_front", revision.FRONT), q.Query.define("flow_front_lease", revision.LEASE)

@@ -13,7 +13,7 @@ from urllib.parse import quote
 import asyncpg
 import httpx
 import pytest
-from helpers import STATUS_HISTORY, assert_problem
+from helpers import STATUS_HISTORY, assert_problem, front_claim_statements
 
 from app import queries as q
 
@@ -414,6 +414,7 @@ async def test_rates_hold_window_after_window_under_a_backlog(a, b, db):
 
 # --- the claim's plans ------------------------------------------------------------------------------
 
+FRONT, FRONT_LEASE = front_claim_statements()
 KEYS_50 = [f"k{n}" for n in range(50)]
 SLOTS_100 = {"worker_ids": ["w"] * 100, "visibility_timeouts": [30.0] * 100}
 CLAIM_STATEMENTS = {
@@ -421,9 +422,9 @@ CLAIM_STATEMENTS = {
     "flow_keys_rated": (q.FLOW_KEYS_RATED, {"queue": "q", "after": "", "scan": 52, "reach": 208}),
     "lease_flow": (q.LEASE_FLOW, {"queue": "q", "keys": KEYS_50, "lookahead": 100, **SLOTS_100}),
     "lease_flow_rated": (q.LEASE_FLOW_RATED, {"queue": "q", "keys": KEYS_50, "lookahead": 100, **SLOTS_100}),
-    "flow_front": (q.FLOW_FRONT, {"queue": "q", "lookahead": 116}),
-    "lease_flow_front": (
-        q.LEASE_FLOW_FRONT,
+    "flow_front": (FRONT, {"queue": "q", "lookahead": 116}),
+    "flow_front_lease": (
+        FRONT_LEASE,
         {"queue": "q", "ids": list(range(1, 101)), "keys": [f"k{n}" for n in range(1, 101)], **SLOTS_100},
     ),
 }

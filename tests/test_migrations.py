@@ -816,3 +816,25 @@ async def test_0020_rebuilds_the_key_held_index_by_id_and_goes_back(database_url
     await asyncio.to_thread(migrations.downgrade, database_url, "0019")
     assert await key_held(db) == [before]
     await asyncio.to_thread(migrations.upgrade, database_url)
+
+
+# --- revision 0021: the claim from the front in one function ------------------------------------------
+
+
+async def test_0021_adds_the_front_claim_function_that_leases_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0020")
+    exists = "SELECT to_regprocedure('jobq.lease_flow_front(text, integer, double precision[], text[])')"
+    assert await db.fetchval(exists) is None
+    await db.execute("INSERT INTO jobq.queues (name, key_concurrency, flow) VALUES ('q', 1, true)")
+    first, second = [await db.fetchval("SELECT jobq.enqueue('q', '1', key => 'k')") for _ in range(2)]
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0021")
+    call = "SELECT id, slot, looked, passed FROM jobq.lease_flow_front('q', 5, '{NULL, NULL}', '{w, w}')"
+    # The key runs in order: its first job, and nothing more while it runs.
+    assert [tuple(r) for r in await db.fetch(call)] == [(first, 1, 2, 0)]
+    assert [tuple(r) for r in await db.fetch(call)] == [(None, None, 1, 0)]
+    assert await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", second) == "pending"
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0020")
+    assert await db.fetchval(exists) is None
+    await asyncio.to_thread(migrations.upgrade, database_url)

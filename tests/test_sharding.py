@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import index_columns
+from helpers import front_claim_statements, index_columns
 
 from app import queries as q
 
 pytestmark = pytest.mark.anyio
 
+FRONT, FRONT_LEASE = front_claim_statements()
 # Each statement with arguments that make it do its whole work.
 ONE_QUEUE = {
     "lease": (q.LEASE, {"queue": "q", "worker_ids": ["w", "w"], "visibility_timeouts": [30.0, 30.0]}),
@@ -25,11 +26,11 @@ ONE_QUEUE = {
         q.LEASE_FLOW_RATED,
         {"queue": "q", "worker_ids": ["w"], "keys": ["k"], "lookahead": 10, "visibility_timeouts": [30.0]},
     ),
-    "lease_flow_front": (
-        q.LEASE_FLOW_FRONT,
+    "flow_front": (FRONT, {"queue": "q", "lookahead": 10}),
+    "flow_front_lease": (
+        FRONT_LEASE,
         {"queue": "q", "worker_ids": ["w"], "ids": [2], "keys": ["k2"], "visibility_timeouts": [30.0]},
     ),
-    "flow_front": (q.FLOW_FRONT, {"queue": "q", "lookahead": 10}),
     "flow_keys": (q.FLOW_KEYS, {"queue": "q", "after": "", "scan": 10, "reach": 10}),
     "flow_keys_rated": (q.FLOW_KEYS_RATED, {"queue": "q", "after": "", "scan": 10, "reach": 10}),
 }

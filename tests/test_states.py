@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from helpers import front_claim_statements
 
 from app import queries as q
 from app.models import MAX_JOB_ID, JobStatus
@@ -82,20 +83,9 @@ def lease_flow(walk: q.Query, claim: q.Query) -> Run:
     return run
 
 
-async def lease_flow_front(conn: asyncpg.Connection, job_id: int) -> None:
-    async with conn.transaction():
-        front = await statement(q.FLOW_FRONT, queue=QUEUE, lookahead=10)(conn, job_id)
-        ours = [r for r in front if r["locked"] is not False]
-        await statement(
-            q.LEASE_FLOW_FRONT,
-            queue=QUEUE,
-            ids=[r["id"] for r in ours],
-            keys=[r["key"] for r in ours],
-            visibility_timeouts=[30.0],
-            worker_ids=["w"],
-        )(conn, job_id)
-
-
+LEASE_FLOW_FRONT = statement(
+    q.LEASE_FLOW_FRONT, queue=QUEUE, lookahead=10, visibility_timeouts=[30.0], worker_ids=["w"]
+)
 FLOW = "UPDATE jobq.queues SET flow = true, key_concurrency = 1"
 REDRIVE = '{"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq", "maxReceiveCount": 1}'
 COLUMNS = ", ".join(q.JOB_COLUMNS)
@@ -118,10 +108,10 @@ MOVES: dict[str, Move] = {
         {PENDING: RUNNING},
         given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'",
     ),
-    "LEASE_FLOW_FRONT": Move(q.LEASE_FLOW_FRONT, lease_flow_front, {PENDING: RUNNING}, given=FLOW),
+    "LEASE_FLOW_FRONT": Move(q.LEASE_FLOW_FRONT, LEASE_FLOW_FRONT, {PENDING: RUNNING}, given=FLOW),
     "LEASE_FLOW_FRONT with a key": Move(
         q.LEASE_FLOW_FRONT,
-        lease_flow_front,
+        LEASE_FLOW_FRONT,
         {PENDING: RUNNING},
         given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'",
     ),
@@ -299,12 +289,20 @@ CHANGES_STATUS = re.compile(
 )
 
 
+# A statement that calls a function of jobq's schema changes what the function's statements change.
+CALLED = {q.LEASE_FLOW_FRONT.name: "".join(query.text for query in front_claim_statements())}
+
+
+def changes_status(query: q.Query) -> bool:
+    return bool(CHANGES_STATUS.search(CALLED.get(query.name, query.text)))
+
+
 def defined(module: Any) -> dict[str, q.Query]:
     return {name: value for name, value in vars(module).items() if isinstance(value, q.Query)}
 
 
 def test_every_status_change_is_in_the_table():
-    changing = {query.name for query in defined(q).values() if CHANGES_STATUS.search(query.text)}
+    changing = {query.name for query in defined(q).values() if changes_status(query)}
     tabled = {move.query.name for move in MOVES.values()} | {
         query.name for name, query in defined(q).items() if name in ENQUEUES
     }
@@ -313,7 +311,7 @@ def test_every_status_change_is_in_the_table():
     assert not [
         name
         for name, query in defined(sqs_queries).items()
-        if CHANGES_STATUS.search(query.text) and query not in defined(q).values()
+        if changes_status(query) and query not in defined(q).values()
     ]
 
 

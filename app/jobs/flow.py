@@ -281,41 +281,36 @@ async def _claim(
 async def _claim_front(
     db: Database, queue: str, timeouts: list[float | None], workers: list[str | None]
 ) -> tuple[FlowClaim, list[asyncio.Event]]:
-    """A claim from the front of a queue under key concurrency alone: FLOW_FRONT, then LEASE_FLOW_FRONT,
-    in one transaction (see app/queries.py); and the replica's claims of the queue under way when it
-    began. It comes back `short` (the caller walks the keys for the slots left, once those claims have
-    committed) when it left slots empty and the front may not have been all there was: it looked at as
-    many jobs as it could (keys with room may lie beyond full ones), passed over keys another claim held,
-    or ran beside other claims (whose jobs it passed over, locked, and which may not lease them all); not
-    when it alone saw every ready job. A front mostly full (full keys before the rest: a key with a
-    backlog of its own) is not looked at again for FRONT_PAUSE seconds."""
+    """A claim from the front of a queue under key concurrency alone: LEASE_FLOW_FRONT, one call (see
+    app/queries.py); and the replica's claims of the queue under way when it began. It comes back
+    `short` (the caller walks the keys for the slots left, once those claims have committed) when it
+    left slots empty and the front may not have been all there was: it looked at as many jobs as it
+    could (keys with room may lie beyond full ones), passed over keys another claim held, or ran beside
+    other claims (whose jobs it passed over, locked, and which may not lease them all); not when it alone
+    saw every ready job. A front mostly full (full keys before the rest: a key with a backlog of its own)
+    is not looked at again for FRONT_PAUSE seconds."""
     slots = len(workers)
     lookahead = slots + min(KEY_SLACK, slots + 3)
     known = db.flow
     mine = asyncio.Event()
     others = known.join(queue, mine)
     try:
-        async with db.acquire() as conn, _planned_transaction(conn):
-            front = await conn.fetch(q.FLOW_FRONT.text, *q.FLOW_FRONT.args(queue=queue, lookahead=lookahead))
-            ours = [r for r in front if r["locked"] is not False]
+        async with db.acquire() as conn:
             rows = await conn.fetch(
                 q.LEASE_FLOW_FRONT.text,
                 *q.LEASE_FLOW_FRONT.args(
-                    queue=queue,
-                    ids=[r["id"] for r in ours],
-                    keys=[r["key"] for r in ours],
-                    visibility_timeouts=timeouts,
-                    worker_ids=workers,
+                    queue=queue, lookahead=lookahead, visibility_timeouts=timeouts, worker_ids=workers
                 ),
             )
     finally:
         known.leave(queue, mine)
-    busy = len(ours) < len(front)
-    held = len(front) == lookahead
-    short = len(rows) < slots and (busy or held or bool(others))
-    if held and 2 * len(rows) < slots:
+    busy = rows[0]["passed"] > 0
+    held = rows[0]["looked"] == lookahead
+    leased = [r for r in rows if r["id"] is not None]
+    short = len(leased) < slots and (busy or held or bool(others))
+    if held and 2 * len(leased) < slots:
         known.front_held[queue] = time.monotonic() + FRONT_PAUSE
-    return FlowClaim(list(rows), [r["slot"] for r in rows], None, busy, short), others
+    return FlowClaim(leased, [r["slot"] for r in leased], None, busy, short), others
 
 
 async def _walk(
