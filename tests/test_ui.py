@@ -205,7 +205,10 @@ async def test_admins_only_when_tokens_are_configured(start_service, db):
 
 async def test_read_only_for_a_viewer(start_service, db):
     """A viewer sees every page with no button on it, and its posts are refused, changing nothing."""
-    service = start_service(tokens={"v-secret": "viewer", "a-secret": "admin"})
+    # Gauges refreshed often: the wait for them below stays well inside uvicorn's keep-alive (5 s). At the
+    # default interval (5 s) the client's next request on its idle connection could meet the server
+    # closing it ("Server disconnected without sending a response").
+    service = start_service(tokens={"v-secret": "viewer", "a-secret": "admin"}, metrics_interval=0.1)
     viewer, admin = {"Authorization": "Bearer v-secret"}, {"Authorization": "Bearer a-secret"}
     async with httpx.AsyncClient(base_url=service.url, headers=admin) as client:
         job_id = await make_dead(client, "q", payload={"to": "ada"})

@@ -6,9 +6,9 @@ snapshot begins once the locks are held, those within their key's room (LEASE); 
 "flow control", for why two statements. Sent one by one in a transaction, with its BEGIN and COMMIT, that
 is four round trips, where the plain LEASE is one: in a drain of 100,000 keyed jobs (lease 100 +
 /ack/batch, 4 workers, 1,000 keys, key_concurrency 2) the service spent 1.83 s of CPU against 1.54 as
-one call, and drained at 24,662 jobs/s against 27,100. Each statement of a PL/pgSQL function that
-changes rows takes its own snapshot, so the second still sees every claim that committed before the
-first's locks were held.
+one call, and drained at 24,662 jobs/s against 27,100. Each statement of a volatile PL/pgSQL function
+(the default) takes a snapshot of its own under READ COMMITTED, so the second still sees every claim that
+committed before the first's locks were held.
 
 FRONT and LEASE are the statements as the function runs them, with named parameters (:queue), which it
 takes as p_queue and so on; tests read them from here to check their plans. The function runs under
