@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import importlib
 import itertools
 import os
 import time
@@ -433,6 +434,16 @@ CLAIM_STATEMENTS = {
 class _Planned(Exception):
     """Leaves the transaction a plan was read in (EXPLAIN of a statement that changes rows runs nothing,
     but its settings stay local to it)."""
+
+
+def test_the_front_and_the_walk_lock_a_key_alike():
+    """A claim from the front (jobq.lease_flow_front(), its statements frozen in alembic 0021) and a walk
+    of the keys (FLOW_KEYS) exclude each other only if they take the same lock for a key: a change to one
+    lock and not the other would let both lease the same key's jobs at once."""
+    from app.queries import _KEY_LOCK
+
+    revision = importlib.import_module("app.alembic.versions.0021_lease_flow_front")
+    assert _KEY_LOCK.format(key="key") in " ".join(revision.FRONT.split())
 
 
 @pytest.mark.parametrize("name", sorted(CLAIM_STATEMENTS))
