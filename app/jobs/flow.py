@@ -178,7 +178,7 @@ async def lease_flow(
         if not claim.short:
             return claim
         if others:
-            await asyncio.wait([asyncio.ensure_future(other.wait()) for other in others])
+            await _done(others)
     for _ in range(BUSY_ROUNDS):
         done = len(claim.rows)
         more, others = await _claim(db, queue, flow, timeouts[done:], workers[done:])
@@ -188,8 +188,13 @@ async def lease_flow(
         if len(claim.rows) == len(workers) or not (more.short or (more.busy and others)):
             break
         if more.busy and others:
-            await asyncio.wait([asyncio.ensure_future(other.wait()) for other in others])
+            await _done(others)
     return claim
+
+
+async def _done(claims: list[asyncio.Event]) -> None:
+    """Once the replica's `claims` (see FlowQueues.join) are done: committed, or rolled back."""
+    await asyncio.wait([asyncio.ensure_future(claim.wait()) for claim in claims])
 
 
 # How the claim's two statements are planned, for its transaction only:
