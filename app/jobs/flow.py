@@ -110,12 +110,14 @@ class FlowQueues:
         claiming.add(claim)
         return others
 
-    def leave(self, queue: str, claim: asyncio.Event) -> None:
+    def leave(self, queue: str, claim: asyncio.Event) -> list[asyncio.Event]:
+        """Count `claim` done; the queue's claims still under way."""
         claim.set()
         claiming = self.claiming.get(queue, set())
         claiming.discard(claim)
         if not claiming:
             self.claiming.pop(queue, None)
+        return list(claiming)
 
     def front_open(self, queue: str) -> bool:
         """Whether a claim of the queue looks at its front first (see _claim_front)."""
@@ -287,7 +289,7 @@ async def _claim_front(
     db: Database, queue: str, timeouts: list[float | None], workers: list[str | None]
 ) -> tuple[FlowClaim, list[asyncio.Event]]:
     """A claim from the front of a queue under key concurrency alone: LEASE_FLOW_FRONT, one call (see
-    app/queries.py); and the replica's claims of the queue under way when it began. It comes back
+    app/queries.py); and the replica's claims of the queue under way beside it. It comes back
     `short` (the caller walks the keys for the slots left, once those claims have committed) when it
     left slots empty and the front may not have been all there was: it looked at as many jobs as it
     could (keys with room may lie beyond full ones), passed over keys another claim held, or ran beside
@@ -308,7 +310,9 @@ async def _claim_front(
                 ),
             )
     finally:
-        known.leave(queue, mine)
+        # Every claim that ran beside this one, begun before it or after: the database may have run a
+        # later one's first (it found this one's jobs locked) or an earlier one's last.
+        others += [other for other in known.leave(queue, mine) if other not in others]
     busy = rows[0]["passed"] > 0
     held = rows[0]["looked"] == lookahead
     leased = [r for r in rows if r["id"] is not None]
