@@ -23,6 +23,13 @@ from jobq import AsyncClient
 from tests.fixtures import test_settings
 from tests.waiting import quiet, until
 
+# The advisory locks held in this database: the server's others (other tests', run beside this one on a
+# shared server) are not this test's business.
+ADVISORY_LOCKS_HERE = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
 # A test-only trigger that records every status change of every job, in the order the statements ran
 # (`seq`), with the start of the statement that made it (`at`, statement_timestamp(): the clock a claim's
 # rate windows use, app/queries.py WINDOW_CLOCK). Installed in a test's database; read from public.history.

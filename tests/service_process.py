@@ -35,9 +35,12 @@ def _ephemeral_start() -> int:
 # Ports for servers the tests start, below the range the kernel draws a connection's own port from: a
 # port found free there (bind to port 0) could be taken by any outgoing connection before the server
 # bound it, and the cluster of test_failover makes dozens in the seconds before its last node starts.
-# Each port is handed out once per process, so two asked for in a row always differ.
+# Each port is handed out once per process, so two asked for in a row always differ; under pytest-xdist
+# each worker process has ports of its own (one in every N), so no two workers hand out the same one.
 _TOP = min(_ephemeral_start(), 32768)
-_BELOW = range(max(1024, _TOP - 12000), _TOP)
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_BELOW = range(max(1024, _TOP - 12000) + _WORKER, _TOP, _WORKERS)
 _PORTS = random.Random().sample(_BELOW, k=min(4000, len(_BELOW)))
 
 

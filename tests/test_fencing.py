@@ -415,7 +415,8 @@ async def test_a_shared_enqueue_whose_backend_is_terminated_is_not_retried(start
         return await db.fetchval(
             # Waiting for the transaction that inserted "b" (`first`, held by the table lock, waits
             # on the relation instead, and only until that lock goes).
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq'"
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE application_name = 'jobq' AND datname = current_database()"
             " AND wait_event = 'transactionid' AND query LIKE '%INSERT INTO jobq.jobs%'"
             " AND pid IS DISTINCT FROM $1",
             other_than,

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import asyncpg
 import httpx
 import pytest
-from helpers import STATUS_HISTORY, assert_problem, front_claim_statements
+from helpers import ADVISORY_LOCKS_HERE, STATUS_HISTORY, assert_problem, front_claim_statements
 
 from app import queries as q
 
@@ -495,8 +495,7 @@ async def test_a_claim_that_fails_rolls_back_and_frees_its_keys(database_url, db
             await flow.lease_flow(database, "q", settings, [1e300, 1e300], [None, None])
         async with database.acquire() as conn:
             assert not conn.is_in_transaction()
-            locks = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-            assert await conn.fetchval(locks) == 0
+            assert await conn.fetchval(ADVISORY_LOCKS_HERE) == 0
             assert await conn.fetchval("SHOW enable_seqscan") == "on"
         claim = await flow.lease_flow(database, "q", settings, [30.0, 30.0], [None, None])
     assert sorted(r["key"] for r in claim.rows) == ["a", "b"]

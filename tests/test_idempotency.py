@@ -373,7 +373,8 @@ async def test_a_503_saying_nothing_was_done_is_retried_even_for_a_nack(start_se
 
     patient = RetryPolicy(attempts=50, backoff=0.05, cap=0.1)
     waiting = (
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jobq' AND wait_event_type = 'Lock'"
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = 'jobq' AND datname = current_database() AND wait_event_type = 'Lock'"
     )
     async with (
         AsyncClient(service.url, retry=patient) as direct,

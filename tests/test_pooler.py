@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from app import maintenance
 from app.db import PooledConnection, pool_options
 from app.settings import Settings
-from tests.helpers import open_database
+from tests.helpers import ADVISORY_LOCKS_HERE, open_database
 from tests.pgbouncer import through_pooler
 from tests.service_process import free_port
 from tests.test_metrics import scrape, value
@@ -120,7 +120,7 @@ async def test_maintenance_vacuums_on_a_session_of_its_own(pgbouncer, database_u
         dead = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass"
         assert await db.fetchval(dead) == 0
         # The session lock went with its session: nothing holds it, and the next check takes it again.
-        assert await db.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+        assert await db.fetchval(ADVISORY_LOCKS_HERE) == 0
         assert await maintenance.vacuum_if_needed(database) is False  # nothing left to do
 
 

@@ -232,7 +232,7 @@ async def test_ack_completes_and_is_idempotent(client, db):
     assert r.json()["status"] == "completed" and r.json()["completed_at"] is not None
 
 
-@pytest.mark.parametrize("token", [tok(), "xyz"])
+@pytest.mark.parametrize("token", [tok(), "xyz"], ids=["another-lease", "not-a-token"])
 async def test_ack_with_wrong_token_is_lease_lost(client, db, token):
     job = await enqueue(client)
     await lease_one(client)
