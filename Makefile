@@ -23,7 +23,8 @@ serve: $(VENV)/.installed
 # Run the whole suite, the server's tests and the client's (embedded PostgreSQL unless
 # JOBQ_TEST_DATABASE_URL names a server to use), in TEST_WORKERS processes (pytest-xdist; 0 runs it in
 # this one). Each process has a server, databases and ports of its own: most of a test's time is spent
-# waiting (long-polls, services starting, visibility timeouts), and two processes take half the time.
+# waiting (long-polls, services starting, visibility timeouts), so on two cores two processes take 0.6
+# of the time one takes.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed
 	$(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
