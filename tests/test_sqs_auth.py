@@ -15,6 +15,8 @@ import pytest
 from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from test_sqs_query import PROTOCOLS, query_client, query_model  # noqa: F401 - a fixture
+from waiting import equals, states, until
 
 CREDENTIALS = {
     "AKIAADMIN": {"secret": "admin-secret", "role": "admin"},
@@ -343,3 +345,80 @@ def test_a_viewer_key_only_reads(scoped):
         (viewer.purge_queue, {"QueueUrl": url}),
     ):
         assert code_and_status(call, **kwargs) == ("AccessDenied", 403)
+
+
+@pytest.fixture(params=PROTOCOLS)
+def keyed(request, start_service):
+    """A service with the keys of SCOPED, and a client maker for a key, in each wire format."""
+    service = start_service(
+        tokens={"bearer-admin": "admin"}, aws_credentials=SCOPED, aws_regions=["us-east-1"]
+    )
+
+    def make(key: str, secret: str):
+        if request.param == "json":
+            return client(service.url, key=key, secret=secret, region="us-east-1")
+        return query_client(service.url, request.getfixturevalue("query_model"), key=key, secret=secret)
+
+    return make
+
+
+def arn(name: str) -> str:
+    return f"arn:aws:sqs:us-east-1:000000000000:{name}"
+
+
+def redrive_to(name: str, count: int = 1) -> dict[str, str]:
+    return {"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn(name), "maxReceiveCount": count})}
+
+
+@pytest.mark.anyio
+async def test_a_scoped_key_names_no_queue_outside_its_own_by_arn(keyed, db):
+    admin = keyed("AKIAADMIN", "admin-secret")
+    admin.create_queue(QueueName="qb")
+    celery = keyed("AKIACELERY", "celery-secret")
+    ops = keyed("AKIAOPS", "ops-secret")
+    url = celery.create_queue(QueueName="celery-tasks")["QueueUrl"]
+    for key in (celery, ops):
+        # A dead-letter queue outside the key's queues, whether the queue is new or not (the Celery
+        # key sets no attributes anyway: that is an admin's).
+        assert code_and_status(key.create_queue, QueueName="celery-evil", Attributes=redrive_to("qb")) == (
+            "AccessDenied",
+            403,
+        )
+        assert code_and_status(key.set_queue_attributes, QueueUrl=url, Attributes=redrive_to("qb")) == (
+            "AccessDenied",
+            403,
+        )
+    assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'celery-evil'") == 0
+    row = await db.fetchrow(
+        "SELECT max_attempts, sqs_attributes FROM jobq.queues WHERE name = 'celery-tasks'"
+    )
+    assert row["max_attempts"] == 1000 and "RedrivePolicy" not in json.loads(row["sqs_attributes"])
+    # So a message received past any maxReceiveCount stays in the key's queue, and qb gets nothing.
+    celery.send_message(QueueUrl=url, MessageBody="task")
+    for _ in range(2):
+        assert celery.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]["Body"] == "task"
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE queue = 'qb'") == 0
+
+    # A dead-letter queue among its queues is the key's to name, and its dead letters move there.
+    celery.create_queue(QueueName="celery-dead")
+    celery.create_queue(QueueName="celery-more", Attributes=redrive_to("celery-dead"))
+    ops.set_queue_attributes(QueueUrl=url, Attributes=redrive_to("celery-dead", 3))
+    celery.receive_message(QueueUrl=url, VisibilityTimeout=0)  # the third receive: out of receives
+    await until(equals(states(db, "celery-dead"), {"pending": 1}))
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE queue = 'qb'") == 0
+    # What an unscoped admin set stands: qb's dead letters go into celery-dead, and the move task
+    # that would take them back into qb is not the scoped keys' to start.
+    admin.set_queue_attributes(
+        QueueUrl=admin.get_queue_url(QueueName="qb")["QueueUrl"], Attributes=redrive_to("celery-dead")
+    )
+    dead_url = celery.get_queue_url(QueueName="celery-dead")["QueueUrl"]
+    sources = celery.list_dead_letter_source_queues(QueueUrl=dead_url)["queueUrls"]
+    assert [u.rsplit("/", 1)[-1] for u in sources] == ["celery-more", "celery-tasks"]
+    for key in (celery, ops):
+        for kwargs in (
+            {"SourceArn": arn("celery-dead")},
+            {"SourceArn": arn("celery-dead"), "DestinationArn": arn("qb")},
+            {"SourceArn": arn("qb")},
+        ):
+            assert code_and_status(key.start_message_move_task, **kwargs)[0] == "AccessDenied"
+    assert await states(db, "celery-dead")() == {"pending": 1}

@@ -152,6 +152,15 @@ def check_queue_attributes(
     return keep, settings
 
 
+def dead_letter_queue(keep: dict[str, str]) -> str | None:
+    """The queue a RedrivePolicy that ``check_queue_attributes`` passed names as its dead-letter queue
+    (None: no policy given, or the policy removed), read as REDRIVE_DEAD reads it: the ARN's last part."""
+    policy = keep.get("RedrivePolicy")
+    if not policy:
+        return None
+    return name_from_arn(json.loads(policy)["deadLetterTargetArn"], "deadLetterTargetArn")
+
+
 def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 

@@ -6,8 +6,10 @@ do (``ROLES`` below, as for tokens: producers send, workers receive, delete and 
 viewers only read, admins do everything; producers and workers may also create queues, since SDKs and
 Celery do it on start; a key with several roles may do what each may). A key limited to queue-name
 patterns (``"queues": ["celery-*"]``, app/access.py) is refused (AccessDenied) any action on a queue
-outside them, whether named by QueueUrl, QueueName or ARN, and ListQueues shows it its queues only. Keys
-without tokens are enforced too: configuring a key and leaving the API open would be a trap. With
+outside them, whether named by QueueUrl, QueueName or ARN, and ListQueues shows it its queues only. That
+holds for a queue named inside an attribute too: a RedrivePolicy's dead-letter queue, on CreateQueue and
+SetQueueAttributes alike (app/sqs/queues.py), or a scoped key could have its messages moved into any
+queue. Keys without tokens are enforced too: configuring a key and leaving the API open would be a trap. With
 neither, signatures are not required (and not checked), as for the rest of a service without tokens.
 
 What a signature covers is what Amazon SQS makes it cover, so a captured request cannot be replayed
@@ -212,13 +214,19 @@ def _named_queues(body: dict) -> list[str]:
 
 def admit(grant: Grant, body: dict) -> None:
     """AccessDenied unless every queue the request names is among the key's queues. The queues that
-    an action finds by itself (a move task's source queues, a ListQueues page) are the action's to
-    check or filter, with ``Context.grant`` (app/sqs/context.py)."""
+    an action finds by itself (a move task's source queues, a ListQueues page) or reads from inside
+    an attribute (a RedrivePolicy's deadLetterTargetArn, once the action has parsed it) are the
+    action's to check or filter, with ``Context.grant`` (app/sqs/context.py) and ``admit_queue``."""
     if grant.queues is None:
         return
     for name in _named_queues(body):
-        if not grant.admits(name):
-            raise denied_queue(grant, name)
+        admit_queue(grant, name)
+
+
+def admit_queue(grant: Grant, name: str) -> None:
+    """AccessDenied unless `name` is among the key's queues."""
+    if not grant.admits(name):
+        raise denied_queue(grant, name)
 
 
 def denied_queue(grant: Grant, name: str) -> SqsError:

@@ -9,6 +9,7 @@ from typing import Any
 from app import jobs
 from app import queries as q
 from app.access_log import note
+from app.sqs import auth
 from app.sqs import queries as sq
 from app.sqs.attributes import (
     COMPUTED,
@@ -16,6 +17,7 @@ from app.sqs.attributes import (
     NO_REDRIVE_MAX_ATTEMPTS,
     SETTABLE,
     check_queue_attributes,
+    dead_letter_queue,
     queue_attributes,
 )
 from app.sqs.context import Context, kept_attributes, queue_row
@@ -51,6 +53,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
         )
     keep, settings = check_queue_attributes(given, fifo=fifo, creating=True)
+    _admit_dead_letter_queue(ctx, keep)
     tags = check_tags(body["tags"], "tags") if body.get("tags") is not None else {}
     async with ctx.db.acquire() as conn:
         existing = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
@@ -105,6 +108,18 @@ def _fifo_asked(attributes: Any) -> bool:
             "Invalid value for the parameter FifoQueue. Reason: must be true or false.",
         )
     return value.lower() == "true"
+
+
+def _admit_dead_letter_queue(ctx: Context, keep: dict[str, str]) -> None:
+    """AccessDenied, nothing changed, when a RedrivePolicy names a dead-letter queue outside the key's
+    queues (scoped admins' too). The move into it runs inside jobq, under no key, whoever received the
+    message: so the check is here, where the policy is set, and a policy set by a key that may use its
+    dead-letter queue stays in force for every key that receives from the queue. RedriveAllowPolicy's
+    sourceQueueArns and Policy name queues too, but jobq keeps them without effect: they reach no
+    queue, and are not checked."""
+    target = dead_letter_queue(keep)
+    if target is not None:
+        auth.admit_queue(ctx.grant, target)
 
 
 async def _configure(ctx: Context, name: str, keep: dict[str, str], settings: dict[str, Any]) -> None:
@@ -197,6 +212,7 @@ async def set_queue_attributes(ctx: Context, body: Body) -> Body:
     keep, settings = check_queue_attributes(
         body.get("Attributes"), fifo=kept.get("FifoQueue") == "true", creating=False, current=kept
     )
+    _admit_dead_letter_queue(ctx, keep)
     await _configure(ctx, name, keep, settings)
     return {}
 

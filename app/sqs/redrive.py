@@ -5,7 +5,9 @@ jobq's own dead letters are dead jobs kept in their queue. For a queue whose Red
 queue that exists, every replica moves the queue's dead jobs into that queue each lease-expiry tick (about
 a second: REDRIVE_DEAD), pending there, to be received from it as SQS users do; each move is noted with
 the queue the job came from. A queue with no RedrivePolicy, or whose dead-letter queue does not exist,
-keeps its dead jobs, for jobq's dead-letter API (GET /dead, POST /dead/retry).
+keeps its dead jobs, for jobq's dead-letter API (GET /dead, POST /dead/retry). The move runs under no
+key, whoever received the message: a key limited to queues may name only a dead-letter queue among
+them, which is checked where the policy is set (app/sqs/queues.py), not here.
 
 StartMessageMoveTask on a dead-letter queue takes its visible messages back to the queues they came from,
 and retries the source queues' dead jobs not yet moved, at once: it is complete by the time it answers.
