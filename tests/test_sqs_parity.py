@@ -4,6 +4,7 @@ formats (JSON 1.0 and the Query protocol), with the database checked behind."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from functools import partial
@@ -298,3 +299,45 @@ async def test_the_x_ray_header_is_a_sends_trace_header(sqs):
     sqs.send_message(QueueUrl=url, MessageBody="x")
     (message,) = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
     assert message["Attributes"]["AWSTraceHeader"] == header
+
+
+async def test_a_receipt_handle_of_another_queue_changes_nothing(sqs, db):
+    """SQS answers ReceiptHandleIsInvalid to a handle that another queue's receive handed out."""
+    a = sqs.create_queue(QueueName="handles-a")["QueueUrl"]
+    b = sqs.create_queue(QueueName="handles-b")["QueueUrl"]
+    sqs.send_message(QueueUrl=a, MessageBody="a's")
+    sqs.send_message(QueueUrl=b, MessageBody="b's")
+    (mine,) = sqs.receive_message(QueueUrl=a, VisibilityTimeout=300)["Messages"]
+    (theirs,) = sqs.receive_message(QueueUrl=b, VisibilityTimeout=300)["Messages"]
+    # The handle, and the same without the queue its lease token names (as tokens were spelled once).
+    handle = theirs["ReceiptHandle"]
+    job, token = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode().split(":", 1)
+    bare = base64.urlsafe_b64encode(f"{job}:{token.split('.')[0]}".encode()).decode().rstrip("=")
+    lease = "SELECT status, attempts, lease_expires_at FROM jobq.all_jobs WHERE queue = 'handles-b'"
+    before = tuple(await db.fetchrow(lease))
+    for other in (handle, bare):
+        for call, kwargs in (
+            (sqs.delete_message, {}),
+            (sqs.change_message_visibility, {"VisibilityTimeout": 600}),
+            (sqs.change_message_visibility, {"VisibilityTimeout": 0}),
+        ):
+            with pytest.raises(ClientError) as exc:
+                call(QueueUrl=a, ReceiptHandle=other, **kwargs)
+            assert error_code(exc) == "ReceiptHandleIsInvalid", (call, other)
+    entries = [{"Id": "theirs", "ReceiptHandle": handle}, {"Id": "bare", "ReceiptHandle": bare}]
+    mine_entry = {"Id": "mine", "ReceiptHandle": mine["ReceiptHandle"]}
+    changed = sqs.change_message_visibility_batch(
+        QueueUrl=a, Entries=[{**e, "VisibilityTimeout": 600} for e in [*entries, mine_entry]]
+    )
+    deleted = sqs.delete_message_batch(QueueUrl=a, Entries=[*entries, mine_entry])
+    for answer in (changed, deleted):
+        assert [e["Id"] for e in answer["Successful"]] == ["mine"]
+        assert sorted((e["Id"], e["Code"], e["SenderFault"]) for e in answer["Failed"]) == [
+            ("bare", "ReceiptHandleIsInvalid", True),
+            ("theirs", "ReceiptHandleIsInvalid", True),
+        ]
+    assert tuple(await db.fetchrow(lease)) == before == ("running", 1, before[2])
+    assert await states(db, "handles-a")() == {"completed": 1}
+    # On its own queue the handle works.
+    sqs.delete_message(QueueUrl=b, ReceiptHandle=handle)
+    assert await states(db, "handles-b")() == {"completed": 1}

@@ -2,7 +2,8 @@
 leases (with the same long-poll and wake-ups), DeleteMessage acks and ChangeMessageVisibility extends
 (or, to 0, nacks for a retry at once), each under the lease token the receipt handle carries. So jobq's
 fencing holds: a handle from an earlier receive deletes nothing once the message was received again
-(ReceiptHandleIsInvalid).
+(ReceiptHandleIsInvalid). A handle is valid on the queue whose receive handed it out only, as in SQS:
+the queue its lease token names must be the one the request is for, else ReceiptHandleIsInvalid.
 
 The payload is the body: a message's body is stored as a JSON string, so jobq's API, CLI and workers
 see exactly the text that was sent; a job enqueued through jobq's API with any other JSON payload is
@@ -399,10 +400,31 @@ async def receive_message(ctx: Context, body: Body) -> Body:
 # --- deleting and changing visibility --------------------------------------------------------------
 
 
-def _handle(value: Any) -> tuple[int, str]:
+def _handle(value: Any, queue: str) -> tuple[int, str, bool]:
+    """The job id and lease token a receipt handle carries, and whether the token is a bare UUID, as
+    jobq spelled them before they named their queue (``_elsewhere`` checks those). ReceiptHandleIsInvalid,
+    as SQS answers, when the token names a queue other than `queue`, the one the request is for."""
     if value is None:
         raise missing_parameter("ReceiptHandle")
-    return parse_receipt_handle(value)
+    job_id, token = parse_receipt_handle(value)
+    named = parse_token(token)[1]
+    if named is not None and named != queue:
+        raise _of_another_queue(value)
+    return job_id, token, named is None
+
+
+async def _elsewhere(ctx: Context, queue: str, ids: list[int]) -> set[int]:
+    """Those of the jobs `ids` (of receipt handles with a bare token) that are not in `queue`, looked up
+    in one statement; a handle of today's receives names its queue and needs no query."""
+    async with ctx.db.acquire() as conn:
+        rows = await conn.fetch(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=ids))
+    return {r["id"] for r in rows if r["queue"] != queue}
+
+
+def _of_another_queue(handle: str) -> SqsError:
+    return receipt_handle_invalid(
+        f'The receipt handle "{handle}" is not valid for this queue: another queue\'s receive handed it out.'
+    )
 
 
 def _checked_token(token: str) -> str:
@@ -422,7 +444,9 @@ def _stale(handle: str) -> SqsError:
 async def delete_message(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     note(queue=name)
-    job_id, token = _handle(body.get("ReceiptHandle"))
+    job_id, token, bare = _handle(body.get("ReceiptHandle"), name)
+    if bare and await _elsewhere(ctx, name, [job_id]):
+        raise _of_another_queue(body["ReceiptHandle"])
     (result,) = await jobs.ack_batch(ctx.db, [jobs.JobLease(job_id, _checked_token(token))])
     # An unknown job was deleted already (or purged): deleting twice succeeds, as in SQS.
     if not result["ok"] and result["code"] == "lease_lost":
@@ -436,12 +460,23 @@ async def delete_message_batch(ctx: Context, body: Body) -> Body:
     given = entries(body, "Entries")
     items: list[tuple[str, jobs.JobLease]] = []
     refused = []
+    bare = []  # entries whose job's queue is still to be checked (_elsewhere)
     for entry in given:
         try:
-            job_id, token = _handle(entry.get("ReceiptHandle"))
+            job_id, token, unnamed = _handle(entry.get("ReceiptHandle"), name)
             items.append((entry["Id"], jobs.JobLease(job_id, _checked_token(token))))
         except SqsError as error:
             refused.append(failed(entry["Id"], error))
+            continue
+        if unnamed:
+            bare.append(job_id)
+    elsewhere = await _elsewhere(ctx, name, bare) if bare else set()
+    if elsewhere:
+        handles = {e["Id"]: e["ReceiptHandle"] for e in given}
+        for entry_id, item in items:
+            if item.id in elsewhere:
+                refused.append(failed(entry_id, _of_another_queue(handles[entry_id])))
+        items = [(entry_id, item) for entry_id, item in items if item.id not in elsewhere]
     successful = []
     if items:
         results = await jobs.ack_batch(ctx.db, [item for _, item in items])
@@ -491,8 +526,8 @@ def _not_in_flight() -> SqsError:
     )
 
 
-async def _change_visibility(ctx: Context, handle: Any, timeout: Any) -> None:
-    job_id, token = _handle(handle)
+async def _change_visibility(ctx: Context, queue: str, handle: Any, timeout: Any) -> None:
+    job_id, token, bare = _handle(handle, queue)
     if timeout is None:
         raise missing_parameter("VisibilityTimeout")
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= 43200:
@@ -500,6 +535,8 @@ async def _change_visibility(ctx: Context, handle: Any, timeout: Any) -> None:
             f"Value {timeout} for parameter VisibilityTimeout is invalid. "
             "Reason: must be between 0 and 43200."
         )
+    if bare and await _elsewhere(ctx, queue, [job_id]):
+        raise _of_another_queue(handle)
     if timeout > 0:
         try:
             await jobs.extend(ctx.db, job_id, token, float(timeout))
@@ -523,7 +560,7 @@ async def _change_visibility(ctx: Context, handle: Any, timeout: Any) -> None:
 async def change_message_visibility(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     note(queue=name)
-    await _change_visibility(ctx, body.get("ReceiptHandle"), body.get("VisibilityTimeout"))
+    await _change_visibility(ctx, name, body.get("ReceiptHandle"), body.get("VisibilityTimeout"))
     return {}
 
 
@@ -533,7 +570,7 @@ async def change_message_visibility_batch(ctx: Context, body: Body) -> Body:
     successful, refused = [], []
     for entry in entries(body, "Entries"):
         try:
-            await _change_visibility(ctx, entry.get("ReceiptHandle"), entry.get("VisibilityTimeout"))
+            await _change_visibility(ctx, name, entry.get("ReceiptHandle"), entry.get("VisibilityTimeout"))
             successful.append({"Id": entry["Id"]})
         except SqsError as error:
             refused.append(failed(entry["Id"], error))
