@@ -336,6 +336,13 @@ async def test_a_receipt_handle_of_another_queue_changes_nothing(sqs, db):
             ("bare", "ReceiptHandleIsInvalid", True),
             ("theirs", "ReceiptHandleIsInvalid", True),
         ]
+    # A handle made up to name queue a with b's message says no more than of a message that does not
+    # exist: not that b's message is in flight.
+    forged = base64.urlsafe_b64encode(f"{job}:{uuid.uuid4()}.handles-a".encode()).decode().rstrip("=")
+    with pytest.raises(ClientError) as exc:
+        sqs.change_message_visibility(QueueUrl=a, ReceiptHandle=forged, VisibilityTimeout=600)
+    assert error_code(exc) == "InvalidParameterValue"
+    assert "does not exist" in exc.value.response["Error"]["Message"]
     assert tuple(await db.fetchrow(lease)) == before == ("running", 1, before[2])
     assert await states(db, "handles-a")() == {"completed": 1}
     # On its own queue the handle works.

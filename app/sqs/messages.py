@@ -492,7 +492,7 @@ async def delete_message_batch(ctx: Context, body: Body) -> Body:
 
 async def _revive(ctx: Context, job_id: int, token: str, timeout: float) -> tuple[bool, str | None]:
     """REVIVE_LEASE: (True, None) when the handle's lease is in force again, else (False, the job's
-    status, None when there is no such job)."""
+    status, None when there is no such job in the handle's queue)."""
     lease, queue = parse_token(_checked_token(token))
     async with ctx.db.acquire() as conn:
         if queue is None:  # a token from before tokens named their queue
@@ -501,7 +501,11 @@ async def _revive(ctx: Context, job_id: int, token: str, timeout: float) -> tupl
         args = q.REVIVE_LEASE.args(id=job_id, queue=queue, lease_token=lease, visibility_timeout=timeout)
         if await conn.fetchrow(q.REVIVE_LEASE.text, *args) is not None:
             return True, None
-        return False, await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=None))
+        # The status of the job in the handle's queue only: a handle naming this queue with another
+        # queue's job id must not tell whether that job is still running. The queue as a LIKE pattern:
+        # `_` escaped; `%` cannot occur in a queue name.
+        scope = None if queue is None else [queue.replace("_", "\\_")]
+        return False, await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=scope))
 
 
 def _refusal(handle: str, status: str | None) -> SqsError:
