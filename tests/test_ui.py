@@ -471,12 +471,19 @@ async def test_queue_page_states_and_settings(page, client, db):
     dead = await make_dead(client, "emails", error="boom")
     await enqueue_many(client, "emails", 2)
     await enqueue(client, "emails", "later", delay=3600)
+    dropped = (await enqueue(client, "emails", "dropped"))["id"]
+    assert (await client.delete(f"/jobs/{dropped}")).status_code == 200
 
     await page.goto("/ui")
     await page.locator('tr[data-queue="emails"] th a').click()
     await expect(page.locator("h1")).to_have_text("Queue emails")
     states = page.locator("table.states td")
-    await expect(states).to_have_text(["2", "1", "0", "0", "1"])
+    # Pending, scheduled, running, completed, dead, cancelled.
+    await expect(states).to_have_text(["2", "1", "0", "0", "1", "1"])
+    await page.locator('tr[data-state="cancelled"] a').click()
+    await expect(page.locator("tbody tr")).to_have_count(1)
+    await expect(page.locator(f'tr[data-job="{dropped}"] .status')).to_have_text("cancelled")
+    await page.go_back()
     await expect(page.locator("figure.chart")).to_have_count(2)  # tests/test_rollups.py checks their data
     await page.get_by_role("link", name="Last day").click()
     await expect(page.locator(".spans b")).to_have_text("Last day")

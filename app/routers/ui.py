@@ -201,6 +201,7 @@ async def queue_page(
         row = await jobs.queue(db, queue)
     except NotFound as exc:
         return html(pages.not_found_page(exc.detail), status=404)
+    row["cancelled"] = await jobs.queue_cancelled(db, queue)
     charts = pages.queue_charts(queue, await jobs.rollup_series(db, queue, span), span, datetime.now(UTC))
     return html(pages.queue_page(row, charts=charts, flash=flash, actions=caller.has(Role.ADMIN)))
 

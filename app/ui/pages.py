@@ -602,8 +602,9 @@ def queue_charts(queue: str, rows: list[Mapping[str, Any]], span: str, now: date
 def queue_page(
     queue: Mapping[str, Any], *, charts: str = "", flash: str | None = None, actions: bool = True
 ) -> str:
-    """A queue: its jobs by state (each a link to the list), charts over time, its settings and limits (a
-    form for admins), pause and resume."""
+    """A queue: its jobs by state (each a link to the list; `cancelled`, which the API's row has not,
+    added by the router), charts over time, its settings and limits (a form for admins), pause and
+    resume."""
     name = queue["queue"]
     here = f"/ui/queues/{name}"
     counts = [
@@ -612,6 +613,7 @@ def queue_page(
         ("Running", "running", queue["running"]),
         ("Completed (kept)", "completed", queue["completed"]),
         ("Dead", "dead", queue["dead"]),
+        ("Cancelled (kept)", "cancelled", queue["cancelled"]),
     ]
     states = "".join(
         f'<tr data-state="{esc(label.split()[0].lower())}"><th>{label}</th>'
