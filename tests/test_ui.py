@@ -617,3 +617,35 @@ async def test_workers_page(page, client):
     await shot(page, "workers")
     await row.get_by_role("link", name="emails").click()
     await expect(page.locator("h1")).to_have_text("Queue emails")
+
+
+BAD = "rgb(180, 35, 24)"  # ui.css's --bad: what is failing now
+
+
+async def color(locator) -> str:
+    return await locator.evaluate("element => getComputedStyle(element).color")
+
+
+async def test_a_retried_jobs_error_is_shown_as_history_not_in_red(page, client):
+    """A dead job's error is red; once retried the job is pending again and its error is what an earlier
+    attempt said, shown muted, on its page and in the list."""
+    from playwright.async_api import expect
+
+    job_id = await make_dead(client, "emails", error="mailbox full")
+    await page.goto(f"/ui/jobs/{job_id}")
+    error = page.locator("main pre", has_text="mailbox full")
+    assert await color(error) == BAD
+    await page.get_by_role("button", name="Retry").click()
+    await expect(page.locator(".status")).to_have_text("pending")
+    await expect(page.locator("h2", has_text="error")).to_have_text("Last error (an earlier attempt)")
+    await expect(error).to_have_text("mailbox full")
+    assert await color(error) != BAD
+    await shot(page, "job-retried")
+
+    other = await make_dead(client, "reports", error="disk full")
+    await page.goto("/ui/jobs")
+    retried = page.locator(f'tr[data-job="{job_id}"] td', has_text="mailbox full")
+    still_dead = page.locator(f'tr[data-job="{other}"] td', has_text="disk full")
+    await expect(retried).to_have_count(1)
+    assert await color(retried) != BAD and await color(still_dead) == BAD
+

@@ -393,7 +393,15 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
     buttons = f'<div class="actions">{"".join(pressed)}</div>' if pressed else ""
     error = ""
     if job["last_error"]:
-        error = f'<h2>Last error</h2><pre class="error">{esc(job["last_error"])}</pre>'
+        # Red while it is why the job is dead; once the job is retried (or runs again after a nack), what
+        # an earlier attempt said, muted.
+        if state == "dead":
+            error = f'<h2>Last error</h2><pre class="error">{esc(job["last_error"])}</pre>'
+        else:
+            error = (
+                "<h2>Last error (an earlier attempt)</h2>"
+                f'<pre class="error earlier">{esc(job["last_error"])}</pre>'
+            )
     pretty = pretty_json(job["payload"])
     body = (
         f'<h1>Job {job_id}</h1>{buttons}<table class="fields">{table}</table>{error}'
@@ -533,7 +541,8 @@ def jobs_page(
             f'<td><span class="status {esc(state)}">{esc(state)}</span></td>'
             f'<td class="num">{job["attempts"]}/{job["max_attempts"]}</td>'
             f"<td>{when(job['updated_at'])}</td>"
-            f'<td class="error" title="{esc(shorten(error, 2000))}">{esc(shorten(error, ERROR_CHARS))}</td>'
+            f'<td class="{"error" if state == "dead" else "error earlier"}" '
+            f'title="{esc(shorten(error, 2000))}">{esc(shorten(error, ERROR_CHARS))}</td>'
             f"<td><code>{esc(shorten(payload_text(job['payload']), PREVIEW_CHARS))}</code></td></tr>"
         )
     table = (
