@@ -35,8 +35,8 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
-async def page(service) -> AsyncIterator[object]:
-    """A fresh Chromium page; the dashboard's confirm() questions are answered yes."""
+async def chromium() -> AsyncIterator[object]:
+    """Headless Chromium, for pages of any service (`open_page`)."""
     try:
         from playwright.async_api import async_playwright
     except ImportError:
@@ -47,13 +47,23 @@ async def page(service) -> AsyncIterator[object]:
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            context = await browser.new_context(base_url=service.url, viewport={"width": 1280, "height": 800})
-            page = await context.new_page()
-            page.set_default_timeout(10_000)
-            page.on("dialog", lambda dialog: dialog.accept())
-            yield page
+            yield browser
         finally:
             await browser.close()
+
+
+async def open_page(browser, url: str, width: int = 1280, height: int = 800) -> object:
+    """A fresh page of the service at `url`; the dashboard's confirm() questions are answered yes."""
+    context = await browser.new_context(base_url=url, viewport={"width": width, "height": height})
+    page = await context.new_page()
+    page.set_default_timeout(10_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    return page
+
+
+@pytest.fixture
+async def page(chromium, service) -> object:
+    return await open_page(chromium, service.url)
 
 
 async def shot(page, name: str) -> None:
@@ -649,3 +659,42 @@ async def test_a_retried_jobs_error_is_shown_as_history_not_in_red(page, client)
     await expect(retried).to_have_count(1)
     assert await color(retried) != BAD and await color(still_dead) == BAD
 
+
+PHONE = 390  # CSS pixels: a phone held upright
+
+
+async def test_every_page_fits_a_phone(chromium, service, client, db):
+    """At 390 px wide no page scrolls sideways: wide tables scroll within themselves, long words wrap."""
+    long = "x" * 300
+    dead = await make_dead(client, "emails-to-customers", payload={"body": long}, error=f"smtp said {long}")
+    await enqueue(client, "emails-to-customers", {"to": long}, delay=3600, key=long[:200])
+    r = await client.patch("/queues/emails-to-customers", json={"key_concurrency": 1, "fair": True})
+    assert r.status_code == 200, r.text
+    body = {"cron": "0 3 1 1 *", "timezone": "Europe/Berlin", "queue": "emails-to-customers", "payload": 1}
+    assert (await client.put("/schedules/yearly-report", json=body)).status_code == 200
+    await enqueue(client, "emails-to-customers", {"to": "now"})
+    assert await lease(client, "emails-to-customers", worker_id=f"host-{long[:60]}:41")
+    await until(lambda: service.app.state.metrics.gauges.queues)
+    page = await open_page(chromium, service.url, width=PHONE, height=844)
+    wide = {}
+    for path in (
+        "/ui",
+        "/ui/jobs",
+        "/ui/jobs?status=dead",
+        "/ui/dead",
+        f"/ui/jobs/{dead}",
+        "/ui/queues/emails-to-customers",
+        "/ui/queues/emails-to-customers/keys",
+        "/ui/schedules",
+        "/ui/workers",
+        "/ui/jobs/999999",
+    ):
+        await page.goto(path)
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        if width > PHONE:
+            wide[path] = width
+    await page.goto("/ui")
+    await shot(page, "phone-queues")
+    await page.goto(f"/ui/jobs/{dead}")
+    await shot(page, "phone-job")
+    assert wide == {}
