@@ -203,9 +203,11 @@ async def test_admins_only_when_tokens_are_configured(start_service, db):
     service = start_service(tokens={"w-secret": "worker", "a-secret": "admin"})
     admin = {"Authorization": "Bearer a-secret"}
     async with httpx.AsyncClient(base_url=service.url) as client:
-        for path in ("/ui", "/ui/dead", "/ui/jobs/1", "/ui/static/ui.js"):
+        for path in ("/ui", "/ui/dead", "/ui/jobs/1"):
             assert (await client.get(path)).status_code == 401, path
             assert (await client.get(path, headers={"Authorization": "Bearer w-secret"})).status_code == 403
+        # The stylesheet and the script are the sign-in form's too, and no secret (the wheel ships them).
+        assert (await client.get("/ui/static/ui.js")).status_code == 200
         assert (await client.post("/ui/queues/q/pause")).status_code == 401
         assert await db.fetchval("SELECT count(*) FROM jobq.queues") == 0
         assert (await client.get("/ui", headers=admin)).status_code == 200
@@ -658,6 +660,41 @@ async def test_a_retried_jobs_error_is_shown_as_history_not_in_red(page, client)
     still_dead = page.locator(f'tr[data-job="{other}"] td', has_text="disk full")
     await expect(retried).to_have_count(1)
     assert await color(retried) != BAD and await color(still_dead) == BAD
+
+
+async def test_sign_in_in_the_browser(chromium, start_service, db):
+    """With tokens, a browser is sent to the sign-in page, signs in once with a token and uses the
+    dashboard (its buttons too) with the session cookie, which scripts cannot read; sign-out ends it."""
+    from playwright.async_api import expect
+
+    service = start_service(tokens={"a-secret": "admin", "v-secret": "viewer"})
+    async with httpx.AsyncClient(base_url=service.url, headers={"Authorization": "Bearer a-secret"}) as api:
+        await enqueue(api, "emails")
+    page = await open_page(chromium, service.url, width=390, height=844)
+    await page.goto("/ui/queues/emails")
+    await expect(page).to_have_url(re.compile(r"/ui/sign-in\?next=%2Fui%2Fqueues%2Femails$"))
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+    await shot(page, "sign-in")
+    await page.get_by_label("Token").fill("wrong")
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.locator(".flash")).to_contain_text("not one of this service")
+
+    await page.get_by_label("Token").fill("a-secret")
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.locator("h1")).to_have_text("Queue emails")
+    (cookie,) = [c for c in await page.context.cookies() if c["name"] == "jobq_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+    assert cookie["expires"] > datetime.now(UTC).timestamp()
+    assert await page.evaluate("document.cookie") == ""  # out of reach of scripts
+    await page.get_by_role("button", name="Pause").click()
+    await expect(page.locator(".flash")).to_contain_text("Paused emails")
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is True
+
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.locator(".flash")).to_contain_text("Signed out")
+    assert [c for c in await page.context.cookies() if c["name"] == "jobq_session"] == []
+    await page.goto("/ui")
+    await expect(page).to_have_url(re.compile(r"/ui/sign-in\?next=%2Fui$"))
 
 
 PHONE = 390  # CSS pixels: a phone held upright

@@ -42,11 +42,32 @@ def url(path: str, **query: object) -> str:
     return f"{path}{'&' if '?' in path else '?'}{urlencode(params)}"
 
 
-def layout(title: str, body: str, *, flash: str | None = None, refresh: bool = False) -> str:
+# Where a page's header has the Sign out button when the caller came with a session cookie (the router
+# knows; app/routers/ui.py's `html`).
+ACCOUNT = "<!-- account -->"
+SIGN_OUT = '<form class="account" method="post" action="/ui/sign-out"><button>Sign out</button></form>'
+
+
+def with_sign_out(page: str) -> str:
+    return page.replace(ACCOUNT, SIGN_OUT, 1)
+
+
+def layout(
+    title: str, body: str, *, flash: str | None = None, refresh: bool = False, nav: bool = True
+) -> str:
     notice = f'<p class="flash" role="status">{esc(flash)}</p>' if flash else ""
     refresh_toggle = (
         '<label class="refresh"><input type="checkbox" id="auto-refresh" checked> auto-refresh</label>'
         if refresh
+        else ""
+    )
+    links = (
+        """<nav><a href="/ui">Queues</a> <a href="/ui/jobs">Jobs</a> <a href="/ui/dead">Dead jobs</a>
+    <a href="/ui/schedules">Schedules</a> <a href="/ui/workers">Workers</a></nav>
+  <form class="lookup" action="/ui/jobs" method="get">
+    <input name="id" inputmode="numeric" placeholder="job id" aria-label="job id"> <button>Open</button>
+  </form>"""
+        if nav
         else ""
     )
     return f"""<!doctype html>
@@ -61,12 +82,9 @@ def layout(title: str, body: str, *, flash: str | None = None, refresh: bool = F
 <body>
 <header>
   <a class="brand" href="/ui">jobq</a>
-  <nav><a href="/ui">Queues</a> <a href="/ui/jobs">Jobs</a> <a href="/ui/dead">Dead jobs</a>
-    <a href="/ui/schedules">Schedules</a> <a href="/ui/workers">Workers</a></nav>
-  <form class="lookup" action="/ui/jobs" method="get">
-    <input name="id" inputmode="numeric" placeholder="job id" aria-label="job id"> <button>Open</button>
-  </form>
+  {links}
   {refresh_toggle}
+  {ACCOUNT}
 </header>
 <main{' data-refresh="5"' if refresh else ""}>
 {notice}
@@ -729,6 +747,21 @@ def workers_page(workers: list[Mapping[str, Any]]) -> str:
         "what it saw every few seconds; a worker not seen for an hour is dropped.</p>"
     )
     return layout("Workers", f"<h1>Workers</h1>{table}{summary}", refresh=True)
+
+
+def sign_in_page(next_page: str, max_age: int, *, flash: str | None = None) -> str:
+    """The sign-in form: a token, once, for a session of `max_age` seconds; then on to `next_page`."""
+    body = (
+        "<h1>Sign in</h1>"
+        '<form class="sign-in" method="post" action="/ui/sign-in">'
+        f'<input type="hidden" name="next" value="{esc(next_page)}">'
+        '<p><label for="token">Token</label><br><input id="token" name="token" type="password" '
+        'autocomplete="current-password" required autofocus></p>'
+        "<p><button>Sign in</button></p></form>"
+        f'<p class="meta">A token with the viewer or admin role. This browser stays signed in for '
+        f"{duration(max_age)}, or until you sign out.</p>"
+    )
+    return layout("Sign in", body, flash=flash, nav=False)
 
 
 def not_found_page(detail: str) -> str:
