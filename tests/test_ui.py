@@ -686,6 +686,7 @@ async def test_sign_in_in_the_browser(chromium, start_service, db):
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
     assert cookie["expires"] > datetime.now(UTC).timestamp()
     assert await page.evaluate("document.cookie") == ""  # out of reach of scripts
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390  # with Sign out in its header
     await page.get_by_role("button", name="Pause").click()
     await expect(page.locator(".flash")).to_contain_text("Paused emails")
     assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is True

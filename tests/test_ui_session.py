@@ -149,11 +149,31 @@ async def test_expired_and_tampered_cookies_are_refused(start_service):
                 "/ui/queues/q/pause", headers={**as_cookie(cookie), "Sec-Fetch-Site": "same-origin"}
             )
             assert r.status_code == 401
+            # A browser's press of a button: to sign in, then back to the page the button was on.
+            r = await http.post(
+                "/ui/queues/q/pause?next=/ui/queues/q",
+                headers={**as_cookie(cookie), "Sec-Fetch-Site": "same-origin", **BROWSER},
+            )
+            assert r.status_code == 303
+            assert parse_qs(urlsplit(r.headers["location"]).query)["next"] == ["/ui/queues/q"]
         expired = await http.get(
             (await http.get("/ui", headers={**as_cookie(stale), **BROWSER})).headers["location"],
             headers=BROWSER,
         )
         assert "session has ended" in expired.text
+
+
+async def test_a_link_from_another_site_offers_to_continue(start_service):
+    """A SameSite=Strict cookie does not come with a link from another site: the sign-in page it lands
+    on links to the page asked for, and that link (same site) brings the session along."""
+    service = start_service(tokens=TOKENS)
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        linked = await http.get(
+            "/ui/sign-in?next=/ui/dead", headers={"Sec-Fetch-Site": "cross-site", **BROWSER}
+        )
+        assert '<a href="/ui/dead">continue to /ui/dead</a>' in linked.text
+        typed = await http.get("/ui/sign-in?next=/ui/dead", headers={"Sec-Fetch-Site": "none", **BROWSER})
+        assert "continue to" not in typed.text
 
 
 async def test_a_revoked_token_ends_its_sessions_and_the_others_survive_restarts(start_service):

@@ -129,11 +129,15 @@ def dashboard(*roles: Role) -> object:
 
 
 def _sign_in_first(request: Request, ended: bool) -> Exception:
-    """To the sign-in form, for a browser asking for a page (coming back to it after); 401 for the rest:
-    programs, and posts (whose form would be lost on the way)."""
-    if request.method != "GET" or "text/html" not in request.headers.get("accept", ""):
+    """To the sign-in form for a browser (what asks for HTML), coming back afterwards to the page it
+    asked for, or for a button's post (not carried out) to the page the button was on; 401 for programs.
+    """
+    if "text/html" not in request.headers.get("accept", ""):
         return Unauthorized("sign in at /ui/sign-in, or send Authorization: Bearer <token>")
-    here = urlunsplit(("", "", request.url.path, request.url.query, ""))
+    if request.method == "GET":
+        here = urlunsplit(("", "", request.url.path, request.url.query, ""))
+    else:
+        here = within(request.query_params.get("next", "/ui"))
     headers = {"Location": pages.url("/ui/sign-in", next=here, ended="1" if ended else None)}
     if ended:  # an expired, altered or revoked session: the browser may as well forget it
         headers["Set-Cookie"] = _cleared_cookie(request)
@@ -327,7 +331,11 @@ async def sign_in_page(
         return RedirectResponse(within(next), status_code=303)
     if ended and flash is None:
         flash = "Your session has ended: sign in again."
-    return html(request, pages.sign_in_page(within(next), request.app.state.sessions.max_age, flash=flash))
+    # A link from another site (an alert, a chat) brings no SameSite=Strict cookie, even to a browser
+    # signed in: a link of this page does.
+    linked = request.headers.get("sec-fetch-site") == "cross-site"
+    max_age = request.app.state.sessions.max_age
+    return html(request, pages.sign_in_page(within(next), max_age, flash=flash, linked=linked))
 
 
 @router.post("/ui/sign-in", response_model=None)
