@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     # same tokens and across restarts, so sessions work on any replica and outlive a restart, but any
     # change to the tokens ends every session. Set it to keep sessions across changes to the tokens (a
     # removed token's sessions end either way).
-    session_secret: SecretStr | None = Field(default=None, min_length=16)
+    session_secret: SecretStr | None = None
     # Seconds a dashboard session lasts after signing in, before the token is asked for again (default
     # 28,800: 8 hours).
     session_max_age: float = Field(default=8 * 3600, gt=0)
@@ -88,6 +88,15 @@ class Settings(BaseSettings):
     def _tokens(cls, value: Any) -> Any:
         """Each token's entry, checked with an error that names its position, never the token."""
         return parse_access(value, setting="JOBQ_TOKENS", secret_keys=True)
+
+    @field_validator("session_secret")
+    @classmethod
+    def _session_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError(
+                "JOBQ_SESSION_SECRET needs at least 16 characters: a random string, the same on every replica"
+            )
+        return value
 
     @field_validator("aws_credentials", mode="before")
     @classmethod

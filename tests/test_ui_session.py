@@ -234,3 +234,14 @@ async def test_without_tokens_there_is_nothing_to_sign_in_to(service):
         r = await http.get("/ui/sign-in", headers=BROWSER)
         assert r.status_code == 303 and r.headers["location"] == "/ui"
         assert (await http.get("/ui", headers=BROWSER)).status_code == 200
+
+
+def test_a_short_session_secret_is_refused_without_showing_it():
+    from pydantic import ValidationError
+
+    from app.settings import Settings
+
+    with pytest.raises(ValidationError) as refused:
+        Settings(session_secret="hunter2")
+    assert "JOBQ_SESSION_SECRET needs at least 16 characters" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
