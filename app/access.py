@@ -224,6 +224,10 @@ class Tokens:
     def grant_of(self, token: str) -> Grant | None:
         return self._grants.get(_digest(token))
 
+    def digests(self) -> Mapping[bytes, Grant]:
+        """Each token's SHA-256 digest with its Grant (what dashboard sessions are keyed by)."""
+        return self._grants
+
     @classmethod
     def load(cls, tokens: Mapping[str, Access | Role | str], tokens_file: Path | None) -> Tokens:
         """The configured tokens: JOBQ_TOKENS, plus the lines of JOBQ_TOKENS_FILE:
@@ -271,6 +275,16 @@ class Admits:
         if grant is None:
             raise Unauthorized("the bearer token is not valid")
         if self.roles.isdisjoint(grant.roles):
-            held = ", ".join(role for role in Role if role in grant.roles)
-            raise Forbidden(f"a token of role {held} may not do this; it takes: {self._names}")
+            raise self._forbidden(grant)
         return grant
+
+    def admit(self, grant: Grant) -> Grant:
+        """`grant` (of a token found another way: a dashboard session), if it holds one of the roles;
+        else Forbidden."""
+        if self.roles.isdisjoint(grant.roles):
+            raise self._forbidden(grant)
+        return grant
+
+    def _forbidden(self, grant: Grant) -> Forbidden:
+        held = ", ".join(role for role in Role if role in grant.roles)
+        return Forbidden(f"a token of role {held} may not do this; it takes: {self._names}")

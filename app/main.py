@@ -25,6 +25,7 @@ from app.routers import schedules as schedule_routes
 from app.scheduler import Scheduler
 from app.settings import Settings
 from app.sqs import router as sqs
+from app.ui.session import Sessions
 from app.wakeups import Wakeups
 from app.web import BodyLimit
 
@@ -141,6 +142,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.tokens = Tokens.load(settings.tokens, settings.tokens_file)
+    secret = settings.session_secret.get_secret_value() if settings.session_secret else None
+    app.state.sessions = Sessions(app.state.tokens, secret, settings.session_max_age)
     # Innermost: inside the body limit and the observation of requests.
     app.add_middleware(HotRoutes, routers=[producers.router, workers.router, operators.router])
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

@@ -1420,6 +1420,13 @@ QUEUE_STATS = Query.define(
     """,
 )
 
+# A queue's cancelled jobs not yet pruned, for its dashboard page (QUEUE_STATS, and so GET /queues, counts
+# none). Cancelled jobs are in jobq.jobs_history alone; its key starts with the queue.
+QUEUE_CANCELLED = Query.define(
+    "queue_cancelled",
+    "SELECT count(*) FROM jobq.jobs_history WHERE queue = :queue AND status = 'cancelled'",
+)
+
 # The metrics' gauges per queue (app/metrics.py), read every few seconds by each replica: like QUEUE_STATS
 # without `completed`, so it reads only the waiting, running and dead jobs, through the partial indexes
 # that hold just those (ix_jobs_claim, ix_jobs_lease_expiry, ix_jobs_dead), however many finished rows

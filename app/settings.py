@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlsplit
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.access import Access, parse_access
@@ -73,12 +73,30 @@ class Settings(BaseSettings):
     # (default: none). Once any is configured, every SQS request must carry an AWS Signature Version 4
     # made with one of them (tokens or not).
     aws_credentials: dict[str, AwsCredential] = {}
+    # The key that signs the dashboard's session cookies (app/ui/session.py), at least 16 characters.
+    # Default: none, and then a key derived from the tokens above: the same on every replica with the
+    # same tokens and across restarts, so sessions work on any replica and outlive a restart, but any
+    # change to the tokens ends every session. Set it to keep sessions across changes to the tokens (a
+    # removed token's sessions end either way).
+    session_secret: SecretStr | None = None
+    # Seconds a dashboard session lasts after signing in, before the token is asked for again (default
+    # 28,800: 8 hours).
+    session_max_age: float = Field(default=8 * 3600, gt=0)
 
     @field_validator("tokens", mode="before")
     @classmethod
     def _tokens(cls, value: Any) -> Any:
         """Each token's entry, checked with an error that names its position, never the token."""
         return parse_access(value, setting="JOBQ_TOKENS", secret_keys=True)
+
+    @field_validator("session_secret")
+    @classmethod
+    def _session_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError(
+                "JOBQ_SESSION_SECRET needs at least 16 characters: a random string, the same on every replica"
+            )
+        return value
 
     @field_validator("aws_credentials", mode="before")
     @classmethod

@@ -75,7 +75,10 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/ui/jobs/selected"): set(),
     ("POST", "/ui/jobs/matching"): set(),
     ("POST", "/ui/queues/{queue}/settings"): set(),
-    ("GET", "/ui/static/{name}"): {"viewer"},
+    ("GET", "/ui/static/{name}"): OPEN,  # the sign-in form's stylesheet and script
+    ("GET", "/ui/sign-in"): OPEN,
+    ("POST", "/ui/sign-in"): OPEN,
+    ("POST", "/ui/sign-out"): OPEN,
     ("POST", "/ui/queues/{queue}/pause"): set(),
     ("POST", "/ui/queues/{queue}/resume"): set(),
     ("POST", "/ui/queues/{queue}/retry-dead"): set(),

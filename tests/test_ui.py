@@ -35,8 +35,8 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
-async def page(service) -> AsyncIterator[object]:
-    """A fresh Chromium page; the dashboard's confirm() questions are answered yes."""
+async def chromium() -> AsyncIterator[object]:
+    """Headless Chromium, for pages of any service (`open_page`)."""
     try:
         from playwright.async_api import async_playwright
     except ImportError:
@@ -47,13 +47,23 @@ async def page(service) -> AsyncIterator[object]:
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            context = await browser.new_context(base_url=service.url, viewport={"width": 1280, "height": 800})
-            page = await context.new_page()
-            page.set_default_timeout(10_000)
-            page.on("dialog", lambda dialog: dialog.accept())
-            yield page
+            yield browser
         finally:
             await browser.close()
+
+
+async def open_page(browser, url: str, width: int = 1280, height: int = 800) -> object:
+    """A fresh page of the service at `url`; the dashboard's confirm() questions are answered yes."""
+    context = await browser.new_context(base_url=url, viewport={"width": width, "height": height})
+    page = await context.new_page()
+    page.set_default_timeout(10_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    return page
+
+
+@pytest.fixture
+async def page(chromium, service) -> object:
+    return await open_page(chromium, service.url)
 
 
 async def shot(page, name: str) -> None:
@@ -193,9 +203,11 @@ async def test_admins_only_when_tokens_are_configured(start_service, db):
     service = start_service(tokens={"w-secret": "worker", "a-secret": "admin"})
     admin = {"Authorization": "Bearer a-secret"}
     async with httpx.AsyncClient(base_url=service.url) as client:
-        for path in ("/ui", "/ui/dead", "/ui/jobs/1", "/ui/static/ui.js"):
+        for path in ("/ui", "/ui/dead", "/ui/jobs/1"):
             assert (await client.get(path)).status_code == 401, path
             assert (await client.get(path, headers={"Authorization": "Bearer w-secret"})).status_code == 403
+        # The stylesheet and the script are the sign-in form's too, and no secret (the wheel ships them).
+        assert (await client.get("/ui/static/ui.js")).status_code == 200
         assert (await client.post("/ui/queues/q/pause")).status_code == 401
         assert await db.fetchval("SELECT count(*) FROM jobq.queues") == 0
         assert (await client.get("/ui", headers=admin)).status_code == 200
@@ -471,12 +483,19 @@ async def test_queue_page_states_and_settings(page, client, db):
     dead = await make_dead(client, "emails", error="boom")
     await enqueue_many(client, "emails", 2)
     await enqueue(client, "emails", "later", delay=3600)
+    dropped = (await enqueue(client, "emails", "dropped"))["id"]
+    assert (await client.delete(f"/jobs/{dropped}")).status_code == 200
 
     await page.goto("/ui")
     await page.locator('tr[data-queue="emails"] th a').click()
     await expect(page.locator("h1")).to_have_text("Queue emails")
     states = page.locator("table.states td")
-    await expect(states).to_have_text(["2", "1", "0", "0", "1"])
+    # Pending, scheduled, running, completed, dead, cancelled.
+    await expect(states).to_have_text(["2", "1", "0", "0", "1", "1"])
+    await page.locator('tr[data-state="cancelled"] a').click()
+    await expect(page.locator("tbody tr")).to_have_count(1)
+    await expect(page.locator(f'tr[data-job="{dropped}"] .status')).to_have_text("cancelled")
+    await page.go_back()
     await expect(page.locator("figure.chart")).to_have_count(2)  # tests/test_rollups.py checks their data
     await page.get_by_role("link", name="Last day").click()
     await expect(page.locator(".spans b")).to_have_text("Last day")
@@ -610,3 +629,110 @@ async def test_workers_page(page, client):
     await shot(page, "workers")
     await row.get_by_role("link", name="emails").click()
     await expect(page.locator("h1")).to_have_text("Queue emails")
+
+
+BAD = "rgb(180, 35, 24)"  # ui.css's --bad: what is failing now
+
+
+async def color(locator) -> str:
+    return await locator.evaluate("element => getComputedStyle(element).color")
+
+
+async def test_a_retried_jobs_error_is_shown_as_history_not_in_red(page, client):
+    """A dead job's error is red; once retried the job is pending again and its error is what an earlier
+    attempt said, shown muted, on its page and in the list."""
+    from playwright.async_api import expect
+
+    job_id = await make_dead(client, "emails", error="mailbox full")
+    await page.goto(f"/ui/jobs/{job_id}")
+    error = page.locator("main pre", has_text="mailbox full")
+    assert await color(error) == BAD
+    await page.get_by_role("button", name="Retry").click()
+    await expect(page.locator(".status")).to_have_text("pending")
+    await expect(page.locator("h2", has_text="error")).to_have_text("Last error (an earlier attempt)")
+    await expect(error).to_have_text("mailbox full")
+    assert await color(error) != BAD
+    await shot(page, "job-retried")
+
+    other = await make_dead(client, "reports", error="disk full")
+    await page.goto("/ui/jobs")
+    retried = page.locator(f'tr[data-job="{job_id}"] td', has_text="mailbox full")
+    still_dead = page.locator(f'tr[data-job="{other}"] td', has_text="disk full")
+    await expect(retried).to_have_count(1)
+    assert await color(retried) != BAD and await color(still_dead) == BAD
+
+
+async def test_sign_in_in_the_browser(chromium, start_service, db):
+    """With tokens, a browser is sent to the sign-in page, signs in once with a token and uses the
+    dashboard (its buttons too) with the session cookie, which scripts cannot read; sign-out ends it."""
+    from playwright.async_api import expect
+
+    service = start_service(tokens={"a-secret": "admin", "v-secret": "viewer"})
+    async with httpx.AsyncClient(base_url=service.url, headers={"Authorization": "Bearer a-secret"}) as api:
+        await enqueue(api, "emails")
+    page = await open_page(chromium, service.url, width=390, height=844)
+    await page.goto("/ui/queues/emails")
+    await expect(page).to_have_url(re.compile(r"/ui/sign-in\?next=%2Fui%2Fqueues%2Femails$"))
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+    await shot(page, "sign-in")
+    await page.get_by_label("Token").fill("wrong")
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.locator(".flash")).to_contain_text("not one of this service")
+
+    await page.get_by_label("Token").fill("a-secret")
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.locator("h1")).to_have_text("Queue emails")
+    (cookie,) = [c for c in await page.context.cookies() if c["name"] == "jobq_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+    assert cookie["expires"] > datetime.now(UTC).timestamp()
+    assert await page.evaluate("document.cookie") == ""  # out of reach of scripts
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390  # with Sign out in its header
+    await page.get_by_role("button", name="Pause").click()
+    await expect(page.locator(".flash")).to_contain_text("Paused emails")
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is True
+
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.locator(".flash")).to_contain_text("Signed out")
+    assert [c for c in await page.context.cookies() if c["name"] == "jobq_session"] == []
+    await page.goto("/ui")
+    await expect(page).to_have_url(re.compile(r"/ui/sign-in\?next=%2Fui$"))
+
+
+PHONE = 390  # CSS pixels: a phone held upright
+
+
+async def test_every_page_fits_a_phone(chromium, service, client, db):
+    """At 390 px wide no page scrolls sideways: wide tables scroll within themselves, long words wrap."""
+    long = "x" * 300
+    dead = await make_dead(client, "emails-to-customers", payload={"body": long}, error=f"smtp said {long}")
+    await enqueue(client, "emails-to-customers", {"to": long}, delay=3600, key=long[:200])
+    r = await client.patch("/queues/emails-to-customers", json={"key_concurrency": 1, "fair": True})
+    assert r.status_code == 200, r.text
+    body = {"cron": "0 3 1 1 *", "timezone": "Europe/Berlin", "queue": "emails-to-customers", "payload": 1}
+    assert (await client.put("/schedules/yearly-report", json=body)).status_code == 200
+    await enqueue(client, "emails-to-customers", {"to": "now"})
+    assert await lease(client, "emails-to-customers", worker_id=f"host-{long[:60]}:41")
+    await until(lambda: service.app.state.metrics.gauges.queues)
+    page = await open_page(chromium, service.url, width=PHONE, height=844)
+    wide = {}
+    for path in (
+        "/ui",
+        "/ui/jobs",
+        "/ui/jobs?status=dead",
+        "/ui/dead",
+        f"/ui/jobs/{dead}",
+        "/ui/queues/emails-to-customers",
+        "/ui/queues/emails-to-customers/keys",
+        "/ui/schedules",
+        "/ui/workers",
+        "/ui/jobs/999999",
+    ):
+        await page.goto(path)
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        if width > PHONE:
+            wide[path] = width
+    await page.goto("/ui")
+    await shot(page, "phone-queues")
+    await page.goto(f"/ui/jobs/{dead}")
+    await shot(page, "phone-job")
+    assert wide == {}

@@ -240,6 +240,12 @@ async def queue(db: Database, name: str) -> Row:
         return _queue_row(await _queue_stats(conn, name), with_settings=True)
 
 
+async def queue_cancelled(db: Database, name: str) -> int:
+    """How many of the queue's jobs were cancelled and are kept still (for its retention)."""
+    async with db.acquire_read() as conn:
+        return await conn.fetchval(q.QUEUE_CANCELLED.text, *q.QUEUE_CANCELLED.args(queue=name))
+
+
 async def configure_queue(db: Database, name: str, settings: QueueSettingsLike) -> Row:
     """Change the settings given (None keeps one; among flow-control settings, absent keeps one and None
     clears it), creating the queue if need be; the queue's row. A change of flow control reaches every

@@ -4,13 +4,15 @@ and cancel, of a selection or of every match), dead jobs (retry, purge), schedul
 trigger now), workers (what each holds, when last seen) and a job's page (cancel, run now, retry,
 purge), rendered on the server from the same service layer (``app.jobs``) the JSON API uses.
 
-Every page, button and static file of the dashboard is a route of this one router, so the one
-dependency attached to it covers the whole dashboard: with tokens configured, it is for viewers and
-admins (``Authorization: Bearer <token>``, e.g. added by the proxy in front of it). The buttons are
-admins' only: a viewer's pages show none, and its posts are refused (403). A token limited to some
-queues (app/access.py) sees those queues, their jobs and the schedules that enqueue into them only.
-Posts that a page of another site makes the browser send are refused before they get here, as for
-every route (app/origin.py).
+Every page and button of the dashboard is a route of `viewed` or `buttons` below, and each carries its
+role check: with tokens configured, the pages are for viewers and admins, the buttons for admins only (a
+viewer's pages show none, and its posts are refused, 403). A caller is known by its `Authorization:
+Bearer <token>` header (a script, or a proxy in front adding it), else by the session cookie that the
+sign-in form gives a browser for a token (app/ui/session.py); a browser with neither is sent to the
+sign-in form. A token limited to some queues (app/access.py) sees those queues, their jobs and the
+schedules that enqueue into them only, through a session as well. The sign-in form, sign-out and the
+static files need no token. Posts that a page of another site makes the browser send, the sign-in
+form's included, are refused before they get here, as for every route (app/origin.py).
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ from pathlib import Path as FilePath
 from typing import Annotated
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
 from app import jobs
-from app.access import Role
-from app.auth import Admin, Caller, Viewer
+from app.access import Admits, Role
+from app.auth import GRANT, Caller
 from app.deps import DB
-from app.errors import JobqError, NotFound
+from app.errors import JobqError, NotFound, Unauthorized
 from app.jobs import flow, schedules
 from app.models import (
     KIND_PATTERN,
@@ -45,8 +47,9 @@ from app.models import (
 )
 from app.schemas import QueueSettingsPatch
 from app.ui import pages
+from app.ui.session import COOKIE, PATH
 
-router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Viewer])
+router = APIRouter(include_in_schema=False)
 
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
@@ -73,23 +76,90 @@ HEADERS = {
 }
 
 
-def html(text: str, status: int = 200) -> HTMLResponse:
+# Where a caller that came with a session cookie is noted, in the request's ASGI scope: its pages get
+# a Sign out button.
+SESSION = "jobq.session"
+
+
+def html(request: Request, text: str, status: int = 200) -> HTMLResponse:
+    if request.scope.get(SESSION):
+        text = pages.with_sign_out(text)
     return HTMLResponse(text, status_code=status, headers=HEADERS)
+
+
+def within(next_page: str) -> str:
+    """`next_page` if it is a page of the dashboard (a path under /ui, nothing naming another site),
+    else /ui: where a form may send the browser afterwards."""
+    parts = urlsplit(next_page)
+    if parts.scheme or parts.netloc or not (parts.path == "/ui" or parts.path.startswith("/ui/")):
+        return "/ui"
+    return urlunsplit(("", "", parts.path, parts.query, ""))
 
 
 def back(next_page: str, flash: str) -> RedirectResponse:
     """Post/redirect/get: back to the dashboard page the button was on, with a notice."""
-    parts = urlsplit(next_page)
-    if not parts.path.startswith("/ui") or parts.scheme or parts.netloc:
-        parts = urlsplit("/ui")
+    parts = urlsplit(within(next_page))
     query = [(k, v) for k, v in parse_qsl(parts.query) if k != "flash"] + [("flash", flash)]
     return RedirectResponse(urlunsplit(("", "", parts.path, urlencode(query), "")), status_code=303)
+
+
+# --- who is calling --------------------------------------------------------------------------------
+
+
+def dashboard(*roles: Role) -> object:
+    """The role check of dashboard routes, admitting `roles` (admins always). The caller is its
+    Authorization header's token when it sends one, else its session cookie's token; with neither (or
+    a session that has ended), a browser asking for a page is sent to sign in, anything else is 401."""
+    admits = Admits(*roles)
+
+    async def check(request: Request) -> None:
+        tokens = request.app.state.tokens
+        authorization = request.headers.get("authorization")
+        if authorization is not None or not tokens:
+            request.scope[GRANT] = admits.check(tokens, authorization or "")
+            return
+        cookie = request.cookies.get(COOKIE)
+        grant = request.app.state.sessions.grant_of(cookie) if cookie else None
+        if grant is None:
+            raise _sign_in_first(request, ended=cookie is not None)
+        request.scope[GRANT] = admits.admit(grant)
+        request.scope[SESSION] = True
+
+    return Depends(check)
+
+
+def _sign_in_first(request: Request, ended: bool) -> Exception:
+    """To the sign-in form for a browser (what asks for HTML), coming back afterwards to the page it
+    asked for, or for a button's post (not carried out) to the page the button was on; 401 for programs.
+    """
+    if "text/html" not in request.headers.get("accept", ""):
+        return Unauthorized("sign in at /ui/sign-in, or send Authorization: Bearer <token>")
+    if request.method == "GET":
+        here = urlunsplit(("", "", request.url.path, request.url.query, ""))
+    else:
+        here = within(request.query_params.get("next", "/ui"))
+    headers = {"Location": pages.url("/ui/sign-in", next=here, ended="1" if ended else None)}
+    if ended:  # an expired, altered or revoked session: the browser may as well forget it
+        headers["Set-Cookie"] = _cleared_cookie(request)
+    return HTTPException(303, "sign in first", headers=headers)
+
+
+def _cleared_cookie(request: Request) -> str:
+    gone = Response()
+    gone.delete_cookie(
+        COOKIE, path=PATH, secure=request.url.scheme == "https", httponly=True, samesite="strict"
+    )
+    return gone.headers["set-cookie"]
+
+
+# Pages for viewers and admins; buttons (below) for admins.
+viewed = APIRouter(prefix="/ui", dependencies=[dashboard(Role.VIEWER)])
 
 
 # --- pages -----------------------------------------------------------------------------------------
 
 
-@router.get("", response_model=None)
+@viewed.get("", response_model=None)
 async def queues_page(db: DB, request: Request, caller: Caller, flash: Flash = None) -> Response:
     metrics = request.app.state.metrics
     # The metrics' query, not GET /queues': it reads only waiting, running and dead jobs, so a page
@@ -97,6 +167,7 @@ async def queues_page(db: DB, request: Request, caller: Caller, flash: Flash = N
     rows = [row for row in await jobs.queue_gauges(db) if caller.admits(row["queue"])]
     completed = await jobs.completed_lately(db, caller.like)
     return html(
+        request,
         pages.queues_page(
             rows,
             metrics.throughput(),
@@ -104,11 +175,11 @@ async def queues_page(db: DB, request: Request, caller: Caller, flash: Flash = N
             completed=completed,
             flash=flash,
             actions=caller.has(Role.ADMIN),
-        )
+        ),
     )
 
 
-@router.get("/dead", response_model=None)
+@viewed.get("/dead", response_model=None)
 async def dead_page(
     db: DB,
     request: Request,
@@ -124,9 +195,10 @@ async def dead_page(
     names = _seen_queues(request, caller, queue)
     here = pages.url("/ui/dead", queue=queue, before_id=before_id)
     return html(
+        request,
         pages.dead_page(
             page, queue=queue, queues=names, here=here, flash=flash, actions=caller.has(Role.ADMIN)
-        )
+        ),
     )
 
 
@@ -137,7 +209,7 @@ def _seen_queues(request: Request, caller: Caller, *also: str | None) -> list[st
     return sorted({name for name in seen if caller.admits(name)} | {name for name in also if name})
 
 
-@router.get("/jobs", response_model=None)
+@viewed.get("/jobs", response_model=None)
 async def jobs_page(
     db: DB,
     request: Request,
@@ -156,7 +228,7 @@ async def jobs_page(
     if id is not None:
         text = id.strip().lstrip("#")
         if not text.isdigit() or not 1 <= int(text) <= MAX_JOB_ID:
-            return html(pages.not_found_page(f"{id!r} is not a job id"), status=404)
+            return html(request, pages.not_found_page(f"{id!r} is not a job id"), status=404)
         return RedirectResponse(f"/ui/jobs/{int(text)}", status_code=303)
     given = {"queue": queue, "status": status, "kind": kind, "key": key, "q": q}
     filters = {name: value or None for name, value in given.items()}
@@ -175,8 +247,9 @@ async def jobs_page(
             scope=caller.like,
         )
     except NotFound as exc:
-        return html(pages.not_found_page(exc.detail), status=404)
+        return html(request, pages.not_found_page(exc.detail), status=404)
     return html(
+        request,
         pages.jobs_page(
             page,
             filters=filters,
@@ -184,14 +257,15 @@ async def jobs_page(
             here=pages.url("/ui/jobs", **filters, before_id=before_id),
             flash=flash,
             actions=caller.has(Role.ADMIN),
-        )
+        ),
     )
 
 
-@router.get("/queues/{queue}", response_model=None)
+@viewed.get("/queues/{queue}", response_model=None)
 async def queue_page(
     queue: QueuePath,
     db: DB,
+    request: Request,
     caller: Caller,
     span: Annotated[str, Query(pattern="^(1h|1d|7d)$")] = "1h",
     flash: Flash = None,
@@ -200,40 +274,41 @@ async def queue_page(
     try:
         row = await jobs.queue(db, queue)
     except NotFound as exc:
-        return html(pages.not_found_page(exc.detail), status=404)
+        return html(request, pages.not_found_page(exc.detail), status=404)
+    row["cancelled"] = await jobs.queue_cancelled(db, queue)
     charts = pages.queue_charts(queue, await jobs.rollup_series(db, queue, span), span, datetime.now(UTC))
-    return html(pages.queue_page(row, charts=charts, flash=flash, actions=caller.has(Role.ADMIN)))
+    return html(request, pages.queue_page(row, charts=charts, flash=flash, actions=caller.has(Role.ADMIN)))
 
 
-@router.get("/jobs/{id}", response_model=None)
-async def job_page(id: JobIdPath, db: DB, caller: Caller, flash: Flash = None) -> Response:
+@viewed.get("/jobs/{id}", response_model=None)
+async def job_page(id: JobIdPath, db: DB, request: Request, caller: Caller, flash: Flash = None) -> Response:
     try:
         job = await jobs.get_job(db, id, caller.like)
     except NotFound as exc:
-        return html(pages.not_found_page(exc.detail), status=404)
-    return html(pages.job_page(job, flash=flash, actions=caller.has(Role.ADMIN)))
+        return html(request, pages.not_found_page(exc.detail), status=404)
+    return html(request, pages.job_page(job, flash=flash, actions=caller.has(Role.ADMIN)))
 
 
-@router.get("/queues/{queue}/keys", response_model=None)
-async def keys_page(queue: QueuePath, db: DB, caller: Caller) -> Response:
+@viewed.get("/queues/{queue}/keys", response_model=None)
+async def keys_page(queue: QueuePath, db: DB, request: Request, caller: Caller) -> Response:
     caller.admit(queue)
     row = next((r for r in await jobs.queue_gauges(db) if r["queue"] == queue), None)
     keys = await flow.list_keys(db, queue, pages.KEYS_SHOWN)
-    return html(pages.keys_page(queue, pages.limits_text(row) if row else "", keys))
+    return html(request, pages.keys_page(queue, pages.limits_text(row) if row else "", keys))
 
 
-@router.get("/schedules", response_model=None)
-async def schedules_page(db: DB, caller: Caller, flash: Flash = None) -> Response:
+@viewed.get("/schedules", response_model=None)
+async def schedules_page(db: DB, request: Request, caller: Caller, flash: Flash = None) -> Response:
     listed = await schedules.list_schedules(db, caller.like)
-    return html(pages.schedules_page(listed, flash=flash, actions=caller.has(Role.ADMIN)))
+    return html(request, pages.schedules_page(listed, flash=flash, actions=caller.has(Role.ADMIN)))
 
 
-@router.get("/workers", response_model=None)
-async def workers_page(db: DB, caller: Caller) -> Response:
-    return html(pages.workers_page(await jobs.list_workers(db, caller.like)))
+@viewed.get("/workers", response_model=None)
+async def workers_page(db: DB, request: Request, caller: Caller) -> Response:
+    return html(request, pages.workers_page(await jobs.list_workers(db, caller.like)))
 
 
-@router.get("/static/{name}", response_model=None)
+@router.get("/ui/static/{name}", response_model=None)
 async def static(name: str) -> Response:
     if name not in STATIC_TYPES:
         raise HTTPException(404, f"no dashboard file {name!r}")
@@ -245,10 +320,68 @@ def _static_file(name: str) -> bytes:
     return (STATIC / name).read_bytes()
 
 
+# --- signing in ------------------------------------------------------------------------------------
+
+
+@router.get("/ui/sign-in", response_model=None)
+async def sign_in_page(
+    request: Request, next: Next = "/ui", ended: bool = False, flash: Flash = None
+) -> Response:
+    if not request.app.state.tokens:  # nothing to sign in to: the dashboard is open
+        return RedirectResponse(within(next), status_code=303)
+    if ended and flash is None:
+        flash = "Your session has ended: sign in again."
+    # A link from another site (an alert, a chat) brings no SameSite=Strict cookie, even to a browser
+    # signed in: a link of this page does.
+    linked = request.headers.get("sec-fetch-site") == "cross-site"
+    max_age = request.app.state.sessions.max_age
+    return html(request, pages.sign_in_page(within(next), max_age, flash=flash, linked=linked))
+
+
+@router.post("/ui/sign-in", response_model=None)
+async def sign_in(request: Request) -> Response:
+    """The sign-in form: a token of a viewer or an admin becomes a session cookie, and the browser goes
+    on to the page it was sent from."""
+    fields = dict(await _form(request))
+    token, target = fields.get("token", "").strip(), within(fields.get("next", "/ui"))
+    tokens, sessions = request.app.state.tokens, request.app.state.sessions
+    if not tokens:
+        return RedirectResponse(target, status_code=303)
+    grant = tokens.grant_of(token) if token else None
+    if grant is None or not grant.has(Role.VIEWER):
+        if not token:
+            refused, status = "Enter a token: one with the viewer or admin role.", 400
+        elif grant is None:
+            refused, status = "That token is not one of this service's tokens (JOBQ_TOKENS).", 401
+        else:
+            held = ", ".join(role for role in Role if role in grant.roles)
+            refused = f"A token of role {held} cannot open the dashboard: it takes a viewer or admin token."
+            status = 403
+        return html(request, pages.sign_in_page(target, sessions.max_age, flash=refused), status=status)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        COOKIE,
+        sessions.cookie_for(token),
+        max_age=sessions.max_age,
+        path=PATH,
+        secure=request.url.scheme == "https",
+        httponly=True,
+        samesite="strict",
+    )
+    return response
+
+
+@router.post("/ui/sign-out", response_model=None)
+async def sign_out(request: Request) -> Response:
+    response = RedirectResponse(pages.url("/ui/sign-in", flash="Signed out."), status_code=303)
+    response.headers["Set-Cookie"] = _cleared_cookie(request)
+    return response
+
+
 # --- buttons ---------------------------------------------------------------------------------------
 
 # Admins' only (a viewer's pages show no button); their cross-site posts are refused by app/origin.py.
-buttons = APIRouter(dependencies=[Admin])
+buttons = APIRouter(prefix="/ui", dependencies=[dashboard()])
 
 
 async def _pressed(next: str, action: Awaitable[object], done: str) -> RedirectResponse:
@@ -463,4 +596,5 @@ async def trigger_schedule(
     )
 
 
+router.include_router(viewed)
 router.include_router(buttons)

@@ -42,11 +42,32 @@ def url(path: str, **query: object) -> str:
     return f"{path}{'&' if '?' in path else '?'}{urlencode(params)}"
 
 
-def layout(title: str, body: str, *, flash: str | None = None, refresh: bool = False) -> str:
+# Where a page's header has the Sign out button when the caller came with a session cookie (the router
+# knows; app/routers/ui.py's `html`).
+ACCOUNT = "<!-- account -->"
+SIGN_OUT = '<form class="account" method="post" action="/ui/sign-out"><button>Sign out</button></form>'
+
+
+def with_sign_out(page: str) -> str:
+    return page.replace(ACCOUNT, SIGN_OUT, 1)
+
+
+def layout(
+    title: str, body: str, *, flash: str | None = None, refresh: bool = False, nav: bool = True
+) -> str:
     notice = f'<p class="flash" role="status">{esc(flash)}</p>' if flash else ""
     refresh_toggle = (
         '<label class="refresh"><input type="checkbox" id="auto-refresh" checked> auto-refresh</label>'
         if refresh
+        else ""
+    )
+    links = (
+        """<nav><a href="/ui">Queues</a> <a href="/ui/jobs">Jobs</a> <a href="/ui/dead">Dead jobs</a>
+    <a href="/ui/schedules">Schedules</a> <a href="/ui/workers">Workers</a></nav>
+  <form class="lookup" action="/ui/jobs" method="get">
+    <input name="id" inputmode="numeric" placeholder="job id" aria-label="job id"> <button>Open</button>
+  </form>"""
+        if nav
         else ""
     )
     return f"""<!doctype html>
@@ -61,12 +82,9 @@ def layout(title: str, body: str, *, flash: str | None = None, refresh: bool = F
 <body>
 <header>
   <a class="brand" href="/ui">jobq</a>
-  <nav><a href="/ui">Queues</a> <a href="/ui/jobs">Jobs</a> <a href="/ui/dead">Dead jobs</a>
-    <a href="/ui/schedules">Schedules</a> <a href="/ui/workers">Workers</a></nav>
-  <form class="lookup" action="/ui/jobs" method="get">
-    <input name="id" inputmode="numeric" placeholder="job id" aria-label="job id"> <button>Open</button>
-  </form>
+  {links}
   {refresh_toggle}
+  {ACCOUNT}
 </header>
 <main{' data-refresh="5"' if refresh else ""}>
 {notice}
@@ -393,7 +411,15 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
     buttons = f'<div class="actions">{"".join(pressed)}</div>' if pressed else ""
     error = ""
     if job["last_error"]:
-        error = f'<h2>Last error</h2><pre class="error">{esc(job["last_error"])}</pre>'
+        # Red while it is why the job is dead; once the job is retried (or runs again after a nack), what
+        # an earlier attempt said, muted.
+        if state == "dead":
+            error = f'<h2>Last error</h2><pre class="error">{esc(job["last_error"])}</pre>'
+        else:
+            error = (
+                "<h2>Last error (an earlier attempt)</h2>"
+                f'<pre class="error earlier">{esc(job["last_error"])}</pre>'
+            )
     pretty = pretty_json(job["payload"])
     body = (
         f'<h1>Job {job_id}</h1>{buttons}<table class="fields">{table}</table>{error}'
@@ -533,7 +559,8 @@ def jobs_page(
             f'<td><span class="status {esc(state)}">{esc(state)}</span></td>'
             f'<td class="num">{job["attempts"]}/{job["max_attempts"]}</td>'
             f"<td>{when(job['updated_at'])}</td>"
-            f'<td class="error" title="{esc(shorten(error, 2000))}">{esc(shorten(error, ERROR_CHARS))}</td>'
+            f'<td class="{"error" if state == "dead" else "error earlier"}" '
+            f'title="{esc(shorten(error, 2000))}">{esc(shorten(error, ERROR_CHARS))}</td>'
             f"<td><code>{esc(shorten(payload_text(job['payload']), PREVIEW_CHARS))}</code></td></tr>"
         )
     table = (
@@ -602,8 +629,9 @@ def queue_charts(queue: str, rows: list[Mapping[str, Any]], span: str, now: date
 def queue_page(
     queue: Mapping[str, Any], *, charts: str = "", flash: str | None = None, actions: bool = True
 ) -> str:
-    """A queue: its jobs by state (each a link to the list), charts over time, its settings and limits (a
-    form for admins), pause and resume."""
+    """A queue: its jobs by state (each a link to the list; `cancelled`, which the API's row has not,
+    added by the router), charts over time, its settings and limits (a form for admins), pause and
+    resume."""
     name = queue["queue"]
     here = f"/ui/queues/{name}"
     counts = [
@@ -612,6 +640,7 @@ def queue_page(
         ("Running", "running", queue["running"]),
         ("Completed (kept)", "completed", queue["completed"]),
         ("Dead", "dead", queue["dead"]),
+        ("Cancelled (kept)", "cancelled", queue["cancelled"]),
     ]
     states = "".join(
         f'<tr data-state="{esc(label.split()[0].lower())}"><th>{label}</th>'
@@ -718,6 +747,29 @@ def workers_page(workers: list[Mapping[str, Any]]) -> str:
         "what it saw every few seconds; a worker not seen for an hour is dropped.</p>"
     )
     return layout("Workers", f"<h1>Workers</h1>{table}{summary}", refresh=True)
+
+
+def sign_in_page(next_page: str, max_age: int, *, flash: str | None = None, linked: bool = False) -> str:
+    """The sign-in form: a token, once, for a session of `max_age` seconds; then on to `next_page`.
+    `linked`: the browser came by a link from another site, which carried no session cookie: it may be
+    signed in already, and following a link of this page tells."""
+    already = (
+        f'<p class="flash">Signed in already? A link from another site does not bring the session along: '
+        f'<a href="{esc(next_page)}">continue to {esc(next_page)}</a>.</p>'
+        if linked
+        else ""
+    )
+    body = (
+        f"<h1>Sign in</h1>{already}"
+        '<form class="sign-in" method="post" action="/ui/sign-in">'
+        f'<input type="hidden" name="next" value="{esc(next_page)}">'
+        '<p><label for="token">Token</label><br><input id="token" name="token" type="password" '
+        'autocomplete="current-password" required autofocus></p>'
+        "<p><button>Sign in</button></p></form>"
+        f'<p class="meta">A token with the viewer or admin role. This browser stays signed in for '
+        f"{duration(max_age)}, or until you sign out.</p>"
+    )
+    return layout("Sign in", body, flash=flash, nav=False)
 
 
 def not_found_page(detail: str) -> str:
