@@ -94,9 +94,7 @@ def _explain_one(exc: BaseException, setting: str, dsn: str) -> StartupFailed | 
             f"{setting}: the user may not create or change jobq's schema ({exc}): grant it CREATE on the "
             "database, or run `jobq migrate` once as a user who may"
         )
-    if isinstance(exc, ConnectionRefusedError | TimeoutError | OSError) and not isinstance(
-        exc, asyncpg.PostgresError
-    ):
+    if isinstance(exc, OSError):  # refused, timed out, a name that does not resolve
         # asyncpg's own message repeats the address; the system's says why (a resolver's errno is < 0).
         reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror
         reason = reason or str(exc) or type(exc).__name__
@@ -104,13 +102,8 @@ def _explain_one(exc: BaseException, setting: str, dsn: str) -> StartupFailed | 
             f"{setting}: cannot reach PostgreSQL at {where} ({reason}): start it, or correct the host "
             f"and port in {setting}"
         )
-    if isinstance(exc, asyncpg.ClientConfigurationError | asyncpg.InterfaceError) or (
-        type(exc) is ValueError and "database URL" in str(exc)
-    ):
-        return StartupFailed(
-            f"{setting} is not a PostgreSQL URL ({exc}): write it as "
-            "postgresql://user:password@host:5432/database"
-        )
+    if isinstance(exc, asyncpg.ClientConfigurationError):  # its message never repeats a password
+        return StartupFailed(f"{setting}: {exc}")
     return None
 
 

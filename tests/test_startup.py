@@ -29,7 +29,9 @@ def told_in_one_line(done: subprocess.CompletedProcess, *words: str) -> str:
     lines = done.stderr.splitlines()
     assert done.returncode != 0, done.stderr
     assert "Traceback" not in done.stderr and not any(line.startswith(" ") for line in lines), done.stderr
-    (line,) = [line for line in lines if all(word in line for word in words)] or [done.stderr]
+    told = [line for line in lines if all(word in line for word in words)]
+    assert len(told) == 1, done.stderr
+    (line,) = told
     assert len(lines) <= 4, done.stderr  # Started server process, Waiting for startup, the line, Exiting
     return line
 
@@ -87,12 +89,15 @@ def test_pgbouncer_in_transaction_mode_unannounced_is_one_line(tmp_path, databas
         )
 
 
-@pytest.mark.parametrize("url", ["not a url", "mysql://root@127.0.0.1/app"])
+@pytest.mark.parametrize("url", ["not a url", "mysql://root@127.0.0.1/app", "postgres:s3cr3t@127.0.0.1/app"])
 def test_a_database_url_that_is_not_postgresql_is_one_line(tmp_path, url):
-    told_in_one_line(serve(tmp_path, JOBQ_DATABASE_URL=url), "JOBQ_DATABASE_URL", "postgresql://")
+    done = serve(tmp_path, JOBQ_DATABASE_URL=url)
+    line = told_in_one_line(done, "JOBQ_DATABASE_URL", "not a PostgreSQL URL", "postgresql://")
+    assert done.stderr.splitlines() == [line] and "s3cr3t" not in done.stderr  # never repeated
 
 
 def test_a_mistake_in_the_schedules_file_is_one_line(tmp_path, database_url):
-    (tmp_path / "schedules.toml").write_text('[schedules.nightly]\ncron = "0 3 * *"\nqueue = "q"\n')
+    mistaken = '[schedules.nightly]\ncron = "0 3 * *"\nqueue = "q"\npayload = 1\n'  # 4 fields
+    (tmp_path / "schedules.toml").write_text(mistaken)
     done = serve(tmp_path, JOBQ_DATABASE_URL=database_url, JOBQ_SCHEDULES_FILE="schedules.toml")
     told_in_one_line(done, "schedules.toml", "'nightly'", "cron")
