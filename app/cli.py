@@ -7,10 +7,14 @@ points this distribution declares (pyproject.toml), so that one `jobq` command h
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
 import traceback
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -35,6 +39,7 @@ def serve(
     import uvicorn
 
     from app.access import Tokens
+    from app.startup import FAILURE_FILE
 
     debug = log_level.lower() == "debug"
     settings = _settings(debug)
@@ -57,6 +62,10 @@ def serve(
     # The app, built by uvicorn in each of its processes, reads Settings from the environment: it must
     # know the address it listens on, which decides the host names it answers to (app/origin.py).
     os.environ["JOBQ_HOST"] = host
+    # One process that failed to start exits 3 by itself; several stop with 0 (app/startup.py).
+    failed = Path(tempfile.mkdtemp(prefix="jobq-serve-")) / "failed"
+    atexit.register(shutil.rmtree, failed.parent, ignore_errors=True)
+    os.environ[FAILURE_FILE] = str(failed)
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -71,6 +80,8 @@ def serve(
         # httptools, writing each answer in one piece (app/http_protocol.py).
         http="app.http_protocol:CoalescingHttpToolsProtocol",
     )
+    if failed.exists():
+        raise typer.Exit(3)
 
 
 def _settings(debug: bool = False) -> Settings:

@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -23,6 +24,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.settings import Settings
 
 log = logging.getLogger("jobq")
+
+
+# Where a service process that failed to start writes its line, when `jobq serve` runs several: uvicorn's
+# supervisor then stops them all but exits 0, so the command looks for this file to exit non-zero.
+FAILURE_FILE = "JOBQ_STARTUP_FAILURE_FILE"
 
 
 class StartupFailed(Exception):
@@ -149,6 +155,8 @@ class OneLineStartupFailures:
             if message["type"] == "lifespan.startup.failed" and isinstance(failure, StartupFailed):
                 log.debug("start-up failed", exc_info=failure)
                 message = {**message, "message": str(failure)}
+                if os.environ.get(FAILURE_FILE):
+                    Path(os.environ[FAILURE_FILE]).write_text(str(failure))
             await send(message)
 
         await self.app(scope, receive, send_in_one_line)

@@ -58,6 +58,10 @@ def test_a_missing_database_is_one_line(tmp_path, server_dsn):
         assert "createdb jobq_test_no_such_database" in line
     done = run(tmp_path, "migrate", JOBQ_DATABASE_URL=missing)
     assert done.stderr.splitlines() == [told_in_one_line(done, "JOBQ_DATABASE_URL", "does not exist")]
+    # Several processes: uvicorn's supervisor stops when one fails to start, and so does the command.
+    done = serve(tmp_path, "--workers", "2", JOBQ_DATABASE_URL=missing)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert "JOBQ_DATABASE_URL: database" in done.stderr
     # The traceback is for those who ask for it.
     done = serve(tmp_path, "--log-level", "debug", JOBQ_DATABASE_URL=missing)
     assert done.returncode != 0 and "Traceback" in done.stderr and "InvalidCatalogNameError" in done.stderr
