@@ -249,7 +249,7 @@ async def test_readme_in_order(service, db, tmp_path):
     assert done.stdout == "completed 6\n", done.stdout + done.stderr
     assert await ledger.made() == [("sums", [1, 2, 3], "completed", 1, False)]
     run_block("python-async", url)
-    assert await ledger.made() == [("reports", {"month": "2024-05"}, "completed", 1, False)]
+    assert await ledger.made() == [("reports", {"period": "2024-05"}, "completed", 1, False)]
 
     # --- Python tasks, and the schedule's job, which is the task's to run
     (tmp_path / FILES["python-tasks"]).write_text(block("python-tasks"))
