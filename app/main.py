@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware import Middleware
 
 from app import __version__, access_log, background, embedded, migrations, openapi, problems, startup, tracing
 from app import scheduler as scheduling
@@ -144,13 +145,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         generate_unique_id_function=openapi.operation_id,
         servers=openapi.SERVERS,
+        # Innermost of all (those added below go outside it), where only the lifespan stops: a start
+        # that failed on a setting is told in one line, not a traceback (app/startup.py).
+        middleware=[Middleware(startup.OneLineStartupFailures)],
     )
     app.state.settings = settings
     app.state.tokens = Tokens.load(settings.tokens, settings.tokens_file)
-    # Innermost, where only the lifespan stops: a start that failed on a setting is told in one line,
-    # not a traceback (app/startup.py).
-    app.add_middleware(startup.OneLineStartupFailures)
-    # Inside the body limit and the observation of requests.
+    # Innermost: inside the body limit and the observation of requests.
     app.add_middleware(HotRoutes, routers=[producers.router, workers.router, operators.router])
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     # Outside the hot routes and the body limit: a request naming another host, or sent by a page of
