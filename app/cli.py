@@ -7,9 +7,14 @@ points this distribution declares (pyproject.toml), so that one `jobq` command h
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -34,10 +39,19 @@ def serve(
     import uvicorn
 
     from app.access import Tokens
+    from app.startup import FAILURE_FILE
 
-    settings = Settings()
+    debug = log_level.lower() == "debug"
+    settings = _settings(debug)
+    try:
+        tokens = Tokens.load(settings.tokens, settings.tokens_file)
+    except (OSError, ValueError) as mistake:  # JOBQ_TOKENS_FILE missing, or a line of it wrong
+        if debug:
+            traceback.print_exc()
+        typer.echo(f"JOBQ_TOKENS_FILE: {mistake}", err=True)
+        raise typer.Exit(2) from None
     host = host or settings.host
-    if not is_loopback(host) and not Tokens.load(settings.tokens, settings.tokens_file):
+    if not is_loopback(host) and not tokens:
         if not (insecure or settings.allow_insecure):
             typer.echo(
                 f"refusing to listen on {host} without tokens: anyone who can reach it could take and "
@@ -48,6 +62,10 @@ def serve(
     # The app, built by uvicorn in each of its processes, reads Settings from the environment: it must
     # know the address it listens on, which decides the host names it answers to (app/origin.py).
     os.environ["JOBQ_HOST"] = host
+    # One process that failed to start exits 3 by itself; several stop with 0 (app/startup.py).
+    failed = Path(tempfile.mkdtemp(prefix="jobq-serve-")) / "failed"
+    atexit.register(shutil.rmtree, failed.parent, ignore_errors=True)
+    os.environ[FAILURE_FILE] = str(failed)
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -62,6 +80,22 @@ def serve(
         # httptools, writing each answer in one piece (app/http_protocol.py).
         http="app.http_protocol:CoalescingHttpToolsProtocol",
     )
+    if failed.exists():
+        raise typer.Exit(3)
+
+
+def _settings(debug: bool = False) -> Settings:
+    """The settings from the environment; a mistake in them ends the command with one line naming the
+    setting (exit 2), its traceback only when `debug`."""
+    from app.startup import describe_settings
+
+    try:
+        return Settings()
+    except ValueError as mistake:  # pydantic's ValidationError, or pydantic-settings' SettingsError
+        if debug:
+            traceback.print_exc()
+        typer.echo(describe_settings(mistake), err=True)
+        raise typer.Exit(2) from None
 
 
 def _log_config(level: str) -> dict:
@@ -93,16 +127,20 @@ def migrate(
     (exit 0)."""
     import asyncio
 
-    from app import migrations
+    from app import migrations, startup
     from app.main import resolve_database_url
 
-    settings = Settings()
+    settings = _settings()
     dsn = settings.session_url(asyncio.run(resolve_database_url(settings)))
     try:
-        if down:
-            migrations.downgrade(dsn, revision, settings=settings)
-        else:
-            migrations.upgrade(dsn, revision, settings=settings)
+        with startup.reaching(startup.session_setting(settings), dsn):
+            if down:
+                migrations.downgrade(dsn, revision, settings=settings)
+            else:
+                migrations.upgrade(dsn, revision, settings=settings)
+    except startup.StartupFailed as failure:
+        typer.echo(str(failure), err=True)
+        raise typer.Exit(1) from None
     except migrations.SchemaAhead as ahead:
         typer.echo(str(ahead))
         if down:

@@ -79,9 +79,20 @@ def pool_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+# Refusals that no wait changes: a database that does not exist, a login refused, a connection parameter
+# refused (a pooler jobq was not told about). The pool fails on them at once instead of retrying.
+_LASTING_REFUSALS = (
+    asyncpg.InvalidCatalogNameError,
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.ProtocolViolationError,
+)
+
+
 async def create_pool(dsn: str, settings: Settings, *, wait: float = 30.0) -> asyncpg.Pool:
-    """Open the pool, waiting up to `wait` seconds for the database to accept connections."""
+    """Open the pool, waiting up to `wait` seconds for the database to accept connections (one that
+    is starting, or not listening yet); a lasting refusal fails at once."""
     deadline = time.monotonic() + wait
+    warned = False
     while True:
         try:
             return await asyncpg.create_pool(
@@ -93,9 +104,12 @@ async def create_pool(dsn: str, settings: Settings, *, wait: float = 30.0) -> as
                 **pool_options(settings),
             )
         except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-            if time.monotonic() >= deadline:
+            if isinstance(exc, _LASTING_REFUSALS) or time.monotonic() >= deadline:
                 raise
-            log.warning("database not reachable yet (%r); retrying", exc)
+            # Said once, not every half second; each retry at debug level.
+            say = log.debug if warned else log.warning
+            say("database not reachable yet (%r); retrying for up to %.0f s", exc, wait)
+            warned = True
             await asyncio.sleep(0.5)
 
 

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware import Middleware
 
-from app import __version__, access_log, background, embedded, migrations, openapi, problems, tracing
+from app import __version__, access_log, background, embedded, migrations, openapi, problems, startup, tracing
 from app import scheduler as scheduling
 from app.access import Tokens
 from app.db import Database, create_pool
@@ -77,21 +78,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # A schedules file with a mistake stops the start, before anything else, saying what is wrong.
-        declared = scheduling.declared(settings.schedules_file) if settings.schedules_file else {}
+        try:
+            declared = scheduling.declared(settings.schedules_file) if settings.schedules_file else {}
+        except ValueError as mistake:
+            raise startup.StartupFailed(str(mistake)) from mistake
         dsn = await resolve_database_url(settings)
         session_url = settings.session_url(dsn)  # LISTEN, migrations, maintenance
         if settings.migrate_on_start:
             try:
-                await asyncio.to_thread(migrations.upgrade, session_url, settings=settings)
+                with startup.reaching(startup.session_setting(settings), session_url):
+                    await asyncio.to_thread(migrations.upgrade, session_url, settings=settings)
             except migrations.SchemaAhead as ahead:
                 # A newer release migrated (a rolling upgrade, or this build rolled back): nothing to
                 # upgrade. Serve; /readyz says whether this build can run on that schema.
                 log.warning("%s", ahead)
         tracing.start()  # when the OpenTelemetry environment asks for it (app/tracing.py)
-        pool = await create_pool(dsn, settings)
+        with startup.reaching(startup.database_setting(settings), dsn):
+            pool = await create_pool(dsn, settings)
         read_pool = None
         if settings.read_database_url:
-            read_pool = await create_pool(settings.read_database_url, settings)
+            with startup.reaching("JOBQ_READ_DATABASE_URL", settings.read_database_url):
+                read_pool = await create_pool(settings.read_database_url, settings)
         db = Database(pool, settings, app.state.metrics, session_url=session_url, read_pool=read_pool)
         app.state.db = db
         app.state.wakeups = wakeups = Wakeups(
@@ -139,6 +146,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         generate_unique_id_function=openapi.operation_id,
         servers=openapi.SERVERS,
+        # Innermost of all (those added below go outside it), where only the lifespan stops: a start
+        # that failed on a setting is told in one line, not a traceback (app/startup.py).
+        middleware=[Middleware(startup.OneLineStartupFailures)],
     )
     app.state.settings = settings
     app.state.tokens = Tokens.load(settings.tokens, settings.tokens_file)

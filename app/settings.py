@@ -217,6 +217,17 @@ class Settings(BaseSettings):
     # uvicorn's own access log off. Payloads are never logged.
     access_log: bool = True
 
+    @field_validator("database_url", "listen_url", "read_database_url")
+    @classmethod
+    def _postgresql_url(cls, value: str | None) -> str | None:
+        """A PostgreSQL URL, or the start stops at once saying so (without the value: it may hold a
+        password) rather than failing later somewhere in a driver."""
+        if value is not None and value.partition("://")[0] not in ("postgresql", "postgres"):
+            raise ValueError(
+                "not a PostgreSQL URL: write it as postgresql://user:password@host:5432/database"
+            )
+        return value
+
     @field_validator("allowed_hosts", "trusted_origins", mode="before")
     @classmethod
     def _list(cls, value: Any) -> Any:

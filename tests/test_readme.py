@@ -1,5 +1,10 @@
-"""The README's examples, run against a live service, so they cannot go stale: the curl walk-through and
-every block of the Clients section."""
+"""The README's examples, run against a live service, so they cannot go stale: the curl walk-through, the
+schedule, and every block of the Clients section.
+
+They run as a reader runs them: one after another, in the README's order, against one service. So an
+example that left a job behind for the next one to lease, or a schedule whose payload its task cannot
+take, fails here. Each block's check asserts the jobs it made and that it changed no job made before it.
+The TypeScript blocks run in tests/test_typescript_client.py, against the package built there."""
 
 import json
 import os
@@ -9,45 +14,42 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from waiting import until
 
+from app.scheduler import declared
 from jobq import AsyncClient
 from tests.fixtures import tool_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.anyio
-needs_curl_jq = pytest.mark.skipif(
-    not (shutil.which("jq") and shutil.which("curl")), reason="needs curl and jq"
-)
+
+# The Clients section's blocks run elsewhere: the TypeScript ones, in tests/test_typescript_client.py
+# against the package built there, and the generated client's in tests/test_generated_clients.py.
+RUN_ELSEWHERE = {"typescript-one-job", "typescript-worker", "typescript"}
+# Files the blocks after them use (`jobq worker shop`, `jobq worker tasks:send_email`), written, not run.
+FILES = {"python-tasks": "shop.py", "python-handler": "tasks.py"}
+
+
+def readme() -> str:
+    return (ROOT / "README.md").read_text()
 
 
 def walkthrough() -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(r"<!-- walkthrough:.*?-->\s*```bash\n(.*?)```", readme, re.S)
+    match = re.search(r"<!-- walkthrough:.*?-->\s*```bash\n(.*?)```", readme(), re.S)
     assert match, "the README lost its walk-through block"
     return match[1]
 
 
-@needs_curl_jq
-async def test_readme_walkthrough(service, db):
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", walkthrough()],
-        env={**os.environ, "JOBQ": service.url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert '"status":"completed"' in done.stdout.replace(" ", "")
-    assert "mailbox does not exist" in done.stdout
-    assert '"retried":1' in done.stdout.replace(" ", "")
-
-    rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.all_jobs ORDER BY id")
-    assert [(r["status"], r["attempts"]) for r in rows] == [("completed", 1), ("pending", 0)]
-    assert rows[1]["last_error"] == "mailbox does not exist"
+def schedule_blocks() -> tuple[str, str]:
+    """The Schedules section's `PUT /schedules/nightly-report` and the same schedule in a file."""
+    put = re.search(r"```bash\n(curl -X PUT \S+/schedules/nightly-report.*?)```", readme(), re.S)
+    toml = re.search(r"```toml\n(\s*\[schedules\.nightly-report\].*?)```", readme(), re.S)
+    assert put and toml, "the README lost its schedule's blocks"
+    return put[1], re.sub(r"^  ", "", toml[1], flags=re.M)
 
 
 @pytest.fixture
@@ -57,12 +59,8 @@ def service(start_service):
     return start_service(wakeup_safety_interval=0.5)
 
 
-# --- the Clients section: every block in it runs here --------------------------------------------
-
-
 def block(name: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(rf"<!-- clients: {re.escape(name)} -->\s*```\w+\n(.*?)```", readme, re.S)
+    match = re.search(rf"<!-- clients: {re.escape(name)} -->\s*```\w+\n(.*?)```", readme(), re.S)
     assert match, f"the README lost its {name} block"
     return match[1]
 
@@ -115,137 +113,264 @@ def stop_block(process: subprocess.Popen) -> str:
     return output
 
 
-async def jobs(db) -> list[tuple]:
-    rows = await db.fetch(
-        "SELECT queue, payload, status, attempts, run_at > now() AS later FROM jobq.all_jobs ORDER BY id"
+class Ledger:
+    """The jobs of the test's database, block by block: `made()` is what the last block enqueued, each
+    as (queue, payload, status, attempts, run_at later than now), and fails if it changed a job made
+    before it (the status or attempts of a job that was there already), bar the ids it may touch."""
+
+    def __init__(self, db) -> None:
+        self.db = db
+        self.before: dict[int, tuple] = {}
+
+    async def _all(self) -> dict[int, tuple]:
+        rows = await self.db.fetch(
+            "SELECT id, queue, payload, status, attempts, run_at > now() AS later FROM jobq.all_jobs"
+        )
+        return {
+            r["id"]: (r["queue"], json.loads(r["payload"]), r["status"], r["attempts"], r["later"])
+            for r in rows
+        }
+
+    async def start(self) -> None:
+        self.before = await self._all()
+
+    async def made(self, *touched: int) -> list[tuple]:
+        now = await self._all()
+        changed = {
+            id: (self.before[id], now.get(id))
+            for id in self.before
+            if id not in touched and self.before[id][2:4] != (now.get(id) or (0,) * 5)[2:4]
+        }
+        assert not changed, f"the block changed jobs made before it: {changed}"
+        made = [now[id] for id in sorted(now) if id not in self.before]
+        self.before = now
+        return made
+
+    async def ids(self, count: int) -> list[int]:
+        """The ids of the last `count` jobs made."""
+        rows = await self.db.fetch("SELECT id FROM jobq.all_jobs ORDER BY id DESC LIMIT $1", count)
+        return sorted(r["id"] for r in rows)
+
+
+def test_every_block_is_run_here_or_elsewhere():
+    names = re.findall(r"<!-- clients: (\S+) -->", readme())
+    assert names == [
+        "python-one-job",
+        "typescript-one-job",
+        "shell-one-job",
+        "curl-one-job",
+        "python-client",
+        "python-wait",
+        "python-async",
+        "python-tasks",
+        "python-tasks-run",
+        "python-handler",
+        "python-worker",
+        "cli",
+        "typescript-worker",
+        "node",
+        "shell",
+        "typescript",
+    ], "a block was added, moved or dropped: run it in test_readme_in_order, in its place"
+
+
+async def test_readme_in_order(service, db, tmp_path):
+    """Every example, one after another in the README's order, against one service, as a reader runs
+    them: none may lease what another left, or leave what the next one would lease."""
+    for tool in ("curl", "jq", "node", "npm"):
+        if not shutil.which(tool):
+            tool_missing(f"needs {tool} (Debian's curl, jq, nodejs and npm)")
+    ledger = Ledger(db)
+    url = service.url
+
+    # --- A walk through with curl
+    await ledger.start()
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", walkthrough()],
+        env={**os.environ, "JOBQ": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
-    return [(r["queue"], json.loads(r["payload"]), r["status"], r["attempts"], r["later"]) for r in rows]
-
-
-# The TypeScript one runs in tests/test_typescript_client.py, against the package built there.
-@pytest.mark.parametrize(
-    "name",
-    ["python-one-job", *(pytest.param(f"{way}-one-job", marks=needs_curl_jq) for way in ("shell", "curl"))],
-)
-async def test_readme_one_job_four_ways(service, db, name):
-    output = run_block(name, service.url).stdout.splitlines()
-    said = [line for line in output if line in ("sending to ada@example.com", "completed")]
-    assert said == ["sending to ada@example.com", "completed"], output
-    assert await jobs(db) == [("emails", {"to": "ada@example.com"}, "completed", 1, False)]
-
-
-async def test_readme_python_client(service, db):
-    done = run_block("python-client", service.url)
-    assert done.stdout == "sending to ada@example.com\ncompleted\n1\n"
-    assert await jobs(db) == [
-        ("emails", {"to": "ada@example.com"}, "completed", 1, False),
-        ("emails", {"to": "bob@example.com"}, "pending", 0, True),
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.replace(" ", "")
+    assert '"status":"completed"' in said and "mailboxdoesnotexist" in said and '"retried":1' in said
+    assert said.endswith('{\n"pending":0,\n"running":0,\n"dead":0,\n"completed":2\n}\n'), done.stdout
+    assert [(queue, status) for queue, _, status, *_ in await ledger.made()] == [
+        ("emails", "completed"),
+        ("emails", "completed"),
     ]
+    assert (
+        await db.fetchval("SELECT last_error FROM jobq.all_jobs WHERE payload->>'to' = 'nobody@invalid'")
+        == "mailbox does not exist"
+    )
 
+    # --- Schedules: the schedule, as PUT sends it and as a file declares it, alike
+    put, toml = schedule_blocks()
+    host = urlsplit(url).netloc
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", put.replace("localhost:8000", host)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and '"next_run_at"' in done.stdout, done.stdout + done.stderr
+    async with AsyncClient(url) as client:
+        schedule = await client.schedule("nightly-report")
+        # Paused while the examples run, lest its slot come in the middle: its job is triggered below,
+        # when the task that takes it has its worker.
+        await client.pause_schedule("nightly-report")
+    (tmp_path / "schedules.toml").write_text(toml)
+    (spec,) = declared(tmp_path / "schedules.toml").values()
+    assert (spec.cron, spec.timezone, spec.queue, spec.kind, spec.payload) == (
+        schedule.cron,
+        schedule.timezone,
+        schedule.queue,
+        schedule.kind,
+        schedule.payload,
+    )
+    assert await ledger.made() == []
 
-async def test_readme_python_async_client(service, db):
-    run_block("python-async", service.url)
-    assert await jobs(db) == [("reports", {"month": "2024-05"}, "completed", 1, False)]
+    # --- Clients: One job, four ways (the TypeScript way runs elsewhere)
+    for name in ("python-one-job", "shell-one-job", "curl-one-job"):
+        output = run_block(name, url).stdout.splitlines()
+        said = [line for line in output if line.startswith("sending to") or line in ("completed", "pending")]
+        assert said == ["sending to ada@example.com", "completed"], (name, output)
+        assert await ledger.made() == [("emails", {"to": "ada@example.com"}, "completed", 1, False)], name
 
-
-async def test_readme_python_wait(service, db):
-    done = run_block("python-wait", service.url)
+    # --- Python client
+    done = run_block("python-client", url)
+    assert done.stdout == "sending to ada@example.com\ncompleted\n1\n"
+    assert await ledger.made() == [
+        ("welcome", {"to": "ada@example.com"}, "completed", 1, False),
+        ("welcome", {"to": "bob@example.com"}, "pending", 0, True),
+    ]
+    done = run_block("python-wait", url)
     assert done.stdout == "completed 6\n", done.stdout + done.stderr
-    assert await jobs(db) == [("sums", [1, 2, 3], "completed", 1, False)]
+    assert await ledger.made() == [("sums", [1, 2, 3], "completed", 1, False)]
+    run_block("python-async", url)
+    assert await ledger.made() == [("reports", {"period": "2024-05"}, "completed", 1, False)]
 
+    # --- Python tasks, and the schedule's job, which is the task's to run
+    (tmp_path / FILES["python-tasks"]).write_text(block("python-tasks"))
+    worker = start_block("python-tasks-run", url, cwd=tmp_path)
+    try:
+        done_jobs = "SELECT count(*) FROM jobq.all_jobs WHERE status = 'completed' AND kind IS NOT NULL"
+        await until(lambda: db.fetchval(f"SELECT ({done_jobs}) = 2"))
+        async with AsyncClient(url) as client:
+            await client.trigger_schedule("nightly-report")
+        await until(lambda: db.fetchval(f"SELECT ({done_jobs}) = 3"))
+    finally:
+        output = stop_block(worker)
+    rows = await db.fetch(
+        "SELECT queue, kind, payload, max_attempts, status FROM jobq.all_jobs WHERE kind IS NOT NULL "
+        "ORDER BY id"
+    )
+    assert [
+        (r["queue"], r["kind"], json.loads(r["payload"]), r["max_attempts"], r["status"]) for r in rows
+    ] == [
+        ("emails", "send_email", {"to": "ada@example.com", "subject": "Welcome"}, 3, "completed"),
+        ("reports", "build_report", {"period": "2026-11"}, None, "completed"),  # the queue's
+        ("reports", "build_report", {"period": "day"}, None, "completed"),  # the schedule's
+    ]
+    assert "sending 'Welcome' to ada@example.com" in output and "report for 2026-11" in output
+    assert "report for day" in output
+    assert len(await ledger.made()) == 3
+    async with AsyncClient(url) as client:
+        await client.delete_schedule("nightly-report")
 
-async def test_readme_python_worker(service, db, tmp_path):
-    (tmp_path / "tasks.py").write_text(block("python-handler"))
-    async with AsyncClient(service.url) as client:
+    # --- Python worker runner
+    (tmp_path / FILES["python-handler"]).write_text(block("python-handler"))
+    async with AsyncClient(url) as client:
         await client.configure_queue("emails", backoff_base=3600)
         await client.enqueue("emails", {"to": "ada@example.com"})
         await client.enqueue("emails", {"to": "eve@elsewhere.org"})
-    worker = start_block("python-worker", service.url, cwd=tmp_path)
+    await ledger.made()
+    ada, eve = await ledger.ids(2)
+    worker = start_block("python-worker", url, cwd=tmp_path)
     try:
         await until(
             lambda: db.fetchval(
-                "SELECT count(*) = 2 FROM jobq.all_jobs WHERE attempts = 1 AND status <> 'running'"
+                "SELECT count(*) = 2 FROM jobq.all_jobs WHERE id = ANY($1) AND attempts = 1 "
+                "AND status <> 'running'",
+                [ada, eve],
             )
         )
     finally:
         output = stop_block(worker)
-    assert await jobs(db) == [
-        ("emails", {"to": "ada@example.com"}, "completed", 1, False),
-        ("emails", {"to": "eve@elsewhere.org"}, "pending", 1, True),
-    ]
-    error = await db.fetchval("SELECT last_error FROM jobq.all_jobs WHERE status = 'pending'")
+    assert await ledger.made(ada, eve) == []
+    rows = await db.fetch(
+        "SELECT status, run_at > now() AS later, last_error FROM jobq.all_jobs WHERE id = ANY($1) "
+        "ORDER BY id",
+        [ada, eve],
+    )
+    assert [(r["status"], r["later"]) for r in rows] == [("completed", False), ("pending", True)]
+    error = rows[1]["last_error"]
     assert (
         error.startswith("ValueError: will not send to eve@elsewhere.org\nTraceback") and "tasks.py" in error
     )
     assert "sending to ada@example.com" in output and "emails: 1 done, 1 failed, 0/16 in flight\n" in output
+    assert "does not exist" not in output
 
-
-async def test_readme_python_tasks(service, db, tmp_path):
-    (tmp_path / "shop.py").write_text(block("python-tasks"))
-    worker = start_block("python-tasks-run", service.url, cwd=tmp_path)
-    try:
-        await until(lambda: db.fetchval("SELECT count(*) = 2 FROM jobq.all_jobs WHERE status = 'completed'"))
-    finally:
-        output = stop_block(worker)
-    rows = await db.fetch("SELECT queue, kind, payload, max_attempts FROM jobq.all_jobs ORDER BY id")
-    assert [(r["queue"], r["kind"], json.loads(r["payload"]), r["max_attempts"]) for r in rows] == [
-        ("emails", "send_email", {"to": "ada@example.com", "subject": "Welcome"}, 3),
-        ("reports", "build_report", {"month": "2026-11"}, None),  # the queue's
-    ]
-    assert "sending 'Welcome' to ada@example.com" in output and "report for 2026-11" in output
-
-
-@pytest.mark.skipif(not shutil.which("jq"), reason="needs jq")
-async def test_readme_cli(service, db):
-    async with AsyncClient(service.url) as client:  # a dead job for `dead list` and `dead retry`
-        await client.enqueue("emails", {"to": "nobody@invalid"}, max_attempts=1)
-        (job,) = await client.lease("emails")
+    # --- The jobq command (a dead job for `dead list` and `dead retry` first)
+    async with AsyncClient(url) as client:
+        await client.enqueue("notices", {"to": "nobody@invalid"}, max_attempts=1)
+        (job,) = await client.lease("notices")
         await client.nack(job, "mailbox does not exist")
-    done = run_block("cli", service.url)
-    assert "QUEUE   PENDING  SCHEDULED  RUNNING  DEAD" in done.stdout
+    await ledger.made()
+    done = run_block("cli", url)
+    assert "QUEUE    PENDING  SCHEDULED  RUNNING  DEAD" in done.stdout
     assert '"pending": 1,\n  "scheduled": 1,\n  "dead": 1' in done.stdout
-    assert "mailbox does not exist" in done.stdout and done.stdout.endswith(
-        "retried 1\nno worker has leased in the last hour\n"
-    )
-    assert await jobs(db) == [
-        ("emails", {"to": "nobody@invalid"}, "pending", 0, False),
-        ("emails", {"to": "ada@example.com"}, "pending", 0, False),
-        ("emails", {"to": "bob@example.com"}, "pending", 0, True),
+    assert "mailbox does not exist" in done.stdout and "retried 1\nWORKER" in done.stdout
+    assert await ledger.made(job.id) == [
+        ("notices", {"to": "ada@example.com"}, "pending", 0, False),
+        ("notices", {"to": "bob@example.com"}, "pending", 0, True),
     ]
+    assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job.id) == "pending"
     row = await db.fetchrow(
-        "SELECT priority, max_attempts, dedup_key FROM jobq.all_jobs WHERE payload->>'to' LIKE 'bob%'"
+        "SELECT priority, max_attempts, dedup_key FROM jobq.all_jobs WHERE payload->>'to' LIKE 'bob%' "
+        "AND queue = 'notices'"
     )
     assert tuple(row) == (5, 3, None)
     assert (
-        await db.fetchval("SELECT dedup_key FROM jobq.all_jobs WHERE payload->>'to' LIKE 'ada%'")
+        await db.fetchval(
+            "SELECT dedup_key FROM jobq.all_jobs WHERE payload->>'to' LIKE 'ada%' AND queue = 'notices'"
+        )
         == "welcome:ada"
     )
-    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'emails'") is False
+    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'notices'") is False
 
-
-async def test_readme_node_worker(service, db, tmp_path):
-    """The block as a reader runs it, in a checkout of its own (the package's `npm ci` and build write
-    into it): it builds the TypeScript client, links it beside the example, and runs the example."""
-    if not (shutil.which("node") and shutil.which("npm")):
-        tool_missing("needs node and npm (Debian's nodejs and npm)")
+    # --- TypeScript and JavaScript: the Node.js worker, in a checkout of its own (the package's `npm ci`
+    # and build write into it): it builds the TypeScript client, links it beside the example, runs it.
     for part in ("clients/typescript", "examples/node"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("node_modules", "dist"))
-    async with AsyncClient(service.url) as client:
-        await client.enqueue("emails", {"to": "ada@example.com"})
-    worker = start_block("node", service.url, cwd=tmp_path)
+    async with AsyncClient(url) as client:
+        node_job = await client.enqueue("emails", {"to": "ada@example.com"})
+    await ledger.made()
+    worker = start_block("node", url, cwd=tmp_path)
     try:
-        await until(lambda: db.fetchval("SELECT status = 'completed' FROM jobq.all_jobs"), timeout=300)
+        completed = "SELECT status = 'completed' FROM jobq.all_jobs WHERE id = $1"
+        await until(lambda: db.fetchval(completed, node_job.id), timeout=300)
     finally:
         output = stop_block(worker)
-    assert "job 1 done" in output and output.endswith("stopped\n"), output
+    assert f"job {node_job.id} done" in output and output.endswith("stopped\n"), output
+    assert await ledger.made(node_job.id) == []
 
-
-@needs_curl_jq
-async def test_readme_shell(service, db):
-    worker = start_block("shell", service.url)
+    # --- Shell
+    worker = start_block("shell", url)
+    shell_done = (
+        "SELECT count(*) = 2 FROM jobq.all_jobs WHERE id > $1 AND queue = 'emails' AND status = 'completed'"
+    )
     try:
-        await until(lambda: db.fetchval("SELECT count(*) = 2 FROM jobq.all_jobs WHERE status = 'completed'"))
+        await until(lambda: db.fetchval(shell_done, node_job.id))
     finally:
         output = stop_block(worker)
-    assert output.startswith("1\n2\n")  # the ids produce.sh printed
-    assert "sending to ada@example.com\njob 1 done" in output and "sending to bob@example.com" in output
+    first, second = await ledger.ids(2)
+    assert output.startswith(f"{first}\n{second}\n")  # the ids produce.sh printed
+    assert (
+        f"sending to ada@example.com\njob {first} done" in output and "sending to bob@example.com" in output
+    )
+    assert await ledger.made() == [
+        ("emails", {"to": "ada@example.com"}, "completed", 1, False),
+        ("emails", {"to": "bob@example.com"}, "completed", 1, False),
+    ]

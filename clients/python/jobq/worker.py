@@ -33,6 +33,7 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import logging
 import os
@@ -49,6 +50,7 @@ from jobq.pools import MAX_BATCH, Batcher, Outcome, Threads
 from jobq.tasks import Fail, Retry, Running, Tasks, UnknownTask, _current, is_async
 from jobq.tracing import traced
 from jobq.types import (
+    Forbidden,
     ItemResult,
     JobqError,
     LeasedJob,
@@ -67,6 +69,7 @@ DEFAULT_VISIBILITY_TIMEOUT = 30.0  # the contract's default for a queue nobody c
 ERROR_FRAMES = 5  # traceback frames kept in a nack's error (the innermost ones)
 ERROR_CHARS = 4000  # longest error text sent with a nack
 RATE_WINDOW = 10.0  # seconds the status line's jobs/s is averaged over
+LISTED_QUEUES = 20  # queues named at most when warning of one that does not exist
 BUFFER_AGE = 1 / 3  # the part of its visibility timeout a job may wait in the buffer before it is given back
 # Jobs buffered beyond the running ones: at most what the handlers, at their average time so far, finish in
 # this many seconds (and at most a lease's limit). Fast handlers get big leases, whose cost per job is lowest;
@@ -289,8 +292,12 @@ class Worker:
         self._routes = {name: route.traced() for name, route in self._routes.items()}
         if self._route_all is not None:
             self._route_all = self._route_all.traced()
+        missing: list[str] = []
         for queue in self.queues:
-            self._visibility[queue] = self.visibility_timeout or await self._queue_visibility_timeout(queue)
+            lease = await self._queue_visibility_timeout(queue, missing)
+            self._visibility[queue] = self.visibility_timeout or lease
+        if missing:
+            await self._warn_of_missing(missing)
         self._shortest = min(self._visibility.values())
         log.info(
             "worker %s on %s: up to %d jobs at once, leases of %s, grace %gs",
@@ -333,10 +340,12 @@ class Worker:
         )
         return self.stats
 
-    async def _queue_visibility_timeout(self, queue: str) -> float:
+    async def _queue_visibility_timeout(self, queue: str, missing: list[str]) -> float:
+        """The queue's visibility timeout; a queue that does not exist yet is added to `missing`."""
         try:
             return (await self.client.queue(queue)).settings.visibility_timeout
         except NotFound:  # a queue nobody configured yet has the defaults
+            missing.append(queue)
             return DEFAULT_VISIBILITY_TIMEOUT
         except JobqError as exc:
             log.warning(
@@ -346,6 +355,30 @@ class Worker:
                 DEFAULT_VISIBILITY_TIMEOUT,
             )
             return DEFAULT_VISIBILITY_TIMEOUT
+
+    async def _warn_of_missing(self, missing: list[str]) -> None:
+        """A queue that does not exist yet (no job, no settings) is most often a typo, which would wait
+        for ever without a word: say so at start, naming the queues that exist (the first LISTED_QUEUES
+        of those the token may list, the closest names first as a guess), and work on, since the queue
+        may yet get its first job."""
+        try:
+            names = sorted(row.queue for row in await self.client.queues())
+        except Forbidden:
+            names, there = [], "this token may not list the queues"
+        except JobqError as exc:
+            names, there = [], f"the queues could not be listed ({exc.detail})"
+        else:
+            shown = ", ".join(names[:LISTED_QUEUES])
+            more = f", and {len(names) - LISTED_QUEUES} more" if len(names) > LISTED_QUEUES else ""
+            there = f"queues that exist: {shown}{more}" if names else "no queue exists yet"
+        for queue in missing:
+            guess = difflib.get_close_matches(queue, names, n=3)
+            log.warning(
+                "queue %s does not exist yet (no jobs, no settings): waiting for its first job; %s%s",
+                queue,
+                f"did you mean {' or '.join(guess)}? " if guess else "",
+                there,
+            )
 
     async def _until_stopped(self, awaitable: Any) -> tuple[bool, Any]:
         """Await `awaitable` unless stop() comes first (then cancel it): (finished, its task)."""

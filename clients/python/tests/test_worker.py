@@ -582,3 +582,58 @@ async def test_an_idle_queue_does_not_crowd_out_a_busy_one(service, db):
     assert ran.count("busy") == 300 and ran[-1] == "idle"
     assert await states(db, "busy")() == {"completed": 300}
     assert await states(db, "idle")() == {"completed": 1}
+
+
+# --- a queue that does not exist ---------------------------------------------------------------------
+
+
+async def test_warns_at_start_of_a_queue_that_does_not_exist_naming_those_that_do(start_service, caplog):
+    """A typo in a queue name would idle for ever: the worker says so at start, with the queues there are
+    (as many as the token may list), and works on (the queue may yet get its first job)."""
+    service = start_service(tokens={"w": "worker", "v": {"roles": ["worker", "viewer"]}, "a": "admin"})
+    caplog.set_level(logging.INFO, logger="jobq.worker")
+    async with AsyncClient(service.url, token="a") as admin:
+        await admin.enqueue("emails", {"to": "ada@example.com"})
+        await admin.configure_queue("reports", visibility_timeout=60)  # settings, no jobs
+        for n in range(30):
+            await admin.enqueue(f"other-{n:02}", {})
+
+    async def started(token: str, *queues: str, **options) -> str:
+        caplog.clear()
+        async with AsyncClient(service.url, token=token) as client:
+            worker = Worker(lambda job: None, list(queues), client=client, wait=0.2, **options)
+            run = asyncio.create_task(worker.run())
+            await until(lambda: any(" up to " in r.getMessage() for r in caplog.records))  # started
+            worker.stop()
+            await run
+        return "\n".join(r.getMessage() for r in caplog.records if r.name == "jobq.worker")
+
+    said = await started("v", "emials", "emails")
+    (line,) = [line for line in said.splitlines() if "does not exist" in line]
+    assert "queue emials does not exist yet (no jobs, no settings)" in line
+    assert "did you mean emails?" in line
+    assert "queues that exist: emails, other-00, " in line and "other-18, and 12 more" in line  # 20 named
+    assert "emails does not exist" not in said
+    # Told whether the worker reads the queue's lease length from the service or is given it.
+    assert "emials does not exist yet" in await started("v", "emials", visibility_timeout=30)
+    # A token that may not list queues still hears of the missing one.
+    said = await started("w", "emials")
+    assert "queue emials does not exist yet" in said and "this token may not list the queues" in said
+    assert "does not exist" not in await started("w", "emails", "reports")
+
+
+async def test_jobq_worker_warns_of_a_queue_that_does_not_exist(service, tmp_path):
+    async with AsyncClient(service.url) as client:
+        await client.enqueue("emails", {"to": "ada@example.com"})
+    process = _worker_process(tmp_path, service.url, "--queue", "emials", stderr=subprocess.PIPE, text=True)
+    try:
+        line = await asyncio.to_thread(process.stderr.readline)
+        while "emials" not in line and line:
+            line = await asyncio.to_thread(process.stderr.readline)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "WARNING jobq.worker: queue emials does not exist yet" in line
+    assert "did you mean emails? queues that exist: emails" in line

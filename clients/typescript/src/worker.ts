@@ -36,7 +36,7 @@ import { fileURLToPath } from "node:url";
 
 import { Batcher, Flag, MAX_BATCH } from "./batcher.js";
 import { Client } from "./client.js";
-import { JobqError, LeaseLost, NotFound, PayloadTooLarge, Unavailable } from "./errors.js";
+import { Forbidden, JobqError, LeaseLost, NotFound, PayloadTooLarge, Unavailable } from "./errors.js";
 import { now, sleep } from "./http.js";
 import { Fail, type JobContext, Retry, type Tasks, UnknownTask } from "./tasks.js";
 import type { AckRequest, ItemResult, Lease, LeasedJob, NackItemResult, NackRequest } from "./types.js";
@@ -94,6 +94,8 @@ const DEFAULT_VISIBILITY_TIMEOUT = 30;
 const ERROR_FRAMES = 5;
 /** Longest error text sent with a nack. */
 const ERROR_CHARS = 4000;
+/** Queues named at most when warning of one that does not exist. */
+const LISTED_QUEUES = 20;
 /** The part of its visibility timeout a job may wait in the buffer before it is given back. */
 const BUFFER_AGE = 1 / 3;
 // Jobs buffered beyond the running ones: at most what the handlers, at their average time so far, finish
@@ -298,9 +300,12 @@ export class Worker {
   async run(): Promise<Stats> {
     if (this.#ran) throw new Error("this worker has run already: make another");
     this.#ran = true;
+    const missing: string[] = [];
     for (const queue of this.queues) {
-      this.#visibility.set(queue, this.visibilityTimeout ?? (await this.#queueVisibilityTimeout(queue)));
+      const lease = await this.#queueVisibilityTimeout(queue, missing);
+      this.#visibility.set(queue, this.visibilityTimeout ?? lease);
     }
+    if (missing.length) await this.#warnOfMissing(missing);
     this.#shortest = Math.min(...this.#visibility.values());
     const leases = [...new Set(this.#visibility.values())].map((v) => `${v}s`).join(", ");
     this.#log.info(
@@ -338,17 +343,45 @@ export class Worker {
     return { ...this.stats };
   }
 
-  async #queueVisibilityTimeout(queue: string): Promise<number> {
+  /** The queue's visibility timeout; a queue that does not exist yet is added to `missing`. */
+  async #queueVisibilityTimeout(queue: string, missing: string[]): Promise<number> {
     try {
       return (await this.client.getQueue(queue)).settings.visibility_timeout;
     } catch (error) {
-      if (error instanceof NotFound) return DEFAULT_VISIBILITY_TIMEOUT; // a queue nobody configured yet
+      if (error instanceof NotFound) {
+        missing.push(queue); // a queue nobody configured yet, with no jobs: the defaults
+        return DEFAULT_VISIBILITY_TIMEOUT;
+      }
       if (!(error instanceof JobqError)) throw error;
       this.#log.warn(
         `cannot read the settings of ${queue} (${error.detail}); ` +
           `leasing for ${DEFAULT_VISIBILITY_TIMEOUT}s: give the worker a visibilityTimeout to choose`,
       );
       return DEFAULT_VISIBILITY_TIMEOUT;
+    }
+  }
+
+  /** A queue that does not exist yet (no job, no settings) is most often a typo, which would wait for ever
+   * without a word: say so at start, naming the queues that exist (the first LISTED_QUEUES of those the
+   * token may list), and work on, since the queue may yet get its first job. */
+  async #warnOfMissing(missing: string[]): Promise<void> {
+    let there: string;
+    try {
+      const names = (await this.client.listQueues()).map((row) => row.queue).sort();
+      const more = names.length > LISTED_QUEUES ? `, and ${names.length - LISTED_QUEUES} more` : "";
+      const shown = names.slice(0, LISTED_QUEUES).join(", ");
+      there = names.length ? `queues that exist: ${shown}${more}` : "no queue exists yet";
+    } catch (error) {
+      if (!(error instanceof JobqError)) throw error;
+      there =
+        error instanceof Forbidden
+          ? "this token may not list the queues"
+          : `the queues could not be listed (${error.detail})`;
+    }
+    for (const queue of missing) {
+      this.#log.warn(
+        `queue ${queue} does not exist yet (no jobs, no settings): waiting for its first job; ${there}`,
+      );
     }
   }
 

@@ -352,3 +352,20 @@ test("a job is not kept in the buffer past a third of its visibility timeout", a
   // Given back before it started: its attempt did not count.
   for (const job of await jobsOf(queue)) assert.deepEqual([job.status, job.attempts], ["completed", 1]);
 });
+
+test("a queue that does not exist yet is warned of at start, with the queues that do", async (t) => {
+  const queue = queueName("emails");
+  await jobq.enqueue(queue, null);
+  const typo = `${queue}-typo`;
+  const logger = recorder();
+  const worker = new Worker({ queue: [typo, queue], logger, handler: () => null });
+  const running = start(t, worker);
+  await until(() => logger.lines.some((line) => line.startsWith("info: worker ")), "the worker's start");
+  worker.stop();
+  await running;
+  const warned = logger.lines.filter((line) => line.includes("does not exist"));
+  assert.equal(warned.length, 1, logger.lines.join("\n"));
+  const expected = `warn: queue ${typo} does not exist yet (no jobs, no settings)`;
+  assert.ok(warned[0]!.startsWith(expected), warned[0]);
+  assert.ok(warned[0]!.includes("queues that exist: "), warned[0]);
+});
