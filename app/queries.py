@@ -1137,20 +1137,23 @@ DEAD_JOBS_IN_QUEUE = Query.define(
 )
 
 
-# GET /jobs: one page of jobs, newest first, from a window below :before_id of at most :scan jobs, and of
-# at most :bytes bytes for a search. The window is what an index answers, read lazily newest first: the
-# primary key (every queue), or (queue, id) queue by queue (`queues`: a queue named, or the queues of a
-# token's scope, each with a window of its own), and a status's own table. Kind, key and the search
-# (:pattern, an ILIKE pattern over the dedup_key, the last error and the payload's text) are checked
-# within the window only, so no page reads more than :scan rows however rare its matches among millions
-# of finished jobs, and a scope never reads another queue's rows: a filter on the queue inside a walk of
-# the primary key would read every foreign job newer than the scope's to fill the window.
-# A search is bounded by bytes too, as they are stored (a large payload compressed): a job's are counted
-# before it is searched, the job that reaches :bytes is the window's last, and the rows after it are read
-# only for their sizes (pg_column_size reads no TOASTed value), not searched.
+# GET /jobs: one page of jobs, newest first, from a window below :before_id of at most :scan jobs, and for
+# a search of at most :units units of text (BYTE_UNIT bytes each). The window is what an index answers,
+# read lazily newest first: the primary key (every queue), or (queue, id) queue by queue (`queues`: a
+# queue named, or the queues of a token's scope, each with a window of its own), and a status's own table.
+# Kind, key and the search (:pattern, an ILIKE pattern over the dedup_key, the last error and the
+# payload's text) are checked within the window only, so no page reads more than :scan rows however rare
+# its matches among millions of finished jobs, and a scope never reads another queue's rows: a filter on
+# the queue inside a walk of the primary key would read every foreign job newer than the scope's to fill
+# the window.
+# A search's bound is the text it reads, not what the rows take on disk (a payload of 100 KB of JSON may
+# be stored in 14 KB, and searching it costs its 100 KB). A job weighs a unit and one more per BYTE_UNIT
+# bytes of its text; the window stops at the job that reaches :units: each job is a row per unit, counted
+# by a count(*) OVER that PostgreSQL stops at :units (a run condition: it reads no further job), so no job
+# past the bound has its payload turned into text. Without a search every job weighs one unit.
 # LIST_WINDOW answers a window's matches, newest first, up to :limit (a page that fills stops reading
 # there), and its last row when the window ended before the jobs did (full_rows: :scan read, full_bytes:
-# :bytes searched), which tells where the next page starts (app/jobs/operators.py list_jobs); LIST_PAGE
+# :units searched), which tells where the next page starts (app/jobs/operators.py list_jobs); LIST_PAGE
 # then reads the page's jobs. A status reads only where jobs of that status are (`status`: "active" or
 # "finished", the tables of LIST_SOURCES; a status a table cannot hold would walk all its rows for none):
 # pending, running and dead jobs are in jobq.jobs; completed and cancelled ones in jobs_history, or in
@@ -1158,11 +1161,8 @@ DEAD_JOBS_IN_QUEUE = Query.define(
 LIST_SOURCES = {None: "jobq.all_jobs", "active": "jobq.jobs", "finished": "jobq.all_jobs"}
 HISTORY_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.CANCELLED})
 
-# The bytes a search reads of a job: what it searches, as stored.
-_SEARCHED_BYTES = (
-    "pg_column_size(j.payload) + coalesce(pg_column_size(j.last_error), 0)"
-    " + coalesce(pg_column_size(j.dedup_key), 0)"
-)
+# A search counts the text it reads in units of this many bytes (LIST_WINDOW).
+BYTE_UNIT = 64
 
 
 def list_filters(queues: bool, status: str | None) -> tuple[bool, str | None]:
@@ -1190,28 +1190,36 @@ def _list_window(queues: bool, status: str | None) -> Query:
         return ", ".join(f"{alias}.{key} DESC" for key in keys)
 
     window = f"""
-        SELECT w.id, w.matched, w.n = :scan AS full_rows, w.read >= :bytes AS full_bytes
+        SELECT w.id, w.matched, w.n = :scan AS full_rows, w.read >= :units AS full_bytes
         FROM (
-            SELECT {", ".join(keys)}, size, row_number() OVER seen AS n, sum(size) OVER seen AS read,
-                   CASE WHEN sum(size) OVER seen - size < :bytes
-                        THEN (:kind::text IS NULL OR x.kind = :kind::text)
-                             AND (:key::text IS NULL OR x.key = :key::text)
-                             AND (:pattern::text IS NULL OR x.dedup_key ILIKE :pattern::text
-                                  OR x.last_error ILIKE :pattern::text
-                                  OR x.payload::text ILIKE :pattern::text)
-                        ELSE false
-                   END AS matched
+            SELECT {", ".join(f"y.{key}" for key in keys)}, y.matched, y.weight, u.part,
+                   count(*) FILTER (WHERE u.part = 1) OVER seen AS n, count(*) OVER seen AS read
             FROM (
-                SELECT {", ".join(f"j.{key}" for key in keys)}, j.kind, j.key, j.dedup_key, j.last_error,
-                       j.payload, CASE WHEN :pattern::text IS NULL THEN 0 ELSE {_SEARCHED_BYTES} END AS size
-                FROM {LIST_SOURCES[status]} j
-                WHERE {" AND ".join(where)}
+                SELECT {", ".join(f"j.{key}" for key in keys)},
+                       (:kind::text IS NULL OR j.kind = :kind::text)
+                       AND (:key::text IS NULL OR j.key = :key::text)
+                       AND (:pattern::text IS NULL OR j.dedup_key ILIKE :pattern::text
+                            OR j.last_error ILIKE :pattern::text OR j.text ILIKE :pattern::text) AS matched,
+                       CASE WHEN :pattern::text IS NULL THEN 1
+                            ELSE 1 + (octet_length(j.text) + coalesce(octet_length(j.last_error), 0)
+                                      + coalesce(octet_length(j.dedup_key), 0)) / {BYTE_UNIT}
+                       END AS weight
+                FROM (
+                    SELECT {", ".join(f"j.{key}" for key in keys)}, j.kind, j.key, j.dedup_key, j.last_error,
+                           CASE WHEN :pattern::text IS NOT NULL THEN j.payload::text END AS text
+                    FROM {LIST_SOURCES[status]} j
+                    WHERE {" AND ".join(where)}
+                    ORDER BY {order("j")}
+                    LIMIT :scan
+                ) j
                 ORDER BY {order("j")}
-                LIMIT :scan
-            ) x
-            WINDOW seen AS (ORDER BY {order("x")} ROWS UNBOUNDED PRECEDING)
+                OFFSET 0  -- each job's match and weight once, not once per unit of it below
+            ) y
+            CROSS JOIN LATERAL unnest(array_fill(1, ARRAY[y.weight])) WITH ORDINALITY AS u(one, part)
+            WINDOW seen AS (ORDER BY {order("y")} ROWS UNBOUNDED PRECEDING)
         ) w
-        WHERE w.read - w.size < :bytes AND (w.matched OR w.n = :scan OR w.read >= :bytes)
+        WHERE w.read <= :units AND (w.part = w.weight OR w.read = :units)
+          AND (w.matched OR w.n = :scan OR w.read = :units)
         ORDER BY {order("w")}
         LIMIT :limit"""
     if queues:

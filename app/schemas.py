@@ -708,12 +708,12 @@ class JobPage(BaseModel):
     jobs: list[Job] = Field(description="Jobs of any status that match, newest first.")
     next_before_id: int | None = Field(
         description="Pass as before_id for the next page; null once nothing older is left. A page reads at "
-        "most 10,000 jobs of its queue and status, and a search at most 2 MiB of them (as stored), so with a "
+        "most 10,000 jobs of its queue and status, and a search at most 2 MiB of their text, so with a "
         "rare kind, key or search it may come back short, even empty, and still have a next page."
     )
     stopped_by: Literal["jobs", "bytes"] | None = Field(
         description="Why a short page stopped before the jobs ran out: `jobs` (it read the 10,000 jobs a "
-        "page reads) or `bytes` (its search read the 2 MiB a page searches). A token limited to some "
+        "page reads) or `bytes` (its search read the 2 MiB of text a page searches). A token limited to some "
         "queues shares both among them. Null for a full page, or once nothing older is left."
     )
 

@@ -45,10 +45,11 @@ async def dead_jobs(
 
 
 # What one page of GET /jobs reads at most, whatever its filters (app/queries.py LIST_WINDOW): jobs, and
-# for a search, bytes of them as stored (2 MiB: a full window of jobs of a few hundred bytes, or some
-# twenty payloads of 100 KB). A page read queue by queue (a token's scope) shares both among its queues.
+# for a search, bytes of their text (2 MiB: a full window of jobs of 200 bytes, or twenty of 100 KB). A
+# page read queue by queue (a token's scope) shares both among its queues. NO_BOUND: no bound on bytes.
 LIST_SCAN = 10_000
 LIST_SCAN_BYTES = 2 * 1024 * 1024
+NO_BOUND = 2**62
 
 
 def _like_pattern(text: str) -> str:
@@ -103,7 +104,8 @@ async def list_window(
     values: dict[str, Any] = {
         "before_id": before_id if before_id is not None else PAST_LAST_ID,
         "scan": _share(LIST_SCAN, queues),
-        "bytes": _share(LIST_SCAN_BYTES, queues),
+        # The bytes as units of q.BYTE_UNIT; a page without a search is bounded by jobs alone.
+        "units": _share(LIST_SCAN_BYTES, queues) // q.BYTE_UNIT if search is not None else NO_BOUND,
         "kind": kind,
         "key": key,
         "pattern": _like_pattern(search) if search is not None else None,
