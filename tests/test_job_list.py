@@ -229,6 +229,22 @@ async def test_a_scope_of_several_queues_pages_through_all_their_jobs(database_u
     assert "jobs" in stops  # a window ended a page short
 
 
+def test_a_page_goes_no_lower_than_the_newest_end_of_its_windows():
+    """Queue A's window ended at 90 (its jobs below were not read); queue B's matches below 90 wait for
+    the next page, which starts at 90, and say why."""
+    a_end = {"id": 90, "matched": False, "full_rows": True, "full_bytes": False}
+    a_match = {"id": 95, "matched": True, "full_rows": False, "full_bytes": False}
+    b = [{"id": i, "matched": True, "full_rows": False, "full_bytes": False} for i in (50, 40)]
+    assert operators._page([a_match, a_end, *b], 2) == ([95], 90, "jobs")
+    assert operators._page([a_match, {**a_end, "full_rows": False, "full_bytes": True}, *b], 2) == (
+        [95],
+        90,
+        "bytes",
+    )
+    assert operators._page([a_match, *b], 2) == ([95, 50], 50, None)  # full: goes on below its last
+    assert operators._page([a_match, *b], 5) == ([95, 50, 40], None, None)  # nothing older left
+
+
 async def test_a_scope_that_admits_no_queue_lists_nothing(database_url, db):
     await _finished(db, "big", 3)
     async with open_database(database_url) as jobq_db:

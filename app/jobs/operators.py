@@ -104,8 +104,8 @@ async def list_window(
     values: dict[str, Any] = {
         "before_id": before_id if before_id is not None else PAST_LAST_ID,
         "scan": _share(LIST_SCAN, queues),
-        # The bytes as units of q.BYTE_UNIT; a page without a search is bounded by jobs alone.
-        "units": _share(LIST_SCAN_BYTES, queues) // q.BYTE_UNIT if search is not None else NO_BOUND,
+        # The bytes as units of q.BYTE_UNIT (a unit at least: a job); without a search, jobs alone.
+        "units": max(1, _share(LIST_SCAN_BYTES, queues) // q.BYTE_UNIT) if search is not None else NO_BOUND,
         "kind": kind,
         "key": key,
         "pattern": _like_pattern(search) if search is not None else None,
