@@ -1150,7 +1150,8 @@ DEAD_JOBS_IN_QUEUE = Query.define(
 # be stored in 14 KB, and searching it costs its 100 KB). A job weighs a unit and one more per BYTE_UNIT
 # bytes of its text; the window stops at the job that reaches :units: each job is a row per unit, counted
 # by a count(*) OVER that PostgreSQL stops at :units (a run condition: it reads no further job), so no job
-# past the bound has its payload turned into text. Without a search every job weighs one unit.
+# past the bound has its payload turned into text (but the one after a job that ends on the bound
+# exactly). A page without a search has no bytes to count (the LIST_WINDOW without `_search`).
 # LIST_WINDOW answers a window's matches, newest first, up to :limit (a page that fills stops reading
 # there), and its last row when the window ended before the jobs did (full_rows: :scan read, full_bytes:
 # :units searched), which tells where the next page starts (app/jobs/operators.py list_jobs); LIST_PAGE
@@ -1161,18 +1162,19 @@ DEAD_JOBS_IN_QUEUE = Query.define(
 LIST_SOURCES = {None: "jobq.all_jobs", "active": "jobq.jobs", "finished": "jobq.all_jobs"}
 HISTORY_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.CANCELLED})
 
-# A search counts the text it reads in units of this many bytes (LIST_WINDOW).
-BYTE_UNIT = 64
+# A search counts the text it reads in units of this many bytes (LIST_WINDOW): a job of less is one row,
+# so that counting costs a search over small jobs little (each row counted costs about a microsecond).
+BYTE_UNIT = 256
 
 
-def list_filters(queues: bool, status: str | None) -> tuple[bool, str | None]:
-    """The key of LIST_WINDOW for a page read queue by queue (or not) with this status, and where the
-    status is held (LIST_PAGE's key)."""
+def list_filters(queues: bool, status: str | None, search: bool) -> tuple[bool, str | None, bool]:
+    """The key of LIST_WINDOW for a page read queue by queue (or not), with this status (where it is
+    held: LIST_PAGE's key) and a search (or not)."""
     held = None if status is None else "finished" if status in HISTORY_STATUSES else "active"
-    return queues, held
+    return queues, held, search
 
 
-def _list_window(queues: bool, status: str | None) -> Query:
+def _list_window(queues: bool, status: str | None, search: bool) -> Query:
     where = ["j.id < :before_id"]
     keys = ["id"]  # the window's order, newest first
     if queues:
@@ -1189,42 +1191,63 @@ def _list_window(queues: bool, status: str | None) -> Query:
     def order(alias: str) -> str:
         return ", ".join(f"{alias}.{key} DESC" for key in keys)
 
+    # Without a search, no bytes to count: each job is a row, its place in the window row_number().
     window = f"""
-        SELECT w.id, w.matched, w.n = :scan AS full_rows, w.read >= :units AS full_bytes
+        SELECT w.id, w.matched, w.n = :scan AS full_rows, false AS full_bytes
         FROM (
-            SELECT {", ".join(f"y.{key}" for key in keys)}, y.matched, y.weight, u.part,
-                   count(*) FILTER (WHERE u.part = 1) OVER seen AS n, count(*) OVER seen AS read
+            SELECT {", ".join(f"j.{key}" for key in keys)}, row_number() OVER seen AS n,
+                   (:kind::text IS NULL OR j.kind = :kind::text)
+                   AND (:key::text IS NULL OR j.key = :key::text) AS matched
             FROM (
-                SELECT {", ".join(f"j.{key}" for key in keys)},
-                       (:kind::text IS NULL OR j.kind = :kind::text)
-                       AND (:key::text IS NULL OR j.key = :key::text)
-                       AND (:pattern::text IS NULL OR j.dedup_key ILIKE :pattern::text
-                            OR j.last_error ILIKE :pattern::text OR j.text ILIKE :pattern::text) AS matched,
-                       CASE WHEN :pattern::text IS NULL THEN 1
-                            ELSE 1 + (octet_length(j.text) + coalesce(octet_length(j.last_error), 0)
-                                      + coalesce(octet_length(j.dedup_key), 0)) / {BYTE_UNIT}
-                       END AS weight
-                FROM (
-                    SELECT {", ".join(f"j.{key}" for key in keys)}, j.kind, j.key, j.dedup_key, j.last_error,
-                           CASE WHEN :pattern::text IS NOT NULL THEN j.payload::text END AS text
-                    FROM {LIST_SOURCES[status]} j
-                    WHERE {" AND ".join(where)}
-                    ORDER BY {order("j")}
-                    LIMIT :scan
-                ) j
+                SELECT {", ".join(f"j.{key}" for key in keys)}, j.kind, j.key
+                FROM {LIST_SOURCES[status]} j
+                WHERE {" AND ".join(where)}
                 ORDER BY {order("j")}
-                OFFSET 0  -- each job's match and weight once, not once per unit of it below
-            ) y
-            CROSS JOIN LATERAL unnest(array_fill(1, ARRAY[y.weight])) WITH ORDINALITY AS u(one, part)
-            WINDOW seen AS (ORDER BY {order("y")} ROWS UNBOUNDED PRECEDING)
+                LIMIT :scan
+            ) j
+            WINDOW seen AS (ORDER BY {order("j")} ROWS UNBOUNDED PRECEDING)
         ) w
-        WHERE w.read <= :units AND (w.part = w.weight OR w.read = :units)
-          AND (w.matched OR w.n = :scan OR w.read = :units)
+        WHERE w.matched OR w.n = :scan
+        ORDER BY {order("w")}
+        LIMIT :limit"""
+    if search:
+        window = f"""
+        SELECT w.id, w.matched, w.n = :scan AS full_rows, w.read + w.weight - 1 >= :units AS full_bytes
+        FROM (
+            SELECT {", ".join(f"u.{key}" for key in keys)}, u.matched, u.weight, u.first,
+                   count(*) FILTER (WHERE u.first) OVER seen AS n, count(*) OVER seen AS read
+            FROM (
+                SELECT y.*, unnest(ARRAY[true] || array_fill(false, ARRAY[y.weight - 1])) AS first
+                FROM (
+                    SELECT {", ".join(f"j.{key}" for key in keys)},
+                           (:kind::text IS NULL OR j.kind = :kind::text)
+                           AND (:key::text IS NULL OR j.key = :key::text)
+                           AND (j.dedup_key ILIKE :pattern OR j.last_error ILIKE :pattern
+                                OR j.text ILIKE :pattern) AS matched,
+                           1 + (octet_length(j.text) + coalesce(octet_length(j.last_error), 0)
+                                + coalesce(octet_length(j.dedup_key), 0)) / {BYTE_UNIT} AS weight
+                    FROM (
+                        SELECT {", ".join(f"j.{key}" for key in keys)}, j.kind, j.key, j.dedup_key,
+                               j.last_error, j.payload::text AS text
+                        FROM {LIST_SOURCES[status]} j
+                        WHERE {" AND ".join(where)}
+                        ORDER BY {order("j")}
+                        LIMIT :scan
+                    ) j
+                    ORDER BY {order("j")}
+                    OFFSET 0  -- each job's match and weight once, not once per unit of it
+                ) y
+                ORDER BY {order("y")}
+            ) u
+            WINDOW seen AS (ORDER BY {order("u")} ROWS UNBOUNDED PRECEDING)
+        ) w
+        WHERE w.read <= :units AND w.first AND (w.matched OR w.n = :scan OR w.read + w.weight - 1 >= :units)
         ORDER BY {order("w")}
         LIMIT :limit"""
     if queues:
         window = f"SELECT p.* FROM unnest(:queues::text[]) AS s(queue) CROSS JOIN LATERAL ({window}) p"
-    return Query.define(f"list_window{'_queues' * queues}{f'_{status}' if status else ''}", window)
+    name = f"list_window{'_queues' * queues}{f'_{status}' if status else ''}{'_search' * search}"
+    return Query.define(name, window)
 
 
 def _list_page(status: str | None) -> Query:
@@ -1240,7 +1263,10 @@ def _list_page(status: str | None) -> Query:
 
 
 LIST_WINDOW = {
-    (queues, status): _list_window(queues, status) for queues in (False, True) for status in LIST_SOURCES
+    (queues, status, search): _list_window(queues, status, search)
+    for queues in (False, True)
+    for status in LIST_SOURCES
+    for search in (False, True)
 }
 LIST_PAGE = {status: _list_page(status) for status in LIST_SOURCES}
 

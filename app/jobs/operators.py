@@ -45,11 +45,10 @@ async def dead_jobs(
 
 
 # What one page of GET /jobs reads at most, whatever its filters (app/queries.py LIST_WINDOW): jobs, and
-# for a search, bytes of their text (2 MiB: a full window of jobs of 200 bytes, or twenty of 100 KB). A
-# page read queue by queue (a token's scope) shares both among its queues. NO_BOUND: no bound on bytes.
+# for a search, bytes of their text (2 MiB, each job counting 256 bytes at least: 8,192 small jobs, or
+# twenty of 100 KB). A page read queue by queue (a token's scope) shares both among its queues.
 LIST_SCAN = 10_000
 LIST_SCAN_BYTES = 2 * 1024 * 1024
-NO_BOUND = 2**62
 
 
 def _like_pattern(text: str) -> str:
@@ -100,17 +99,18 @@ async def list_window(
         queues = await conn.fetchval(q.SCOPE_QUEUES.text, *q.SCOPE_QUEUES.args(scope=scope))
         if not queues:
             return None
-    window = q.LIST_WINDOW[q.list_filters(queues is not None, status)]
+    window = q.LIST_WINDOW[q.list_filters(queues is not None, status, search is not None)]
     values: dict[str, Any] = {
         "before_id": before_id if before_id is not None else PAST_LAST_ID,
         "scan": _share(LIST_SCAN, queues),
-        # The bytes as units of q.BYTE_UNIT (a unit at least: a job); without a search, jobs alone.
-        "units": max(1, _share(LIST_SCAN_BYTES, queues) // q.BYTE_UNIT) if search is not None else NO_BOUND,
         "kind": kind,
         "key": key,
-        "pattern": _like_pattern(search) if search is not None else None,
         "limit": limit,
     }
+    if search is not None:
+        values["pattern"] = _like_pattern(search)
+        # The bytes as units of q.BYTE_UNIT, a unit at least (a job).
+        values["units"] = max(1, _share(LIST_SCAN_BYTES, queues) // q.BYTE_UNIT)
     if queues is not None:
         values["queues"] = queues
     if status is not None:
@@ -154,7 +154,7 @@ async def list_jobs(
         if queue is not None and not seen and before_id is None:
             await _known_queue(conn, queue)
         ids, after, stopped = _page(seen, limit)
-        page = q.LIST_PAGE[q.list_filters(False, status)[1]]
+        page = q.LIST_PAGE[q.list_filters(False, status, False)[1]]
         rows = await conn.fetch(page.text, *page.args(ids=ids)) if ids else []
     return {"jobs": [as_job(r) for r in rows], "next_before_id": after, "stopped_by": stopped}
 
