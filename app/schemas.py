@@ -6,7 +6,7 @@ Limits live here, next to the fields they bound, so the OpenAPI document states 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -708,8 +708,13 @@ class JobPage(BaseModel):
     jobs: list[Job] = Field(description="Jobs of any status that match, newest first.")
     next_before_id: int | None = Field(
         description="Pass as before_id for the next page; null once nothing older is left. A page reads at "
-        "most 10,000 jobs of its queue and status, so with a rare kind, key or search it may come back "
-        "short, even empty, and still have a next page."
+        "most 10,000 jobs of its queue and status, and a search at most 2 MiB of their text, so with a "
+        "rare kind, key or search it may come back short, even empty, and still have a next page."
+    )
+    stopped_by: Literal["jobs", "bytes"] | None = Field(
+        description="Why a short page stopped before the jobs ran out: `jobs` (it read the 10,000 jobs a "
+        "page reads) or `bytes` (its search read the 2 MiB of text a page searches). A token limited to some "
+        "queues shares both among them. Null for a full page, or once nothing older is left."
     )
 
 

@@ -4,7 +4,8 @@ selection or every job a list matches at once), and queues (list, read, configur
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import asyncpg
 
@@ -43,14 +44,78 @@ async def dead_jobs(
     return {"jobs": jobs, "next_before_id": jobs[-1]["id"] if len(jobs) == limit else None}
 
 
-# Jobs one page of GET /jobs reads at most, whatever its filters (app/queries.py _list_jobs).
+# What one page of GET /jobs reads at most, whatever its filters (app/queries.py LIST_WINDOW): jobs, and
+# for a search, bytes of their text (2 MiB, each job counting 256 bytes at least: 8,192 small jobs, or
+# twenty of 100 KB). A page read queue by queue (a token's scope) shares both among its queues.
 LIST_SCAN = 10_000
+LIST_SCAN_BYTES = 2 * 1024 * 1024
 
 
 def _like_pattern(text: str) -> str:
     """`text` anywhere, as an ILIKE pattern: its own %, _ and backslashes match themselves."""
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def _share(total: int, queues: list[str] | None) -> int:
+    return -(-total // len(queues)) if queues else total
+
+
+def _page(seen: list[Mapping[str, Any]], limit: int) -> tuple[list[int], int | None, str | None]:
+    """A page's ids, where the next starts and what stopped it short, from its windows (LIST_WINDOW): the
+    matches of each, and the last row of each that ended before its jobs did. Below the newest such end,
+    a queue that ended there was not read, so matches of the other queues from there on wait for the next
+    page; above it, every queue was read to the end of its window or to its `limit` matches."""
+    ends = {
+        r["id"]: "bytes" if r["full_bytes"] else "jobs" for r in seen if r["full_rows"] or r["full_bytes"]
+    }
+    cut = max(ends, default=None)
+    ids = sorted((r["id"] for r in seen if r["matched"] and (cut is None or r["id"] >= cut)), reverse=True)
+    ids = ids[:limit]
+    if len(ids) == limit:
+        return ids, ids[-1], None
+    if cut is None:
+        return ids, None, None
+    return ids, cut, ends[cut]
+
+
+async def list_window(
+    conn: asyncpg.Connection,
+    *,
+    queue: str | None = None,
+    status: str | None = None,
+    kind: str | None = None,
+    key: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    before_id: int | None = None,
+    scope: Scope = None,
+) -> tuple[q.Query, list[Any]] | None:
+    """The statement that reads a page's window (LIST_WINDOW), with its arguments; None for a `scope`
+    that admits no queue. With `scope` and no `queue`, the scope's queues are read one by one, each
+    through its (queue, id) index with its share of the bounds, so no other queue's job is read."""
+    queues = [queue] if queue is not None else None
+    if queues is None and scope is not None:
+        queues = await conn.fetchval(q.SCOPE_QUEUES.text, *q.SCOPE_QUEUES.args(scope=scope))
+        if not queues:
+            return None
+    window = q.LIST_WINDOW[q.list_filters(queues is not None, status, search is not None)]
+    values: dict[str, Any] = {
+        "before_id": before_id if before_id is not None else PAST_LAST_ID,
+        "scan": _share(LIST_SCAN, queues),
+        "kind": kind,
+        "key": key,
+        "limit": limit,
+    }
+    if search is not None:
+        values["pattern"] = _like_pattern(search)
+        # The bytes as units of q.BYTE_UNIT, a unit at least (a job).
+        values["units"] = max(1, _share(LIST_SCAN_BYTES, queues) // q.BYTE_UNIT)
+    if queues is not None:
+        values["queues"] = queues
+    if status is not None:
+        values["status"] = status
+    return window, window.args(**values)
 
 
 async def list_jobs(
@@ -66,34 +131,32 @@ async def list_jobs(
     scope: Scope = None,
 ) -> Row:
     """Jobs of any state, newest first, a page at a time: `next_before_id` goes on below the page. A page
-    reads at most LIST_SCAN jobs of the queue and status, so one with a rare kind, key or search may come
-    back short (even empty) with a `next_before_id` all the same; null only once nothing older is left."""
-    filters = q.list_filters(queue, status)
-    window = {
-        "before_id": before_id if before_id is not None else PAST_LAST_ID,
-        "scope": scope,
-        "scan": LIST_SCAN,
-    }
-    if queue is not None:
-        window["queue"] = queue
-    if status is not None:
-        window["status"] = status
-    pattern = _like_pattern(search) if search is not None else None
-    page, end = q.LIST_JOBS[filters], q.LIST_WINDOW_END[filters]
-    # One snapshot for both statements: a job enqueued between them does not move the window's end.
+    reads at most LIST_SCAN jobs of the queue and status (and a search LIST_SCAN_BYTES of them), so one
+    with a rare kind, key or search may come back short (even empty) with a `next_before_id` all the
+    same, and `stopped_by` saying which bound ended it; null only once nothing older is left. The caller
+    has checked `queue` against `scope`."""
+    # One snapshot for every statement: a job enqueued meanwhile does not move the window's end.
     async with db.acquire_read() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        rows = await conn.fetch(
-            page.text, *page.args(**window, kind=kind, key=key, pattern=pattern, limit=limit)
+        window = await list_window(
+            conn,
+            queue=queue,
+            status=status,
+            kind=kind,
+            key=key,
+            search=search,
+            limit=limit,
+            before_id=before_id,
+            scope=scope,
         )
-        if len(rows) == limit:
-            after = rows[-1]["id"]
-        else:  # the whole window was read: where it ended is where the next page starts, if it was full
-            examined, oldest = await conn.fetchrow(end.text, *end.args(**window))
-            after = oldest if examined == LIST_SCAN else None
-            if queue is not None and examined == 0 and before_id is None:
-                await _known_queue(conn, queue)
-    jobs = [as_job(r) for r in rows]
-    return {"jobs": jobs, "next_before_id": after}
+        if window is None:
+            return {"jobs": [], "next_before_id": None, "stopped_by": None}
+        seen = await conn.fetch(window[0].text, *window[1])
+        if queue is not None and not seen and before_id is None:
+            await _known_queue(conn, queue)
+        ids, after, stopped = _page(seen, limit)
+        page = q.LIST_PAGE[q.list_filters(False, status, False)[1]]
+        rows = await conn.fetch(page.text, *page.args(ids=ids)) if ids else []
+    return {"jobs": [as_job(r) for r in rows], "next_before_id": after, "stopped_by": stopped}
 
 
 async def retry_dead(db: Database, ids: list[int] | None, queue: str | None, scope: Scope = None) -> Row:

@@ -1498,9 +1498,14 @@ export interface components {
             jobs: components["schemas"]["Job"][];
             /**
              * Next Before Id
-             * @description Pass as before_id for the next page; null once nothing older is left. A page reads at most 10,000 jobs of its queue and status, so with a rare kind, key or search it may come back short, even empty, and still have a next page.
+             * @description Pass as before_id for the next page; null once nothing older is left. A page reads at most 10,000 jobs of its queue and status, and a search at most 2 MiB of their text, so with a rare kind, key or search it may come back short, even empty, and still have a next page.
              */
             next_before_id: number | null;
+            /**
+             * Stopped By
+             * @description Why a short page stopped before the jobs ran out: `jobs` (it read the 10,000 jobs a page reads) or `bytes` (its search read the 2 MiB of text a page searches). A token limited to some queues shares both among them. Null for a full page, or once nothing older is left.
+             */
+            stopped_by: ("jobs" | "bytes") | null;
         };
         /**
          * JobStatus
