@@ -20,10 +20,10 @@ field, at every edge). So the rarer shapes are simply left to the model:
 
 What the reader keeps of a payload is its text as sent, whitespace and all: PostgreSQL stores the same
 jsonb value either way, and the enqueue's answer echoes that text. Numbers are kept exactly as written,
-as jsonb keeps them; the model's way reads them as Python floats first (1e400 becomes infinity, which is
-stored as null), so there the two differ, and this way is the exact one. A payload's size is the size
-of its text, and of its compact encoding only past the limit (``payload_text``), so the limit means what
-it always meant.
+as jsonb keeps them, and as the model's way keeps them too (app/jsontext.py ``read_json``); one past
+jsonb's range is left for PostgreSQL to refuse (app/jobs/inserts.py ``refuse_unstorable_numbers``), not
+looked for in every body. A payload's size is the size of its text, and of its compact encoding only
+past the limit (``payload_text``), so the limit means what it always meant.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ import re
 from typing import Annotated
 
 import msgspec
-from pydantic_core import from_json
 
-from app.jsontext import encode_json
+from app.jsontext import encode_json, read_json
 from app.models import MAX_JOB_ID, MAX_KEY, MAX_KIND, MAX_LEASE_TOKEN, MAX_QUEUE_NAME, QUEUE_NAME_CHARS
 from app.schemas import (
     MAX_BATCH,
@@ -163,4 +162,4 @@ def _named_well(jobs: list[FastJob]) -> bool:
 def payload_text(payload: msgspec.Raw, limit: int) -> bytes:
     """A payload read here as the JSON text to store: as sent, or compact when that is over `limit`."""
     text = bytes(payload)
-    return text if len(text) <= limit else encode_json(from_json(text))
+    return text if len(text) <= limit else encode_json(read_json(text))

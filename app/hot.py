@@ -8,8 +8,9 @@ half of the service's CPU time on a one-job lease or ack. ``HotRoutes`` dispatch
 and adds no rule of its own: each step of a request has one home, which both ways in use.
 
 - The body's shape and limits: the route's pydantic model (app/schemas.py), taken from the endpoint's
-  signature. The JSON text is read by pydantic's parser here, by app/web.py ``StrictJSONRequest`` on
-  FastAPI's way; both refuse NaN and Infinity, and nesting past `max_json_depth` (``nesting_depth``).
+  signature. The JSON text is read by app/jsontext.py ``read_json`` both here and on FastAPI's way
+  (app/web.py ``StrictJSONRequest``): numbers kept as sent, NaN and Infinity refused, and nesting past
+  `max_json_depth` refused before parsing (``nesting_depth``).
   The bodies sent in bulk (enqueues, acks, releases) are read by app/fast_bodies.py first, which
   refuses more than the model and reads alike what it accepts; what it refuses goes on to the model.
 - The caller's role: ``Admits.check`` (app/access.py), taken from the route's own role dependency.
@@ -43,13 +44,13 @@ import msgspec
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
-from pydantic_core import from_json
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import fast_bodies, problems
 from app.access import OPEN, Admits, Grant
+from app.jsontext import read_json
 from app.schemas import MAX_JOB_ID
 from app.web import nesting_depth
 
@@ -217,8 +218,8 @@ def _parse(hot: Hot, body: bytes, depth_limit: int) -> Any:
     if hot.fast is not None and (read := fast_bodies.read(hot.fast, body)) is not None:
         return read
     try:
-        # pydantic's own parser (jiter): integers keep every digit, as with Python's json module.
-        return hot.model.model_validate(from_json(body, allow_inf_nan=False))
+        # The parser of FastAPI's way too (app/web.py): every number kept as sent.
+        return hot.model.model_validate(read_json(body))
     except ValueError:  # the parser's and the model's refusals both
         return None
 

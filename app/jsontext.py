@@ -1,16 +1,31 @@
-"""JSON as text: how jobq turns values into JSON text, and keeps stored JSON text as it is.
+"""JSON as text: how jobq reads request JSON and turns values into JSON text, and keeps stored JSON text
+as it is.
 
 PostgreSQL hands jsonb (a job's payload) to asyncpg as JSON text, and takes it the same way. jobq never
 decodes a payload on its way out: the text becomes a ``JSONText``, which orjson writes into any JSON it
 encodes as it is (an answer, a kept idempotent answer), byte for byte. Going in, a value becomes compact
 text once (``encode_json``), and that text is what is stored.
+
+Numbers are stored exactly as sent. jsonb keeps a number as PostgreSQL's numeric, digit for digit
+(1e999 is a 1 and 999 zeros; 0.30000000000000004000001 stays so), where a Python float would make
+1e999 infinity (stored as null), 1e-999 zero, and round the rest to 17 digits. So a request's JSON is
+read by ``read_json``, which reads every number with a fraction or an exponent as a ``Decimal``, and
+``encode_json`` writes a Decimal as its digits and exponent ("2.50", "1E+999"), which jsonb reads as
+the same value and scale. Both are msgspec's, in C: a float subclass keeping its text, made by a Python
+hook and written by another, cost about 1 us more per number. The models' number fields take a Decimal
+as the float it stands for (app/schemas.py ``Number``). A number jsonb cannot hold (``NumberOutOfRange``:
+more than 131,072 digits before the decimal point or 16,383 after) is refused when it is encoded,
+before anything is sent to the database.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import msgspec
 import orjson
 
 # JSON text kept as text: written as it is, never decoded and encoded again. The class itself, so that
@@ -30,10 +45,134 @@ def written(value: Any) -> JSONText:
     return write()
 
 
-def encode_json(value: Any) -> bytes:
-    """A JSON value as compact UTF-8 text for PostgreSQL (orjson; Python's encoder for integers beyond
-    64 bits, which orjson refuses and jsonb keeps exactly)."""
+# msgspec reads JSON as fast as pydantic's parser (jiter), and unlike it takes a hook for numbers with
+# a fraction or an exponent; Decimal keeps them exactly.
+_READ = msgspec.json.Decoder(float_hook=Decimal)
+
+
+class HugeNumber:
+    """A number past even Decimal's exponents (1e99999999999999999999: beyond 10^(10^18)), kept as its text
+    so that storing it is refused in words, as with any number jsonb cannot hold. A number field takes it
+    as the float it rounds to (infinity or zero), which it refuses or takes as it would any float."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __float__(self) -> float:
+        return float(self.text)
+
+
+def _decimal(text: str) -> Decimal | HugeNumber:
     try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        return Decimal(text)
+    except InvalidOperation:
+        return HugeNumber(text)
+
+
+def _integer(text: str) -> int | Decimal:
+    # Python refuses to turn more than 4,300 digits into an int (sys.get_int_max_str_digits); jsonb holds
+    # 131,072. Such an integer is kept as a Decimal, as a number with a fraction is.
+    return int(text) if len(text) <= 4000 else Decimal(text)
+
+
+def _not_json(constant: str) -> None:
+    raise json.JSONDecodeError(f"{constant} is not valid JSON", constant, 0)
+
+
+def read_json(body: bytes | str) -> Any:
+    """A request's JSON, every number exact (see the module's docstring). What msgspec refuses goes to
+    Python's parser, with the same hooks: it words the refusal of text that is not JSON (the position,
+    for app/problems.py), and reads what msgspec does not (integers past 4,300 digits, lone surrogate
+    escapes, UTF-16), NaN and Infinity aside."""
+    try:
+        return _READ.decode(body)
+    except (ValueError, InvalidOperation):  # msgspec.DecodeError, UnicodeDecodeError; a HugeNumber
+        return json.loads(body, parse_float=_decimal, parse_int=_integer, parse_constant=_not_json)
+
+
+# PostgreSQL's numeric, which jsonb keeps numbers as: digits in groups of four (NBASE 10,000) with an
+# int16 weight, hence at most 131,072 digits before the decimal point, and a display scale of at most
+# 16,383 digits after it (NUMERIC_DSCALE_MAX). An exponent is refused from INT_MAX / 2 on whatever the
+# digits (numeric.c, set_var_from_str).
+NUMERIC_MAX_WEIGHT = 32767
+NUMERIC_MAX_SCALE = 16383
+_NUMERIC_MAX_EXPONENT = 2**31 // 2 - 1
+_NUMBER_PARTS = re.compile(r"-?([0-9]+)(?:\.([0-9]+))?(?:[eE]([-+]?[0-9]+))?")
+
+
+class NumberOutOfRange(ValueError):
+    """A number jsonb cannot hold; its message names the number and the limits."""
+
+
+def fits_jsonb(text: str) -> bool:
+    """Whether PostgreSQL's jsonb holds the JSON number `text` (as numeric's input function decides)."""
+    parts = _NUMBER_PARTS.fullmatch(text)
+    if parts is None:
+        return False
+    whole, fraction, exponent = parts[1], parts[2] or "", parts[3] or "0"
+    digits = exponent.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(_NUMERIC_MAX_EXPONENT)) or abs(int(exponent)) >= _NUMERIC_MAX_EXPONENT:
+        return False
+    power = int(exponent)
+    if max(0, len(fraction) - power) > NUMERIC_MAX_SCALE:
+        return False
+    significant = (whole + fraction).lstrip("0")
+    if not significant:
+        return True  # zero, whatever its exponent
+    leading = len(whole) - 1 - (len(whole) + len(fraction) - len(significant)) + power  # its power of 10
+    return leading // 4 <= NUMERIC_MAX_WEIGHT
+
+
+def _exact(value: Decimal | HugeNumber) -> str:
+    """A number read by ``read_json`` as its JSON text, if jsonb holds it; NumberOutOfRange if not."""
+    if type(value) is Decimal:
+        text = str(value)  # digits and exponent as read: "2.50", "1E+999"; never NaN or Infinity here
+        # Without an exponent, only a text of over 16,383 characters can be out of range.
+        if ("E" not in text and len(text) <= NUMERIC_MAX_SCALE) or fits_jsonb(text):
+            return text
+    else:
+        text = value.text  # past Decimal's exponents, and so past PostgreSQL's
+    shown = text if len(text) <= 40 else f"{text[:20]}...{text[-12:]}"
+    raise NumberOutOfRange(
+        f"holds the number {shown}, which PostgreSQL cannot store exactly (at most 131,072 digits"
+        " before the decimal point and 16,383 after)"
+    )
+
+
+# Decimals written as numbers, by their digits and exponent (str(Decimal)), in C; integers of any size.
+_WRITE = msgspec.json.Encoder(decimal_format="number")
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * (NUMERIC_MAX_SCALE + 1)
+
+
+def encode_json(value: Any) -> bytes:
+    """A JSON value as compact UTF-8 text for PostgreSQL, numbers read by ``read_json`` exactly as they
+    were sent (msgspec). NumberOutOfRange for a number jsonb cannot hold; UnicodeEncodeError for a lone
+    surrogate, which no UTF-8 text can hold."""
+    try:
+        data = _WRITE.encode(value)
+    except TypeError:
+        _check_numbers(value)  # a HugeNumber, refused in words
+        raise
+    # A number jsonb cannot hold is written with an exponent ("E+", "E-") or with over 16,383 digits in a
+    # row; only a text with either (or a string that looks so) is looked through number by number.
+    if (
+        b"E+" in data
+        or b"E-" in data
+        or (len(data) > NUMERIC_MAX_SCALE and _LONG_DIGITS in data.translate(_DIGITS_AS_ZERO))
+    ):
+        _check_numbers(value)
+    return data
+
+
+def _check_numbers(value: Any) -> None:
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_numbers(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_numbers(item)
+    elif type(value) is Decimal or type(value) is HugeNumber:
+        _exact(value)

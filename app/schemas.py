@@ -6,6 +6,7 @@ Limits live here, next to the fields they bound, so the OpenAPI document states 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,6 +22,7 @@ from pydantic import (
 )
 
 from app.cron import Cron
+from app.jsontext import HugeNumber
 from app.models import (
     KIND_PATTERN,
     MAX_JOB_ID,
@@ -44,6 +46,8 @@ QueueName = Annotated[
 
 def _json_number(value: Any) -> Any:
     # JSON numbers only: 2.0 is the integer 2 (as in JSON Schema), but "2" and true are not numbers.
+    if type(value) is Decimal or type(value) is HugeNumber:  # app/jsontext.py read_json
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError("must be a JSON number")
     return value

@@ -2,7 +2,8 @@
 
 - Requests: strict JSON. Python's parser accepts NaN and Infinity, which are not JSON and which
   PostgreSQL's jsonb refuses; they are rejected here as malformed JSON (422), and so is nesting deeper
-  than `max_json_depth`, before the parser recurses into it. Integers keep every digit.
+  than `max_json_depth`, before the parser recurses into it. Numbers keep every digit as sent
+  (app/jsontext.py ``read_json``).
 - Responses: encoded once with orjson, times as RFC 3339 UTC with `Z`. Job payloads come from PostgreSQL
   as JSON text and are spliced into the answer as they are (``JSONText``, app/jsontext.py), never
   decoded and encoded again. Handlers return a ``JSONBody`` themselves, which spares FastAPI from
@@ -24,7 +25,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.jsontext import WRITE_OPTIONS, written
+from app.jsontext import WRITE_OPTIONS, read_json, written
 from app.problems import problem
 
 
@@ -60,10 +61,6 @@ class BodyLimit:
 
     def _refuse(self) -> Response:
         return problem(413, "payload_too_large", self._detail())
-
-
-def _not_json(constant: str) -> None:
-    raise json.JSONDecodeError(f"{constant} is not valid JSON", constant, 0)
 
 
 # Opening brackets become "(", closing ones ")": only how deep they nest matters here (a "[" closed by
@@ -129,7 +126,7 @@ class StrictJSONRequest(Request):
                     f"nesting deeper than {limit} levels (the service's JOBQ_MAX_JSON_DEPTH)", "", 0
                 )
             try:
-                self._json = json.loads(body, parse_constant=_not_json)
+                self._json = read_json(body)
             except UnicodeDecodeError as exc:
                 raise json.JSONDecodeError("it is not UTF-8 text", "", exc.start) from exc
         return self._json

@@ -12,27 +12,49 @@ import msgspec
 import orjson
 
 from app import queries as q
-from app.errors import PayloadTooLarge, Unavailable
+from app.errors import Invalid, PayloadTooLarge, Unavailable
 from app.fast_bodies import payload_text
 from app.jobs.arguments import NewJobLike
 from app.jobs.rows import Row, as_job
-from app.jsontext import WRITE_OPTIONS, JSONText, encode_json
+from app.jsontext import WRITE_OPTIONS, JSONText, NumberOutOfRange, encode_json, read_json
 
 DEDUP_ROUNDS = 10  # tries of an insert whose dedup keys' holders keep finishing under it
 
 
 def encode_payloads(requests: Sequence[NewJobLike], limit: int) -> list[str]:
-    """Each job's payload as JSON text for PostgreSQL, none over `limit` bytes."""
+    """Each job's payload as JSON text for PostgreSQL, none over `limit` bytes, none with a number jsonb
+    cannot hold (Invalid)."""
     texts = []
     for i, request in enumerate(requests):
         payload = request.payload
-        # Raw: the JSON text the job came in, read by app/fast_bodies.py.
-        data = payload_text(payload, limit) if type(payload) is msgspec.Raw else encode_json(payload)
+        try:
+            # Raw: the JSON text the job came in, read by app/fast_bodies.py.
+            data = payload_text(payload, limit) if type(payload) is msgspec.Raw else encode_json(payload)
+        except NumberOutOfRange as exc:
+            raise Invalid(f"{_payload_of(i, requests)} {exc}") from None
         if len(data) > limit:
-            where = f"jobs[{i}].payload" if len(requests) > 1 else "payload"
-            raise PayloadTooLarge(f"{where} is {len(data)} bytes encoded; the limit is {limit} bytes")
+            raise PayloadTooLarge(
+                f"{_payload_of(i, requests)} is {len(data)} bytes encoded; the limit is {limit} bytes"
+            )
         texts.append(data.decode())
     return texts
+
+
+def _payload_of(i: int, requests: Sequence[NewJobLike]) -> str:
+    return f"jobs[{i}].payload" if len(requests) > 1 else "payload"
+
+
+def refuse_unstorable_numbers(requests: Sequence[NewJobLike]) -> None:
+    """Once PostgreSQL has refused a number (numeric_value_out_of_range): Invalid for the first payload
+    that holds one, worded as ``encode_payloads`` words it for a payload the model read. A payload read
+    fast is sent as its text, unchecked: checking every one for the rare number past jsonb's range
+    (1e131072) would cost every enqueue, where PostgreSQL checks it in any case."""
+    for i, request in enumerate(requests):
+        if type(request.payload) is msgspec.Raw:
+            try:
+                encode_json(read_json(bytes(request.payload)))
+            except NumberOutOfRange as exc:
+                raise Invalid(f"{_payload_of(i, requests)} {exc}") from None
 
 
 def _columns(requests: Sequence[NewJobLike], payloads: list[str]) -> dict[str, list | None]:
@@ -65,7 +87,11 @@ async def insert_new(
 ) -> NewJobs:
     """Insert jobs without dedup keys; the new jobs, in request order. (ENQUEUE_NEW_ONCE and
     ENQUEUE_NEW_EACH_ONCE, with `keys`, also keep the answer under idempotency keys.)"""
-    row = await conn.fetchrow(query.text, *query.args(**_columns(requests, payloads), **keys))
+    try:
+        row = await conn.fetchrow(query.text, *query.args(**_columns(requests, payloads), **keys))
+    except asyncpg.NumericValueOutOfRangeError:
+        refuse_unstorable_numbers(requests)
+        raise
     return NewJobs(requests, payloads, row["ids"], row["run_ats"], row["max_attempts"], row["created_at"])
 
 
@@ -208,13 +234,17 @@ async def _insert_or_find_holders(
     # A holder found in conflict may finish before we read it, freeing its key: then insert again.
     for _ in range(DEDUP_ROUNDS):
         chosen = [requests[unique[k]] for k in todo]
-        rows = await conn.fetch(
-            q.ENQUEUE.text,
-            *q.ENQUEUE.args(
-                **_columns(chosen, [payloads[unique[k]] for k in todo]),
-                dedup_keys=[r.dedup_key for r in chosen],
-            ),
-        )
+        try:
+            rows = await conn.fetch(
+                q.ENQUEUE.text,
+                *q.ENQUEUE.args(
+                    **_columns(chosen, [payloads[unique[k]] for k in todo]),
+                    dedup_keys=[r.dedup_key for r in chosen],
+                ),
+            )
+        except asyncpg.NumericValueOutOfRangeError:
+            refuse_unstorable_numbers(requests)
+            raise
         conflicted = []
         for row in rows:
             k = todo[row["ord"] - 1]

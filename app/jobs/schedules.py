@@ -27,9 +27,9 @@ import asyncpg
 from app import queries as q
 from app.cron import Cron
 from app.db import Database
-from app.errors import Forbidden, NotFound, PayloadTooLarge
+from app.errors import Forbidden, Invalid, NotFound, PayloadTooLarge
 from app.jobs.rows import Row, Scope
-from app.jsontext import JSONText, encode_json
+from app.jsontext import JSONText, NumberOutOfRange, encode_json
 from app.models import CatchUp
 
 log = logging.getLogger("jobq.schedules")
@@ -66,7 +66,10 @@ async def put_schedule(db: Database, name: str, spec: ScheduleSpec, scope: Scope
     stays active); otherwise it is the first slot after now. One of a queue outside `scope` is not
     replaced (Forbidden)."""
     cron = Cron(spec.cron, spec.timezone)
-    payload = encode_json(spec.payload)
+    try:
+        payload = encode_json(spec.payload)
+    except NumberOutOfRange as exc:
+        raise Invalid(f"the payload {exc}") from None
     if len(payload) > db.settings.max_payload_bytes:
         raise PayloadTooLarge(f"the payload is over {db.settings.max_payload_bytes} bytes encoded")
     values = dict(spec.__dict__) | {"payload": payload.decode()}

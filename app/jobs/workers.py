@@ -26,7 +26,7 @@ from app.jobs.arguments import AckLike, JobLease, JobLeaseLike, NackLike
 from app.jobs.flow import BUSY_RETRY, FlowClaim, lease_flow, queue_flow
 from app.jobs.rows import Row, as_job, job_status
 from app.jobs.shared import shared
-from app.jsontext import encode_json
+from app.jsontext import NumberOutOfRange, encode_json
 from app.tokens import parse_token
 from app.wakeups import Wakeups
 
@@ -256,6 +256,8 @@ def _json_text(value: object, limit: int, what: str, again: str) -> str | None:
         data = encode_json(value)
     except UnicodeEncodeError:  # a lone surrogate ("\udce9"), which no UTF-8 text can hold
         raise Invalid(f"{what} holds a lone surrogate (a \\uD800-\\uDFFF escape): {again}") from None
+    except NumberOutOfRange as exc:
+        raise Invalid(f"{what} {exc}: {again}") from None
     if len(data) > limit:
         raise PayloadTooLarge(
             f"{what} is {len(data)} bytes encoded; the limit is {limit} bytes (JOBQ_MAX_RESULT_BYTES):"
