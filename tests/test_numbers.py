@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -73,13 +74,12 @@ def ok(status: int) -> Callable[[httpx.Response], bool]:
     return lambda r: r.status_code == status
 
 
-async def send_job(client, db, way: str, value: str, batch: bool) -> Sent:
-    extra = ', "priority": 2.0' if way == "model" else ""
+async def send_job(client, db, way: str, value: str, batch: bool, extra: str = "", **headers: str) -> Sent:
+    extra += ', "priority": 2.0' if way == "model" else ""
     job = f'{{"queue": "q", "payload": {value}{extra}}}'
     body = f'{{"jobs": [{{"queue": "q", "payload": 1}}, {job}]}}' if batch else job
-    r = await client.post(
-        "/jobs/batch" if batch else "/jobs", content=body, headers=ROUTED if way == "routed" else HOT
-    )
+    headers |= ROUTED if way == "routed" else HOT
+    r = await client.post("/jobs/batch" if batch else "/jobs", content=body, headers=headers)
     answer = exact(r.text) if r.status_code == 201 else {}
     job_id = answer["jobs"][1]["id"] if batch and answer else answer.get("id")
 
@@ -90,6 +90,16 @@ async def send_job(client, db, way: str, value: str, batch: bool) -> Sent:
         return exact((await client.get(f"/jobs/{job_id}")).text)["payload"]
 
     return Sent(r, stored, read, lambda: r.status_code == 422 and job_id is None)
+
+
+async def send_keyed_job(client, db, way: str, value: str, batch: bool) -> Sent:
+    """With an Idempotency-Key: the insert that keeps its answer under the key."""
+    return await send_job(client, db, way, value, batch, **{"Idempotency-Key": str(uuid.uuid4())})
+
+
+async def send_deduplicated_job(client, db, way: str, value: str, batch: bool) -> Sent:
+    """With a dedup_key: the insert that looks for the key's holder."""
+    return await send_job(client, db, way, value, batch, f', "dedup_key": "{uuid.uuid4()}"')
 
 
 async def send_ack(client, db, way: str, value: str, batch: bool) -> Sent:
@@ -149,6 +159,8 @@ async def send_schedule(client, db, way: str, value: str, batch: bool) -> Sent:
 ROUTES = {
     "POST /jobs": (send_job, ("fast", "model", "routed"), False, 201),
     "POST /jobs/batch": (send_job, ("fast", "model", "routed"), True, 201),
+    "POST /jobs, Idempotency-Key": (send_keyed_job, ("fast", "model", "routed"), False, 201),
+    "POST /jobs/batch, dedup_key": (send_deduplicated_job, ("fast", "model", "routed"), True, 201),
     "POST /ack": (send_ack, ("model", "routed"), False, 200),
     "POST /ack/batch": (send_ack, ("model", "routed"), True, 200),
     "POST /extend": (send_progress, ("model", "routed"), False, 200),
