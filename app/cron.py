@@ -8,6 +8,10 @@ the schedule's zone (croniter steps through naive local times) and each is then 
 
 So `0 2 * * *` in Europe/Berlin fires at 02:00 on every day that has one, once; `*/15 * * * *` fires four
 times in the repeated hour, not eight. Five fields have minute precision; six take a leading seconds field.
+
+An expression that never fires is refused when it is made (CronError): one whose days do not exist (`0 0
+30 2 *`, croniter finds no date), or one whose every time the zone's clocks skip (`30 2 25-31 3 0` in
+Europe/Berlin: 02:30 on the last Sunday of March). Stepping such an expression would fail, or never end.
 """
 
 from __future__ import annotations
@@ -17,11 +21,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 # How far back a repeated hour's start may lie from a time read in it: clocks go back by an hour (half an
 # hour on Lord Howe Island), never by more than this.
 FOLD_REACH = timedelta(hours=3)
+# How long the clocks skip at most: an hour where daylight saving starts, a day where a zone crossed the
+# date line (Pacific/Apia, 2011). A walk that finds only skipped wall times for longer found a schedule
+# that never fires in its zone.
+LONGEST_SKIP = timedelta(days=2)
 
 
 class CronError(ValueError):
@@ -52,6 +60,7 @@ class Cron:
             raise CronError(f"not a valid cron expression {self.expression!r}: {exc}") from None
         object.__setattr__(self, "_zone", zone)
         object.__setattr__(self, "_seconds", len(fields) == 6)
+        self.next_after(datetime.now(UTC))  # a CronError if it never fires
 
     def _walk(self, near: datetime, forward: bool) -> Iterator[datetime]:
         """Slots as aware UTC datetimes, in order (forward or backward) from about `near` on the wall
@@ -73,11 +82,26 @@ class Cron:
             start = reading + timedelta(seconds=1) + max(went_back, timedelta(0))
         steps = croniter(self.expression, start, second_at_beginning=self._seconds)  # type: ignore[attr-defined]
         step = steps.get_next if forward else steps.get_prev
+        skipped_since: datetime | None = None
         while True:
-            wall: datetime = step(datetime)
+            try:
+                wall: datetime = step(datetime)
+            except CroniterBadDateError:
+                raise CronError(
+                    f"cron {self.expression!r} never fires: no date has the day of month and month it "
+                    "names (such as 30 February); check those fields"
+                ) from None
             placed = wall.replace(tzinfo=zone)  # fold 0: the first of two readings
             if placed.astimezone(UTC).astimezone(zone).replace(tzinfo=None) != wall:
-                continue  # a wall time the clocks skipped
+                # A wall time the clocks skipped.
+                skipped_since = skipped_since or wall
+                if abs(wall - skipped_since) > LONGEST_SKIP:
+                    raise CronError(
+                        f"cron {self.expression!r} never fires in {self.timezone}: every time it names "
+                        "is skipped when the clocks go forward"
+                    )
+                continue
+            skipped_since = None
             yield placed.astimezone(UTC)
 
     def slots(self, after: datetime, until: datetime, limit: int | None = None) -> list[datetime]:

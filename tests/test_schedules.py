@@ -2,6 +2,7 @@
 replicas, the lead moving when its holder dies, catch-up after downtime, and the schedules file."""
 
 import asyncio
+import subprocess
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -9,6 +10,7 @@ import httpx
 import pytest
 from croniter import croniter
 from helpers import assert_problem, open_database
+from service_process import JOBQ, jobq_env
 from waiting import until
 
 from app.cron import Cron, CronError
@@ -104,9 +106,24 @@ def test_six_fields_have_seconds_and_bad_expressions_say_why():
         ("61 * * * *", "UTC", "not a valid cron"),
         ("* * * * *", "Mars/Olympus", "unknown time zone"),
         ("* * * * * * *", "UTC", "has 7"),
+        ("0 0 30 2 *", "UTC", "never fires"),
+        ("0 0 31 4 *", "Europe/Berlin", "never fires"),
+        ("0 0 31 2,4,6 *", "UTC", "never fires"),
+        # The last Sunday of March at 02:30: in the hour Berlin's clocks skip that very day, every year.
+        ("30 2 * 3 L0", "Europe/Berlin", "never fires"),
     ]:
         with pytest.raises(CronError, match=words):
             Cron(cron, timezone)
+    # Rare is not never: 29 February fires in leap years, and 30 February on Mondays (day or weekday).
+    leap_day = Cron("0 0 29 2 *").next_after(datetime(2097, 3, 1, tzinfo=UTC))
+    assert leap_day == datetime(2104, 2, 29, tzinfo=UTC)
+    assert Cron("0 0 30 2 1").next_after(datetime(2026, 2, 1, tzinfo=UTC)).weekday() == 0
+    assert Cron("30 2 * 3 L0", "UTC").next_after(datetime(2026, 3, 1, tzinfo=UTC)) == (
+        datetime(2026, 3, 29, 2, 30, tzinfo=UTC)
+    )
+    assert Cron("30 2 25-31 3 *", "Europe/Berlin").next_after(datetime(2026, 3, 28, 12, tzinfo=UTC)) == (
+        datetime(2026, 3, 30, 0, 30, tzinfo=UTC)
+    )
 
 
 # --- the API ---------------------------------------------------------------------------------------
@@ -168,12 +185,30 @@ async def test_put_get_list_pause_resume_trigger_delete(client, db):
         (DAILY | {"queue": "no spaces"}, "queue"),
         (DAILY | {"surprise": 1}, "surprise"),
         ({"cron": "* * * * *", "queue": "q"}, "payload"),
+        (DAILY | {"cron": "0 0 30 2 *"}, "never fires"),
+        (DAILY | {"cron": "0 0 31 4 *", "paused": True}, "never fires"),
     ],
 )
 async def test_bad_schedules_are_refused_saying_why(client, db, body, words):
     problem = assert_problem(await client.put("/schedules/s", json=body), 422, "validation_error")
     assert words in problem["detail"], problem
     assert await db.fetchval("SELECT count(*) FROM jobq.schedules") == 0
+
+
+async def test_a_stored_schedule_that_never_fires_is_listed_and_refuses_to_resume(client, db):
+    """A schedule stored paused before such crons were refused: it is shown, and resuming it says why."""
+    await db.execute(
+        "INSERT INTO jobq.schedules (name, cron, queue, payload, paused)"
+        " VALUES ('feb30', '0 0 30 2 *', 'q', '1', true)"
+    )
+    assert [s["name"] for s in (await client.get("/schedules")).json()["schedules"]] == ["feb30"]
+    assert (await client.get("/schedules/feb30")).json()["next_run_at"] is None
+    problem = assert_problem(await client.post("/schedules/feb30/resume"), 422, "validation_error")
+    assert "never fires" in problem["detail"] and "0 0 30 2 *" in problem["detail"], problem
+    assert (await client.post("/schedules/feb30/pause")).json()["paused"] is True
+    assert await db.fetchval("SELECT paused FROM jobq.schedules WHERE name = 'feb30'") is True
+    fixed = await client.put("/schedules/feb30", json={"cron": "0 0 28 2 *", "queue": "q", "payload": 1})
+    assert fixed.status_code == 200 and fixed.json()["next_run_at"] is not None
 
 
 async def test_roles(start_service):
@@ -354,6 +389,7 @@ async def test_schedules_declared_in_a_file_at_start(start_service, db, tmp_path
         ("[other]\nx = 1\n", "[schedules.<name>]"),
         ('[schedules."bad name"]\ncron = "0 3 * * *"\nqueue = "q"\npayload = 1\n', "schedule name"),
         ("not toml at all [", "JOBQ_SCHEDULES_FILE"),
+        ('[schedules.feb30]\ncron = "0 0 30 2 *"\nqueue = "q"\npayload = 1\n', "never fires"),
     ],
 )
 def test_a_bad_schedules_file_stops_the_start_saying_why(tmp_path, text, words):
@@ -363,3 +399,21 @@ def test_a_bad_schedules_file_stops_the_start_saying_why(tmp_path, text, words):
     path.write_text(text)
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace(".", r"\.")):
         declared(path)
+
+
+def test_serve_with_a_schedule_that_never_fires_stops_in_one_line_naming_it(tmp_path, fresh_database):
+    path = tmp_path / "schedules.toml"
+    path.write_text(
+        '[schedules.ok]\ncron = "0 3 * * *"\nqueue = "q"\npayload = 1\n'
+        '[schedules.feb30]\ncron = "0 0 30 2 *"\nqueue = "q"\npayload = 1\n'
+    )
+    done = subprocess.run(
+        [*JOBQ, "serve", "--port", "1"],
+        env=jobq_env(JOBQ_DATABASE_URL=fresh_database(), JOBQ_SCHEDULES_FILE=str(path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "feb30" in lines[0] and "never fires" in lines[0], done.stderr

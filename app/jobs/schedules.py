@@ -25,9 +25,9 @@ from typing import Any
 import asyncpg
 
 from app import queries as q
-from app.cron import Cron
+from app.cron import Cron, CronError
 from app.db import Database
-from app.errors import Forbidden, NotFound, PayloadTooLarge
+from app.errors import Forbidden, Invalid, NotFound, PayloadTooLarge
 from app.jobs.rows import Row, Scope
 from app.jsontext import JSONText, encode_json
 from app.models import CatchUp
@@ -121,12 +121,16 @@ async def delete_schedule(db: Database, name: str, scope: Scope = None) -> Row:
 
 
 async def set_paused(db: Database, name: str, paused: bool, scope: Scope = None) -> Row:
-    """Pause (no next slot) or resume (the first slot after now: a pause is not caught up)."""
+    """Pause (no next slot) or resume (the first slot after now: a pause is not caught up). A schedule
+    stored with a cron that never fires (refused since, but kept paused) does not resume (Invalid)."""
     async with db.acquire() as conn, conn.transaction():
         old = await _locked(conn, name, scope)
         if old["paused"] == paused:
             return as_schedule(old)
-        next_run_at = None if paused else Cron(old["cron"], old["timezone"]).next_after(old["now"])
+        try:
+            next_run_at = None if paused else Cron(old["cron"], old["timezone"]).next_after(old["now"])
+        except CronError as exc:
+            raise Invalid(f"schedule {name!r} cannot resume: {exc}. PUT it with another cron") from None
         row = await conn.fetchrow(
             q.SET_SCHEDULE_PAUSED.text,
             *q.SET_SCHEDULE_PAUSED.args(name=name, paused=paused, next_run_at=next_run_at),
