@@ -225,7 +225,7 @@ async def test_roles(start_service):
         assert (await http.post("/schedules/x/trigger", headers=producer)).status_code == 403
         assert (await http.get("/schedules")).status_code == 401
         # A token limited to queue `mine` sees, changes and makes only schedules of that queue.
-        assert (await http.get("/schedules", headers=scoped)).json() == {"schedules": []}
+        assert (await http.get("/schedules", headers=scoped)).json() == {"schedules": [], "next_after": None}
         assert (await http.get("/schedules/x", headers=scoped)).status_code == 404
         assert (
             await http.put("/schedules/x", json=DAILY | {"queue": "mine"}, headers=scoped)
