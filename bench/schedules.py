@@ -70,8 +70,18 @@ async def per_slot(dsn: str, count: int, first: datetime, minutes: int) -> list[
             """,
             first + timedelta(minutes=minutes),
         )
+        worst = await conn.fetch(
+            """
+            SELECT schedule_slot, count(*) AS jobs, max(created_at - schedule_slot) AS late
+            FROM jobq.all_jobs WHERE schedule IS NOT NULL AND schedule_slot < $1
+            GROUP BY 1 ORDER BY 3 DESC LIMIT 3
+            """,
+            first + timedelta(minutes=minutes),
+        )
     finally:
         await conn.close()
+    for row in worst:  # the latest slots: which second, how many jobs
+        print("late slot", row["schedule_slot"].strftime("%H:%M:%S"), row["jobs"], row["late"])
     return [
         {
             "minute": row["minute"].strftime("%H:%M"),
