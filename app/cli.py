@@ -59,6 +59,16 @@ def serve(
                 err=True,
             )
             raise typer.Exit(2)
+    if settings.schedules_file is not None:
+        # A mistake in the schedules file stops the start in one line naming the schedule, before
+        # anything starts (the app checks it again, for servers that run it without this command).
+        from app.scheduler import declared
+
+        try:
+            declared(settings.schedules_file)
+        except ValueError as exc:
+            typer.echo(f"jobq: {exc}", err=True)
+            raise typer.Exit(2) from None
     # The app, built by uvicorn in each of its processes, reads Settings from the environment: it must
     # know the address it listens on, which decides the host names it answers to (app/origin.py).
     os.environ["JOBQ_HOST"] = host

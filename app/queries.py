@@ -16,8 +16,8 @@ status     led in by                                           led out by
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED,
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        LEASE_FLOW_FRONT, CANCEL, CANCEL_JOBS, ACK
            RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE,  (the last holder, late), PURGE_QUEUE,
-           REDRIVE_DEAD (into another queue)                   DELETE_QUEUE, REVIVE_LEASE (the last
-                                                               holder, late)
+           REDRIVE_DEAD (into another queue),                  DELETE_QUEUE, REVIVE_LEASE (the last
+           FIRE_DUE_SCHEDULES                                  holder, late)
 running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, EXPIRE_LEASES,
            LEASE_FLOW_FRONT, REVIVE_LEASE                      PURGE_QUEUE, DELETE_QUEUE, EXPIRE_MESSAGES
 completed  ACK                                                 PRUNE_HISTORY_DEFAULT (and partitions
@@ -1876,8 +1876,16 @@ LOCK_SCHEDULE = Query.define(
 GET_SCHEDULE = Query.define(
     "get_schedule", f"SELECT {SCHEDULE} FROM jobq.schedules s WHERE name = :name AND {_in_scope('queue')}"
 )
+# A page of schedules by name, from after :after (NULL: the first), one more than asked for: whether
+# there is a next page.
 LIST_SCHEDULES = Query.define(
-    "list_schedules", f"SELECT {SCHEDULE} FROM jobq.schedules s WHERE {_in_scope('queue')} ORDER BY name"
+    "list_schedules",
+    f"""
+    SELECT {SCHEDULE} FROM jobq.schedules s
+    WHERE {_in_scope("queue")} AND (:after::text IS NULL OR name > :after)
+    ORDER BY name
+    LIMIT :limit + 1
+    """,
 )
 DELETE_SCHEDULE = Query.define(
     "delete_schedule",
@@ -1891,16 +1899,15 @@ SET_SCHEDULE_PAUSED = Query.define(
     """,
 )
 
-# The scheduler: the next due schedule nobody else is firing, locked until its slots are enqueued and it
-# has moved on, with the database's clock (slots are due by it, as every deadline is).
-DUE_SCHEDULE = Query.define(
-    "due_schedule",
-    f"""
-    SELECT {SCHEDULE}, now() AS now FROM jobq.schedules s
+# The scheduler: the schedules due by the database's clock (as every deadline is), the longest due
+# first, with that clock; read without a lock, and fired by FIRE_DUE_SCHEDULES if still as read.
+DUE_SCHEDULES = Query.define(
+    "due_schedules",
+    """
+    SELECT name, cron, timezone, catch_up, next_run_at, now() AS now FROM jobq.schedules
     WHERE NOT paused AND next_run_at <= now()
     ORDER BY next_run_at
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
+    LIMIT :batch
     """,
 )
 
@@ -1930,6 +1937,64 @@ FIRE_SCHEDULE = Query.define(
         RETURNING j.id, j.queue, j.run_at
     ), {_notify("j")}
     SELECT max(id) AS last_job_id, count(*) AS jobs FROM j WHERE {NOTIFIED}
+    """,
+)
+
+# Fire many due schedules in one statement, as app/jobs/schedules.py planned them: per schedule, the
+# next slot it was read with (:firsts), its next slot after this firing and its last slot fired (NULL:
+# none fired); per job, its schedule and slot (:slot_names, :slots, each schedule's oldest first).
+# - `claimed`: each schedule still as it was planned (same next slot, cron, zone and catch-up, not
+#   paused), locked in name order, passing over one another transaction holds (SKIP LOCKED): a schedule
+#   fired, paused or changed since it was read, here or on another replica, is not fired again. Locking
+#   re-reads a row changed since the statement began (READ COMMITTED), so a firing that committed
+#   meanwhile is seen.
+# - Job ids are drawn up front, in slot order, so the schedule's last_job_id is known as it moves on
+#   (a row cannot be updated twice in one statement).
+# - Its queues are locked and made as every enqueue does; a slot whose job is still in jobq.jobs gets no
+#   second one (uq_jobs_queue_schedule_slot).
+# One row per schedule fired: its name and how many jobs it enqueued.
+FIRE_DUE_SCHEDULES = Query.define(
+    "fire_due_schedules",
+    f"""
+    WITH planned AS (
+        SELECT * FROM unnest(:names::text[], :firsts::timestamptz[], :crons::text[], :timezones::text[],
+                             :catch_ups::text[], :next_run_ats::timestamptz[], :last_run_ats::timestamptz[])
+            AS p(name, first, cron, timezone, catch_up, next_run_at, last_run_at)
+    ), claimed AS (
+        SELECT p.name, p.next_run_at, p.last_run_at
+        FROM jobq.schedules s JOIN planned p ON p.name = s.name
+        WHERE s.next_run_at = p.first AND NOT s.paused AND s.cron = p.cron AND s.timezone = p.timezone
+          AND s.catch_up = p.catch_up
+        ORDER BY s.name
+        FOR UPDATE OF s SKIP LOCKED
+    ), slots AS (
+        SELECT nextval('jobq.jobs_id_seq') AS id, f.name, f.slot
+        FROM unnest(:slot_names::text[], :slots::timestamptz[]) AS f(name, slot)
+        WHERE f.name IN (SELECT name FROM claimed)
+    ), last_jobs AS (
+        SELECT name, max(id) AS id FROM slots GROUP BY name
+    ), advanced AS (
+        UPDATE jobq.schedules s
+        SET next_run_at = c.next_run_at, last_run_at = coalesce(c.last_run_at, s.last_run_at),
+            last_job_id = coalesce(l.id, s.last_job_id)
+        FROM claimed c LEFT JOIN last_jobs l ON l.name = c.name
+        WHERE s.name = c.name
+        RETURNING s.name, s.queue, s.payload, s.priority, s.max_attempts, s.kind, s.key
+    ), {_queues_made("advanced")}, j AS (
+        INSERT INTO jobq.jobs AS j
+            (id, queue, payload, priority, max_attempts, kind, key, schedule, schedule_slot)
+        SELECT slots.id, a.queue, a.payload, a.priority, a.max_attempts, a.kind, a.key, a.name, slots.slot
+        FROM advanced a JOIN slots ON slots.name = a.name
+        WHERE {LOCKED}
+        ORDER BY slots.id
+        ON CONFLICT DO NOTHING
+        RETURNING j.id, j.queue, j.run_at, j.schedule
+    ), {_notify("j")}, per_schedule AS (
+        SELECT schedule AS name, count(*) AS jobs FROM j GROUP BY schedule
+    )
+    SELECT a.name, coalesce(n.jobs, 0)::int AS jobs
+    FROM advanced a LEFT JOIN per_schedule n ON n.name = a.name
+    WHERE {NOTIFIED}
     """,
 )
 

@@ -6,7 +6,8 @@ expires and gives it up when it stops; a holder that dies keeps it until it expi
 replica to look takes it, within a lease and a second. A holder counts its lease from before it asked
 for it, on its own clock, so that it stops believing it leads no later than the database lets another
 replica take over, even when it was held up (a stalled process) past its renewal. Firing is safe even if
-two replicas ever fired at once: a due schedule is locked while it fires, and a slot's job is unique.
+two replicas ever fired at once: a due schedule fires only if it is still at the slot it was read at,
+locked while it moves on, and a slot's job is unique.
 
 The leader sleeps until the next slot is due, a second at most (so a schedule changed meanwhile is seen
 within a second); the others look for the lead every second.

@@ -1127,7 +1127,8 @@ class TriggeredSchedule(Schedule):
 
 
 class ScheduleList(BaseModel):
-    schedules: list[Schedule] = Field(description="By name.")
+    schedules: list[Schedule] = Field(description="By name, a page of `limit` at most.")
+    next_after: str | None = Field(description="Pass as `after` for the next page; null at the end.")
 
 
 class DeletedSchedule(BaseModel):

@@ -2,6 +2,8 @@
 replicas, the lead moving when its holder dies, catch-up after downtime, and the schedules file."""
 
 import asyncio
+import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -9,9 +11,11 @@ import httpx
 import pytest
 from croniter import croniter
 from helpers import assert_problem, open_database
+from service_process import JOBQ, jobq_env
 from waiting import until
 
 from app.cron import Cron, CronError
+from app.jobs import schedules
 from app.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
@@ -104,9 +108,24 @@ def test_six_fields_have_seconds_and_bad_expressions_say_why():
         ("61 * * * *", "UTC", "not a valid cron"),
         ("* * * * *", "Mars/Olympus", "unknown time zone"),
         ("* * * * * * *", "UTC", "has 7"),
+        ("0 0 30 2 *", "UTC", "never fires"),
+        ("0 0 31 4 *", "Europe/Berlin", "never fires"),
+        ("0 0 31 2,4,6 *", "UTC", "never fires"),
+        # The last Sunday of March at 02:30: in the hour Berlin's clocks skip that very day, every year.
+        ("30 2 * 3 L0", "Europe/Berlin", "never fires"),
     ]:
         with pytest.raises(CronError, match=words):
             Cron(cron, timezone)
+    # Rare is not never: 29 February fires in leap years, and 30 February on Mondays (day or weekday).
+    leap_day = Cron("0 0 29 2 *").next_after(datetime(2097, 3, 1, tzinfo=UTC))
+    assert leap_day == datetime(2104, 2, 29, tzinfo=UTC)
+    assert Cron("0 0 30 2 1").next_after(datetime(2026, 2, 1, tzinfo=UTC)).weekday() == 0
+    assert Cron("30 2 * 3 L0", "UTC").next_after(datetime(2026, 3, 1, tzinfo=UTC)) == (
+        datetime(2026, 3, 29, 2, 30, tzinfo=UTC)
+    )
+    assert Cron("30 2 25-31 3 *", "Europe/Berlin").next_after(datetime(2026, 3, 28, 12, tzinfo=UTC)) == (
+        datetime(2026, 3, 30, 0, 30, tzinfo=UTC)
+    )
 
 
 # --- the API ---------------------------------------------------------------------------------------
@@ -168,12 +187,30 @@ async def test_put_get_list_pause_resume_trigger_delete(client, db):
         (DAILY | {"queue": "no spaces"}, "queue"),
         (DAILY | {"surprise": 1}, "surprise"),
         ({"cron": "* * * * *", "queue": "q"}, "payload"),
+        (DAILY | {"cron": "0 0 30 2 *"}, "never fires"),
+        (DAILY | {"cron": "0 0 31 4 *", "paused": True}, "never fires"),
     ],
 )
 async def test_bad_schedules_are_refused_saying_why(client, db, body, words):
     problem = assert_problem(await client.put("/schedules/s", json=body), 422, "validation_error")
     assert words in problem["detail"], problem
     assert await db.fetchval("SELECT count(*) FROM jobq.schedules") == 0
+
+
+async def test_a_stored_schedule_that_never_fires_is_listed_and_refuses_to_resume(client, db):
+    """A schedule stored paused before such crons were refused: it is shown, and resuming it says why."""
+    await db.execute(
+        "INSERT INTO jobq.schedules (name, cron, queue, payload, paused)"
+        " VALUES ('feb30', '0 0 30 2 *', 'q', '1', true)"
+    )
+    assert [s["name"] for s in (await client.get("/schedules")).json()["schedules"]] == ["feb30"]
+    assert (await client.get("/schedules/feb30")).json()["next_run_at"] is None
+    problem = assert_problem(await client.post("/schedules/feb30/resume"), 422, "validation_error")
+    assert "never fires" in problem["detail"] and "0 0 30 2 *" in problem["detail"], problem
+    assert (await client.post("/schedules/feb30/pause")).json()["paused"] is True
+    assert await db.fetchval("SELECT paused FROM jobq.schedules WHERE name = 'feb30'") is True
+    fixed = await client.put("/schedules/feb30", json={"cron": "0 0 28 2 *", "queue": "q", "payload": 1})
+    assert fixed.status_code == 200 and fixed.json()["next_run_at"] is not None
 
 
 async def test_roles(start_service):
@@ -188,7 +225,7 @@ async def test_roles(start_service):
         assert (await http.post("/schedules/x/trigger", headers=producer)).status_code == 403
         assert (await http.get("/schedules")).status_code == 401
         # A token limited to queue `mine` sees, changes and makes only schedules of that queue.
-        assert (await http.get("/schedules", headers=scoped)).json() == {"schedules": []}
+        assert (await http.get("/schedules", headers=scoped)).json() == {"schedules": [], "next_after": None}
         assert (await http.get("/schedules/x", headers=scoped)).status_code == 404
         assert (
             await http.put("/schedules/x", json=DAILY | {"queue": "mine"}, headers=scoped)
@@ -354,6 +391,7 @@ async def test_schedules_declared_in_a_file_at_start(start_service, db, tmp_path
         ("[other]\nx = 1\n", "[schedules.<name>]"),
         ('[schedules."bad name"]\ncron = "0 3 * * *"\nqueue = "q"\npayload = 1\n', "schedule name"),
         ("not toml at all [", "JOBQ_SCHEDULES_FILE"),
+        ('[schedules.feb30]\ncron = "0 0 30 2 *"\nqueue = "q"\npayload = 1\n', "never fires"),
     ],
 )
 def test_a_bad_schedules_file_stops_the_start_saying_why(tmp_path, text, words):
@@ -363,3 +401,221 @@ def test_a_bad_schedules_file_stops_the_start_saying_why(tmp_path, text, words):
     path.write_text(text)
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace(".", r"\.")):
         declared(path)
+
+
+def test_serve_with_a_schedule_that_never_fires_stops_in_one_line_naming_it(tmp_path, fresh_database):
+    path = tmp_path / "schedules.toml"
+    path.write_text(
+        '[schedules.ok]\ncron = "0 3 * * *"\nqueue = "q"\npayload = 1\n'
+        '[schedules.feb30]\ncron = "0 0 30 2 *"\nqueue = "q"\npayload = 1\n'
+    )
+    done = subprocess.run(
+        [*JOBQ, "serve", "--port", "1"],
+        env=jobq_env(JOBQ_DATABASE_URL=fresh_database(), JOBQ_SCHEDULES_FILE=str(path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "feb30" in lines[0] and "never fires" in lines[0], done.stderr
+
+
+# --- catching up and many schedules ------------------------------------------------------------------
+
+
+class LoopWatch:
+    """The most CPU time the event loop's thread spent between two turns of a ticker: how long one piece
+    of work held the loop. Counted in the thread's CPU time, not the wall clock, so that a loaded machine
+    that takes the CPU away from the test does not count as the loop being held."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            began = time.thread_time()
+            await asyncio.sleep(0.001)
+            self.longest = max(self.longest, time.thread_time() - began)
+
+    async def __aenter__(self) -> "LoopWatch":
+        self._task = asyncio.create_task(self._tick())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+def misses(database, name: str) -> float:
+    return database.metrics.registry.get_sample_value("jobq_schedule_misses_total", {"schedule": name}) or 0
+
+
+@pytest.mark.parametrize("days", [1, 3])
+async def test_catching_up_days_of_a_per_second_schedule_does_not_hold_the_event_loop(database_url, db, days):
+    """Missed slots are counted, not walked one by one on the event loop: after days away, a schedule of
+    every second (`all`) fires its latest 1,000 missed slots and the ones within the grace, and counts
+    every other one missed, exactly; no piece of that work holds the loop's thread more than 20 ms."""
+    async with open_database(database_url) as database:
+        first = await db.fetchval(
+            "INSERT INTO jobq.schedules (name, cron, queue, payload, catch_up, next_run_at)"
+            " VALUES ('tick', '* * * * * *', 't', '1', 'all', date_trunc('second', now()) - $1::interval)"
+            " RETURNING next_run_at",
+            timedelta(days=days),
+        )
+        async with LoopWatch() as watch:
+            fired = await schedules.fire_due(database, grace=30)
+        after = await db.fetchval("SELECT next_run_at FROM jobq.schedules WHERE name = 'tick'")
+        missed = misses(database, "tick")
+    assert watch.longest < 0.020, watch.longest
+    slots = [slot for slot, _ in await slots_of(db, "tick")]
+    assert len(slots) == fired and 1000 + 29 <= fired <= 1000 + 35, fired
+    # Every slot from the first to the next one is either fired or counted missed, once.
+    assert fired + missed == (after - first).total_seconds(), (fired, missed, first, after)
+    assert slots[-1] == after - timedelta(seconds=1)
+    assert slots == [slots[0] + timedelta(seconds=i) for i in range(len(slots))]  # the latest ones
+
+
+def _missed_between(cron: Cron, first: datetime, late: datetime) -> int:
+    return len(cron.slots(first - timedelta(microseconds=1), late))
+
+
+@pytest.mark.parametrize(
+    ("expression", "timezone"),
+    [
+        ("* * * * * *", "UTC"),
+        ("*/7 * * * * *", "Europe/Berlin"),
+        ("*/10 * * * *", "Europe/Berlin"),
+        ("15,45 1-3 * * *", "America/New_York"),
+        ("30 2 * * *", "Europe/Berlin"),
+        ("*/20 * 1,15 * 1-5", "Australia/Lord_Howe"),
+        ("0 * L * *", "UTC"),
+        ("0 12 * * 1#2", "Asia/Kolkata"),
+    ],
+)
+def test_counting_missed_slots_finds_what_walking_them_finds(expression, timezone):
+    """Counted by arithmetic (whole days at once), across changes of the clocks, as walking finds them."""
+    cron = Cron(expression, timezone)
+    for first, late in [
+        (datetime(2026, 10, 24, 22, 0, 3, tzinfo=UTC), datetime(2026, 10, 25, 4, 0, 1, 500, tzinfo=UTC)),
+        (datetime(2026, 3, 28, 12, tzinfo=UTC), datetime(2026, 3, 30, 12, 30, tzinfo=UTC)),
+        (datetime(2026, 10, 25, 1, 30, tzinfo=UTC), datetime(2026, 10, 25, 1, 59, 59, tzinfo=UTC)),
+        (datetime(2026, 4, 4, 14, 45, tzinfo=UTC), datetime(2026, 4, 6, 16, tzinfo=UTC)),
+        (datetime(2026, 11, 1, 5, tzinfo=UTC), datetime(2026, 11, 1, 7, 0, 0, tzinfo=UTC)),
+        (datetime(2026, 1, 30, 23, tzinfo=UTC), datetime(2026, 3, 2, 1, tzinfo=UTC)),
+    ]:
+        seconds = len(expression.split()) == 6
+        if seconds and late - first > timedelta(hours=7 if expression.startswith("* ") else 72):
+            continue  # too many to walk in a test
+        assert cron.count(first - timedelta(microseconds=1), late) == _missed_between(cron, first, late), (
+            first,
+            late,
+        )
+    # Years away: counted at once, the last ten years at most.
+    yearly = Cron("0 0 1 1 *")
+    assert yearly.count(datetime(2017, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)) == 9
+    assert yearly.count(datetime(1990, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)) == 11
+
+
+async def _due_schedules(db, count: int) -> datetime:
+    """`count` schedules of every 5 s in four groups (two crons, two zones), due from the next 5 s boundary
+    two seconds away; their first slot."""
+    first = await db.fetchval("SELECT to_timestamp(ceil(extract(epoch FROM now() + interval '2 s') / 5) * 5)")
+    await db.execute(
+        """
+        INSERT INTO jobq.schedules (name, cron, timezone, queue, payload, catch_up, next_run_at)
+        SELECT 's' || lpad(i::text, 5, '0'),
+               CASE WHEN i % 2 = 0 THEN '*/5 * * * * *' ELSE '2-59/5 * * * * *' END,
+               CASE WHEN i % 4 < 2 THEN 'UTC' ELSE 'Asia/Kolkata' END,
+               'q' || (i % 7), to_jsonb(i), 'skip',
+               $2::timestamptz + CASE WHEN i % 2 = 0 THEN interval '0 s' ELSE interval '2 s' END
+        FROM generate_series(1, $1) AS i
+        """,
+        count,
+        first,
+    )
+    return first
+
+
+async def _assert_every_slot_once(db, count: int, slots: int) -> list[float]:
+    """Each schedule fired `slots` consecutive slots from its first, each once; the lateness of each job."""
+    repeated = await db.fetchval(
+        "SELECT count(*) FROM (SELECT 1 FROM jobq.all_jobs WHERE schedule IS NOT NULL"
+        " GROUP BY schedule, schedule_slot HAVING count(*) > 1) r"
+    )
+    assert repeated == 0
+    rows = await db.fetch(
+        "SELECT s.name, s.cron, count(j.id) AS n, min(j.schedule_slot) AS first, max(j.schedule_slot) AS last"
+        " FROM jobq.schedules s LEFT JOIN jobq.all_jobs j ON j.schedule = s.name GROUP BY 1, 2"
+    )
+    assert len(rows) == count
+    short = [(r["name"], r["n"]) for r in rows if r["n"] < slots]
+    assert short == [], short[:10]
+    gaps = [r["name"] for r in rows if (r["last"] - r["first"]).total_seconds() != 5 * (r["n"] - 1)]
+    assert gaps == [], gaps[:10]
+    late = await db.fetch(
+        "SELECT extract(epoch FROM created_at - schedule_slot)::float8 AS late FROM jobq.all_jobs"
+        " WHERE schedule IS NOT NULL ORDER BY 1"
+    )
+    return [r["late"] for r in late]
+
+
+async def test_two_replicas_firing_at_once_fire_each_slot_of_many_schedules_once(database_url, db):
+    """Firing is safe even when two replicas fire at the same moment (both believe they lead): each due
+    slot of 2,000 schedules is enqueued once, by one of them."""
+    await _due_schedules(db, 2000)
+    async with open_database(database_url) as one, open_database(database_url) as two:
+        await until(
+            lambda: db.fetchval("SELECT max(next_run_at) <= now() FROM jobq.schedules"), timeout=15, every=0.1
+        )
+        fired = await asyncio.gather(*(schedules.fire_due(d, grace=30) for d in (one, two, one, two)))
+    assert sum(fired) == 2000, fired
+    await _assert_every_slot_once(db, 2000, 1)
+
+
+async def test_two_thousand_schedules_on_two_replicas_fire_every_slot_once_and_on_time(start_service, db):
+    """2,000 schedules of every 5 s, most of them due at the same second: fired set-wise, every slot once,
+    within a few seconds of its time (one at a time, 2,000 took longer than the 5 s between slots)."""
+    replicas = [start_service(), start_service()]
+    await _due_schedules(db, 2000)
+    await until(
+        lambda: db.fetchval("SELECT count(*) >= 6000 FROM jobq.all_jobs WHERE schedule IS NOT NULL"),
+        timeout=60,
+        every=0.2,
+    )
+    await db.execute("UPDATE jobq.schedules SET paused = true, next_run_at = NULL")
+    late = await _assert_every_slot_once(db, 2000, 3)
+    assert late[0] >= 0 and late[-1] < 3.0, (late[len(late) // 2], late[-1])
+    assert sorted(replica.app.state.scheduler.leading for replica in replicas) == [False, True]
+
+
+async def test_the_list_of_schedules_is_paged(client, db):
+    await db.execute(
+        "INSERT INTO jobq.schedules (name, cron, queue, payload, paused)"
+        " SELECT 'p' || lpad(i::text, 4, '0'), '0 3 * * *', 'q', '1', true FROM generate_series(1, 250) i"
+    )
+    names, after, pages = [], None, 0
+    while True:
+        answer = await client.get("/schedules", params={"limit": 100} | ({"after": after} if after else {}))
+        page = answer.json()
+        names += [s["name"] for s in page["schedules"]]
+        pages += 1
+        after = page["next_after"]
+        if after is None:
+            break
+        assert after == names[-1]
+    assert pages == 3 and names == [f"p{i:04}" for i in range(1, 251)]
+    whole = (await client.get("/schedules")).json()  # by default up to 1,000: every one of these
+    assert len(whole["schedules"]) == 250 and whole["next_after"] is None
+    for bad in ({"limit": 0}, {"limit": 1001}, {"after": "no spaces"}):
+        assert_problem(await client.get("/schedules", params=bad), 422, "validation_error")
+    # The dashboard's page: 100 a page, with a link to the next.
+    first = (await client.get("/ui/schedules")).text
+    assert first.count('data-schedule="') == 100 and 'data-schedule="p0100"' in first
+    assert '<a rel="next" href="/ui/schedules?after=p0100">' in first
+    last = (await client.get("/ui/schedules", params={"after": "p0200"})).text
+    assert last.count('data-schedule="') == 50 and 'data-schedule="p0201"' in last
+    assert 'rel="next"' not in last
+    assert 'action="/ui/schedules/p0201/resume' in last

@@ -207,6 +207,7 @@ MOVES: dict[str, Move] = {
 
 # The statements that create jobs: each makes a pending one.
 NO = [None]
+SLOT = datetime(2026, 1, 1, tzinfo=UTC)  # a schedule's slot
 ENQUEUE_ARGS = dict(
     queues=[QUEUE],
     payloads=["{}"],
@@ -220,6 +221,10 @@ ENQUEUE_ARGS = dict(
     tracestates=NO,
 )
 ONCE = dict(scope="", key="k", request_hash=b"h", ttl=60.0)
+EACH_SECOND = dict(crons=["* * * * *"], timezones=["UTC"], catch_ups=["once"], last_run_ats=NO)
+FIRE_DUE_ARGS = EACH_SECOND | dict(
+    names=["s"], firsts=[SLOT], next_run_ats=[SLOT], slot_names=["s"], slots=[SLOT]
+)
 EACH_ONCE = dict(scopes=[""], keys=["k"], request_hashes=[b"h"], ttl=60.0)
 ENQUEUES: dict[str, tuple[str, list[Any]]] = {
     name: (query.text, query.args(**args))
@@ -229,6 +234,7 @@ ENQUEUES: dict[str, tuple[str, list[Any]]] = {
         ("ENQUEUE_NEW_ONCE", q.ENQUEUE_NEW_ONCE, ENQUEUE_ARGS | ONCE),
         ("ENQUEUE_NEW_EACH_ONCE", q.ENQUEUE_NEW_EACH_ONCE, ENQUEUE_ARGS | EACH_ONCE),
         ("FIRE_SCHEDULE", q.FIRE_SCHEDULE, {"name": "s", "slots": [datetime.now(UTC)]}),
+        ("FIRE_DUE_SCHEDULES", q.FIRE_DUE_SCHEDULES, FIRE_DUE_ARGS),
     ]
 } | {"jobq.enqueue()": (f"SELECT jobq.enqueue('{QUEUE}', '{{}}')", [])}
 
@@ -276,8 +282,11 @@ async def test_each_statement_moves_each_status_as_the_table_says(db, name: str,
 async def test_each_enqueue_makes_a_pending_job(db, name: str):
     sql, args = ENQUEUES[name]
     await db.execute("INSERT INTO jobq.queues (name) VALUES ($1)", QUEUE)
-    await db.execute(  # FIRE_SCHEDULE's
-        "INSERT INTO jobq.schedules (name, cron, queue, payload) VALUES ('s', '* * * * *', $1, '{}')", QUEUE
+    await db.execute(  # FIRE_SCHEDULE's and FIRE_DUE_SCHEDULES'
+        "INSERT INTO jobq.schedules (name, cron, queue, payload, next_run_at)"
+        " VALUES ('s', '* * * * *', $1, '{}', $2)",
+        QUEUE,
+        SLOT,
     )
     await db.fetch(sql, *args)
     assert await db.fetch("SELECT status FROM jobq.all_jobs") == [(PENDING,)]

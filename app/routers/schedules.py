@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 
 from app.auth import Admin, Caller, Reader
 from app.deps import DB, answers
@@ -25,9 +25,17 @@ ScheduleName = Annotated[
 
 
 @router.get("/schedules", dependencies=[Reader], response_model=None, responses=answers(ScheduleList))
-async def list_schedules(db: DB, caller: Caller) -> JSONBody:
-    """Every schedule, by name."""
-    return JSONBody({"schedules": await schedules.list_schedules(db, caller.like)})
+async def list_schedules(
+    db: DB,
+    caller: Caller,
+    limit: Annotated[int, Query(ge=1, le=schedules.MAX_LISTED)] = schedules.MAX_LISTED,
+    after: Annotated[
+        str | None, Query(pattern=QUEUE_NAME_PATTERN, min_length=1, max_length=MAX_QUEUE_NAME)
+    ] = None,
+) -> JSONBody:
+    """Schedules by name, a page of `limit` (default and at most 1,000); pass `next_after` back as
+    `after` for the next page."""
+    return JSONBody(await schedules.list_schedules(db, caller.like, limit, after))
 
 
 @router.get("/schedules/{name}", dependencies=[Reader], response_model=None, responses=answers(Schedule, 404))

@@ -59,6 +59,7 @@ Flash = Annotated[str | None, Query(max_length=500)]
 Next = Annotated[str, Query(max_length=2000)]
 DEAD_PAGE_SIZE = 50
 JOBS_PAGE_SIZE = 50
+SCHEDULES_PAGE_SIZE = 100
 # A job list's status filter: one of the statuses, or empty (the picker's "any status").
 ANY_STATUS = f"^(|{'|'.join(JobStatus)})$"
 SELECTED_AT_MOST = 500  # jobs per bulk action on a selection
@@ -298,9 +299,15 @@ async def keys_page(queue: QueuePath, db: DB, request: Request, caller: Caller) 
 
 
 @viewed.get("/schedules", response_model=None)
-async def schedules_page(db: DB, request: Request, caller: Caller, flash: Flash = None) -> Response:
-    listed = await schedules.list_schedules(db, caller.like)
-    return html(request, pages.schedules_page(listed, flash=flash, actions=caller.has(Role.ADMIN)))
+async def schedules_page(
+    db: DB,
+    request: Request,
+    caller: Caller,
+    flash: Flash = None,
+    after: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)] = None,
+) -> Response:
+    page = await schedules.list_schedules(db, caller.like, SCHEDULES_PAGE_SIZE, after)
+    return html(request, pages.schedules_page(page, after=after, flash=flash, actions=caller.has(Role.ADMIN)))
 
 
 @viewed.get("/workers", response_model=None)

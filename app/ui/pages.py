@@ -429,18 +429,19 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
 
 
 def schedules_page(
-    schedules: list[Mapping[str, Any]], *, flash: str | None = None, actions: bool = True
+    page: Mapping[str, Any], *, after: str | None = None, flash: str | None = None, actions: bool = True
 ) -> str:
-    here = "/ui/schedules"
+    """A page of schedules by name (GET /schedules' page), with a link to the next."""
+    base, here = "/ui/schedules", url("/ui/schedules", after=after)
     rows = []
-    for schedule in schedules:
+    for schedule in page["schedules"]:
         name, queue, paused = schedule["name"], schedule["queue"], schedule["paused"]
         toggle = (
-            button(f"{here}/{name}/resume", "Resume", back=here)
+            button(f"{base}/{name}/resume", "Resume", back=here)
             if paused
-            else button(f"{here}/{name}/pause", "Pause", back=here)
+            else button(f"{base}/{name}/pause", "Pause", back=here)
         )
-        trigger = button(f"{here}/{name}/trigger", "Trigger now", back=here)
+        trigger = button(f"{base}/{name}/trigger", "Trigger now", back=here)
         last_job = schedule["last_job_id"]
         last_run = when(schedule["last_run_at"])
         if last_job is not None:
@@ -461,6 +462,9 @@ def schedules_page(
         if rows
         else '<p class="empty">No schedules yet: PUT /schedules/{name} creates one.</p>'
     )
+    following = page["next_after"]
+    if following:
+        table += f'<p><a rel="next" href="{esc(url("/ui/schedules", after=following))}">Next →</a></p>'
     summary = '<p class="meta">A paused schedule has no next run; "Trigger now" enqueues its job at once.</p>'
     return layout("Schedules", f"<h1>Schedules</h1>{table}{summary}", flash=flash, refresh=True)
 
