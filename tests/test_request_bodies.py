@@ -147,6 +147,20 @@ async def test_an_sqs_body_larger_than_any_sqs_request_is_refused_before_it_is_r
     assert status == 413 and "#RequestEntityTooLarge" in text
 
 
+async def test_an_sqs_body_streamed_past_the_cap_is_refused(service):
+    """Without a Content-Length (chunked), the body is read until it passes the cap, then refused (it was
+    read whole, up to JOBQ_MAX_BODY_BYTES, and parsed)."""
+
+    async def chunks():
+        yield b"Action=ListQueues&"
+        for _ in range(80):  # 80 chunks of 64 KiB: 5 MiB
+            yield b"a" * 65536
+
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
+        answer = await http.post("/", content=chunks(), headers={"Content-Type": FORM})
+    assert answer.status_code == 413 and "<Code>RequestEntityTooLarge</Code>" in answer.text
+
+
 async def test_a_query_form_with_more_fields_than_any_sqs_request_is_refused(service):
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
         many = "Action=ListQueues" + "&a" * 998  # 999 fields: ignored but for the action
