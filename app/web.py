@@ -29,10 +29,15 @@ from app.errors import PayloadTooLarge
 from app.jsontext import WRITE_OPTIONS, written
 from app.problems import problem
 
+# Bytes of a request's body left unread by its answer that the server may read and discard to keep the
+# connection open (256 KiB, as Go's net/http); past them the connection is closed with the answer.
+UNREAD_DRAINED = 256 * 1024
+
 
 class BodyLimit:
     """Refuse request bodies over `limit` bytes with 413 before reading them: at once from the
-    Content-Length header, or, for a body streamed without one, as soon as it passes the limit."""
+    Content-Length header, or, for a body streamed without one, as soon as it passes the limit. An answer
+    given before most of a body was read closes the connection (UNREAD_DRAINED)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -41,27 +46,47 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        declared, chunked = 0, False
         for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                return await self._refuse()(scope, receive, send)
-        received = 0
+            if name == b"content-length" and value.isdigit():
+                declared = int(value)
+                if declared > self.limit:
+                    return await self._refuse()(scope, receive, send)
+            elif name == b"transfer-encoding":
+                chunked = True
+        received, finished = 0, not declared and not chunked  # finished: no more body to come
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, finished
             message = await receive()
             received += len(message.get("body", b""))
+            finished = finished or not message.get("more_body", False)
             if received > self.limit:
                 # An HTTPException passes FastAPI's body reading untouched, to the problem handler.
                 raise HTTPException(413, self._detail())
             return message
 
-        await self.app(scope, counting_receive, send)
+        if finished or (not chunked and declared <= UNREAD_DRAINED):  # nothing to close for
+            return await self.app(scope, counting_receive, send)
+
+        async def closing_send(message: Message) -> None:
+            # Answered before the body was read (a stranger, a body over a route's cap): the server would
+            # read and discard the rest to keep the connection, up to 16 MB. Past UNREAD_DRAINED bytes it
+            # closes the connection instead, as Go's net/http does.
+            if message["type"] == "http.response.start" and not finished:
+                if chunked or declared - received > UNREAD_DRAINED:
+                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, counting_receive, closing_send)
 
     def _detail(self) -> str:
         return f"the request body is over the limit of {self.limit} bytes"
 
     def _refuse(self) -> Response:
-        return problem(413, "payload_too_large", self._detail())
+        response = problem(413, "payload_too_large", self._detail())
+        response.headers["connection"] = "close"  # rather than read and discard the body
+        return response
 
 
 async def read_body(request: Request, limit: int, what: str = "the request body") -> bytes:

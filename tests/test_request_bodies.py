@@ -36,7 +36,9 @@ def secured(start_service):
 async def answer_before_body(
     url: str, method: str, path: str, headers: dict[str, str], declared: int = DECLARED
 ) -> tuple[int, str]:
-    """The status and body of the answer to a request whose body never arrives past its first kilobyte."""
+    """The status and body of the answer to a request whose body never arrives past its first kilobyte.
+    With most of the body unread, the service closes the connection after its answer, rather than read
+    and discard the rest."""
     parts = urlsplit(url)
     reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
     try:
@@ -46,12 +48,13 @@ async def answer_before_body(
         await writer.drain()
         # Bounded: a service that waits for the body would never answer.
         status_line = await asyncio.wait_for(reader.readline(), 20)
-        length = 0
+        answer_headers = {}
         while (line := await asyncio.wait_for(reader.readline(), 20)) not in (b"\r\n", b""):
             name, _, value = line.decode("latin-1").partition(":")
-            if name.strip().lower() == "content-length":
-                length = int(value)
-        body = await asyncio.wait_for(reader.readexactly(length), 20)
+            answer_headers[name.strip().lower()] = value.strip()
+        body = await asyncio.wait_for(reader.readexactly(int(answer_headers["content-length"])), 20)
+        assert answer_headers.get("connection") == "close"
+        assert await asyncio.wait_for(reader.read(), 20) == b""
         return int(status_line.split()[1]), body.decode()
     finally:
         writer.close()
