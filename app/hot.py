@@ -13,7 +13,8 @@ and adds no rule of its own: each step of a request has one home, which both way
   `max_json_depth` refused before parsing (``nesting_depth``).
   The bodies sent in bulk (enqueues, acks, releases) are read by app/fast_bodies.py first, which
   refuses more than the model and reads alike what it accepts; what it refuses goes on to the model.
-- The caller's role: ``Admits.check`` (app/access.py), taken from the route's own role dependency.
+- The caller's role: ``Admits.check`` (app/access.py), taken from the route's own role dependency, and
+  checked before the body is read, as on FastAPI's way (app/web.py ``JobqRoute``).
 - The queues the body names: the endpoint itself (``caller.admit``), with the Grant the role check gave.
 - The answer: the endpoint's, byte for byte; an error becomes its problem body in app/problems.py.
 
@@ -160,12 +161,14 @@ class HotRoutes:
         request = Request(scope, receive)
         state = scope["app"].state
         try:
+            # The caller first: a stranger's body is neither read nor parsed.
+            grant = _grant(hot.admits, state, authorization)
             request._body = body = await _read_body(receive)  # as Request.body() would keep it
             body_model = _parse(hot, body, state.settings.max_json_depth)
             if body_model is None:
                 response = None
             else:
-                response = await _call(hot, body_model, request, state, authorization)
+                response = await _call(hot, body_model, request, state, grant)
         except ClientDisconnect:
             return  # gone before its body arrived: nobody to answer
         except Exception as exc:
@@ -193,11 +196,10 @@ class HotRoutes:
         await response(scope, receive, send)
 
 
-async def _call(hot: Hot, body: BaseModel, request: Request, state: Any, authorization: bytes) -> Response:
-    """The endpoint's answer, once the caller's role is checked. The endpoint gets the caller's Grant
+async def _call(hot: Hot, body: BaseModel, request: Request, state: Any, grant: Grant) -> Response:
+    """The endpoint's answer, for a caller whose role is checked. The endpoint gets the caller's Grant
     as `caller`, as FastAPI would give it (app/auth.py ``Caller``), and checks the queues the body names
     with it: one check for both ways in."""
-    grant = _grant(hot.admits, state, authorization)
     arguments = {"body": body, "db": state.db, "wakeups": state.wakeups, "request": request, "caller": grant}
     return await hot.endpoint(**{name: arguments[name] for name in hot.wants})
 

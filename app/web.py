@@ -25,13 +25,20 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.auth import GRANT
+from app.errors import PayloadTooLarge
 from app.jsontext import WRITE_OPTIONS, read_json, written
 from app.problems import problem
+
+# Bytes of a request's body left unread by its answer that the server may read and discard to keep the
+# connection open (256 KiB, as Go's net/http); past them the connection is closed with the answer.
+UNREAD_DRAINED = 256 * 1024
 
 
 class BodyLimit:
     """Refuse request bodies over `limit` bytes with 413 before reading them: at once from the
-    Content-Length header, or, for a body streamed without one, as soon as it passes the limit."""
+    Content-Length header, or, for a body streamed without one, as soon as it passes the limit. An answer
+    given before most of a body was read closes the connection (UNREAD_DRAINED)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -40,27 +47,65 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        declared, chunked = 0, False
         for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                return await self._refuse()(scope, receive, send)
-        received = 0
+            if name == b"content-length" and value.isdigit():
+                declared = int(value)
+                if declared > self.limit:
+                    return await self._refuse()(scope, receive, send)
+            elif name == b"transfer-encoding":
+                chunked = True
+        received, finished = 0, not declared and not chunked  # finished: no more body to come
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, finished
             message = await receive()
             received += len(message.get("body", b""))
+            finished = finished or not message.get("more_body", False)
             if received > self.limit:
                 # An HTTPException passes FastAPI's body reading untouched, to the problem handler.
                 raise HTTPException(413, self._detail())
             return message
 
-        await self.app(scope, counting_receive, send)
+        if finished or (not chunked and declared <= UNREAD_DRAINED):  # nothing to close for
+            return await self.app(scope, counting_receive, send)
+
+        async def closing_send(message: Message) -> None:
+            # Answered before the body was read (a stranger, a body over a route's cap): the server would
+            # read and discard the rest to keep the connection, up to 16 MB. Past UNREAD_DRAINED bytes it
+            # closes the connection instead, as Go's net/http does.
+            if message["type"] == "http.response.start" and not finished:
+                if chunked or declared - received > UNREAD_DRAINED:
+                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, counting_receive, closing_send)
 
     def _detail(self) -> str:
         return f"the request body is over the limit of {self.limit} bytes"
 
     def _refuse(self) -> Response:
-        return problem(413, "payload_too_large", self._detail())
+        response = problem(413, "payload_too_large", self._detail())
+        response.headers["connection"] = "close"  # rather than read and discard the body
+        return response
+
+
+async def read_body(request: Request, limit: int, what: str = "the request body") -> bytes:
+    """`request`'s body, refused (PayloadTooLarge) past `limit` bytes: at once when its Content-Length says
+    so, before any of it is read, else as soon as what has come passes it. For routes whose bodies are far
+    smaller than JOBQ_MAX_BODY_BYTES (the SQS API, the dashboard's forms); ``request.body()`` gives it
+    again afterwards."""
+    length = request.headers.get("content-length", "")
+    if length.isascii() and length.isdigit() and (len(length) > 18 or int(length) > limit):
+        raise PayloadTooLarge(f"{what} is over the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"{what} is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    request._body = body = b"".join(chunks)
+    return body
 
 
 # Opening brackets become "(", closing ones ")": only how deep they nest matters here (a "[" closed by
@@ -80,6 +125,18 @@ def _brackets(body: bytes) -> bytes:
     # end of one and the start of the next with nothing between: either way nothing to keep.
     text = text.replace(b'""', b"")
     return _STRINGS.sub(b"", text) if b'"' in text else text
+
+
+_NOT_SEPARATOR = bytes(b for b in range(256) if b not in b'"[{,')
+
+
+def json_values(body: bytes) -> int:
+    """At least how many values JSON text holds: one, and one more for each comma and opening bracket
+    outside its strings (strings cut out as ``_brackets`` cuts them). Parsing costs about as much per
+    value as per kilobyte of string, so this, counted at C speed, bounds what parsing a body will cost."""
+    text = body.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_SEPARATOR)
+    text = text.replace(b'""', b"")
+    return 1 + len(_STRINGS.sub(b"", text) if b'"' in text else text)
 
 
 def nesting_depth(body: bytes, limit: int) -> int:
@@ -136,8 +193,21 @@ class JobqRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         known = {param.alias for param in self.dependant.query_params}
+        # FastAPI reads and parses a route's body before it runs the route's dependencies, role checks
+        # included: a stranger's 16 MB body would be parsed before it is refused. So a route that takes a
+        # body runs its role checks (app/auth.py ``allow``) first, before its body is read (the dependency
+        # checks again later: a digest and a dict lookup).
+        checks = [
+            d.dependency.admits  # type: ignore[attr-defined]
+            for d in self.dependencies
+            if self.body_field is not None and hasattr(d.dependency, "admits")
+        ]
 
         async def strict_json_handler(request: Request) -> Response:
+            for admits in checks:
+                request.scope[GRANT] = admits.check(
+                    request.app.state.tokens, request.headers.get("authorization", "")
+                )
             if request.scope["query_string"]:
                 unknown = set(request.query_params) - known
                 if unknown:

@@ -226,6 +226,35 @@ async def test_errors_come_as_the_query_protocol_reports_them(sqs, service):
         assert not_integer.status_code == 400 and "MaxNumberOfMessages" in not_integer.text
 
 
+@pytest.mark.parametrize(
+    "index",
+    ["\u00b2", "\u0663", "0", "01", "x", "1" * 5000, "10000"],
+    ids=["superscript", "arabic-indic", "zero", "leading-zero", "letter", "5000-digits", "too-high"],
+)
+async def test_a_list_index_that_is_not_one_is_a_validation_error(service, index):
+    """Items of a list or map are numbered 1, 2, 3, ... in ASCII digits; any other index is the client's
+    mistake (it was a 500 for digits Python's int() refuses, or a number of 5,000 digits)."""
+    url = f"{service.url}/000000000000/indexes"
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    async with httpx.AsyncClient(base_url=service.url) as http:
+        await http.post("/", content="Action=CreateQueue&QueueName=indexes", headers=form)
+        for content in (
+            f"Action=SendMessage&QueueUrl={url}&MessageBody=m&MessageAttribute.{index}.Name=a"
+            "&MessageAttribute.1.Value.DataType=String&MessageAttribute.1.Value.StringValue=v",
+            f"Action=GetQueueAttributes&QueueUrl={url}&AttributeName.{index}=All",
+            f"Action=ReceiveMessage&QueueUrl={url}&MessageAttributeName.1=a&MessageAttributeName.{index}=b",
+        ):
+            answer = await http.post("/", content=content.encode(), headers=form)
+            assert answer.status_code == 400, answer.text
+            assert "<Code>InvalidParameterValue</Code>" in answer.text
+            assert "numbered 1, 2, 3" in answer.text and len(answer.text) < 1000
+        for value in ("\u0663", "1_0", " 3"):  # int() would take these
+            answer = await http.post(
+                "/", content=f"Action=ReceiveMessage&QueueUrl={url}&MaxNumberOfMessages={value}", headers=form
+            )
+            assert answer.status_code == 400 and "not an integer" in answer.text, answer.text
+
+
 async def test_a_query_request_may_go_to_the_queue_url(service, db):
     """As the AWS SDK for Java 1.x sends them: to the queue's URL, which names the queue."""
     form = {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}

@@ -32,7 +32,7 @@ from app import jobs
 from app.access import Admits, Role
 from app.auth import GRANT, Caller
 from app.deps import DB
-from app.errors import JobqError, NotFound, Unauthorized
+from app.errors import JobqError, NotFound, PayloadTooLarge, Unauthorized
 from app.jobs import flow, schedules
 from app.models import (
     KIND_PATTERN,
@@ -48,6 +48,7 @@ from app.models import (
 from app.schemas import QueueSettingsPatch
 from app.ui import pages
 from app.ui.session import COOKIE, PATH
+from app.web import read_body
 
 router = APIRouter(include_in_schema=False)
 
@@ -63,6 +64,9 @@ SCHEDULES_PAGE_SIZE = 100
 # A job list's status filter: one of the statuses, or empty (the picker's "any status").
 ANY_STATUS = f"^(|{'|'.join(JobStatus)})$"
 SELECTED_AT_MOST = 500  # jobs per bulk action on a selection
+# A posted form's limits: a selection of SELECTED_AT_MOST jobs is 500 `id` fields of at most 20 bytes.
+FORM_MAX_BYTES = 64 * 1024
+FORM_MAX_FIELDS = 1000
 
 STATIC = FilePath(__file__).resolve().parent.parent / "ui" / "static"
 STATIC_TYPES = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
@@ -460,8 +464,16 @@ def _rate(fields: dict[str, str], name: str) -> dict[str, float] | None:
 
 
 async def _form(request: Request) -> list[tuple[str, str]]:
-    """A posted form's fields (application/x-www-form-urlencoded, as browsers send it)."""
-    return parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
+    """A posted form's fields (application/x-www-form-urlencoded, as browsers send it), read once the
+    caller is admitted (the router's role checks run first) and refused past FORM_MAX_BYTES or
+    FORM_MAX_FIELDS, before it is parsed."""
+    body = await read_body(request, FORM_MAX_BYTES, "the form")
+    try:
+        return parse_qsl(
+            body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=FORM_MAX_FIELDS
+        )
+    except ValueError:  # counted before parsing
+        raise PayloadTooLarge(f"the form has more than {FORM_MAX_FIELDS} fields") from None
 
 
 async def _act(db: DB, caller: Caller, action: str, ids: list[int]) -> tuple[int, int]:

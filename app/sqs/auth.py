@@ -24,6 +24,12 @@ as another within its 15 minutes:
 - The credential scope must name the service ``sqs``, a region of ``JOBQ_AWS_REGIONS`` and the date of
   ``X-Amz-Date``.
 
+The order: everything the headers decide (the Authorization header's form, the access key, the scope,
+the signing time) is checked before a byte of the body is read (``before_body``), so a request without
+valid credentials costs nothing however large its body; only the signature itself, which covers the
+body's hash, waits for the body (``verify``), read up to a cap (app/sqs/router.py); the key's roles come
+last (``permit``), once the action is known.
+
 The errors are the ones AWS answers and SDKs know, all 403: MissingAuthenticationToken (no signature),
 IncompleteSignature (a malformed Authorization or X-Amz-Date), InvalidClientTokenId (unknown access key),
 SignatureDoesNotMatch (a wrong signature, an unsigned header that must be signed, a scope of another
@@ -33,19 +39,23 @@ minutes off), AccessDenied (a role that may not do this).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote
 
 from fastapi import Request
 
 from app.access import Grant, Role
+from app.settings import AwsCredential
 from app.sqs.protocol import SqsError, name_from_arn, name_from_url
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW = 15 * 60  # seconds between the signing time and now, either way
+HASHED_ON_THE_LOOP = 64 * 1024  # bytes of body hashed on the event loop; a larger one is hashed in a thread
 
 # What each role's key may call; admins call everything. A Celery worker's key is producer and worker:
 # a retry (self.retry) is a SendMessage from the worker.
@@ -121,10 +131,23 @@ def _must_sign(request: Request) -> list[str]:
     return ["host", "x-amz-date"] + [h for h in ("x-amz-target", "content-type") if h in request.headers]
 
 
-async def check(request: Request, body: bytes, action: str | None) -> Grant | None:
-    """The signing key's Grant, once the signature and the key's roles admit `action` (None when
-    signatures are not required; an `action` of None checks the signature alone). The queues the
-    request names are checked by ``admit``."""
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """What a request's headers say of its signature, checked as far as they can be without the body."""
+
+    credential: AwsCredential
+    scope: str  # date/region/service/aws4_request
+    scope_parts: tuple[str, str, str]  # date, region, service: what the signing key is derived from
+    signed_headers: list[str]
+    amz_date: str
+    signature: str
+
+
+def before_body(request: Request) -> Signed | None:
+    """Everything about a request's credentials that its headers decide, checked before a byte of its body
+    is read: the Authorization header's form, the access key, the credential scope (service, region, date)
+    and the signing time. Only the signature itself needs the body, whose hash it covers (``verify``).
+    None when signatures are not required."""
     settings = request.app.state.settings
     if not request.app.state.tokens and not settings.aws_credentials:
         return None
@@ -165,7 +188,26 @@ async def check(request: Request, body: bytes, action: str | None) -> Grant | No
         )
     if abs((datetime.now(UTC) - when).total_seconds()) > MAX_SKEW:
         raise _denied("RequestExpired", "Signature expired: the signing time is more than 15 minutes off.")
-    payload = hashlib.sha256(body).hexdigest()
+    return Signed(
+        credential,
+        f"{date}/{region}/{service}/aws4_request",
+        (date, region, service),
+        signed_headers,
+        amz_date,
+        match["signature"],
+    )
+
+
+async def verify(request: Request, signed: Signed | None, body: bytes) -> Grant | None:
+    """The signing key's Grant once the signature matches the request and its body (None when signatures
+    are not required). A large body is hashed in a thread (hashlib lets go of the GIL), so a request
+    signed with a made-up signature costs the event loop no more than a small one."""
+    if signed is None:
+        return None
+    if len(body) > HASHED_ON_THE_LOOP:
+        payload = await asyncio.to_thread(_sha256, body)
+    else:
+        payload = _sha256(body)
     claimed = request.headers.get("x-amz-content-sha256")
     if claimed is not None and claimed != payload:
         raise _denied(
@@ -173,24 +215,28 @@ async def check(request: Request, body: bytes, action: str | None) -> Grant | No
             "SQS signs the body itself: the provided 'x-amz-content-sha256' header (UNSIGNED-PAYLOAD"
             " included) does not match the SHA-256 of the body.",
         )
-    scope = f"{date}/{region}/{service}/aws4_request"
-    digest = hashlib.sha256(canonical_request(request, signed_headers, payload).encode()).hexdigest()
-    string_to_sign = f"{ALGORITHM}\n{amz_date}\n{scope}\n{digest}"
+    digest = hashlib.sha256(canonical_request(request, signed.signed_headers, payload).encode()).hexdigest()
+    string_to_sign = f"{ALGORITHM}\n{signed.amz_date}\n{signed.scope}\n{digest}"
     expected = hmac.new(
-        signing_key(credential.secret, date, region, service), string_to_sign.encode(), hashlib.sha256
+        signing_key(signed.credential.secret, *signed.scope_parts), string_to_sign.encode(), hashlib.sha256
     ).hexdigest()
-    if not hmac.compare_digest(expected, match["signature"]):
+    if not hmac.compare_digest(expected, signed.signature):
         raise _denied(
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided.",
         )
-    grant = credential.grant
-    if action is None:
-        return grant
+    return signed.credential.grant
+
+
+def permit(grant: Grant, action: str) -> None:
+    """AccessDenied unless the key's roles may call `action`."""
     if Role.ADMIN not in grant.roles and not any(action in ROLES[role] for role in grant.roles):
         held = ", ".join(role for role in Role if role in grant.roles)
         raise _denied("AccessDenied", f"A key of role {held} may not call {action}.")
-    return grant
+
+
+def _sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
 
 
 def _named_queues(body: dict) -> list[str]:

@@ -236,8 +236,24 @@ ACTIONS: dict[str, tuple[Struct, Struct | None]] = {
 # --- requests ------------------------------------------------------------------------------------------
 
 
+# The most parameters a Query request may have, its URL's and its form's together. The largest valid one,
+# a SendMessageBatch of 10 entries each with 10 message attributes and a trace header, has under 400; a
+# form is counted (its separators, at C speed) before it is parsed.
+MAX_FIELDS = 1000
+# A list's or map's items are numbered 1, 2, 3, ... (``AttributeName.1``): in ASCII digits, at most 4 of
+# them, as no list of a valid request comes near 10,000 items.
+_INDEX = re.compile(r"[1-9][0-9]{0,3}")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def parse_form(body: bytes, query: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """A Query request's parameters: those of its URL, then those of its form body (SQS reads both)."""
+    fields = len(query) + (body.count(b"&") + 1 if body else 0)
+    if fields > MAX_FIELDS:
+        raise SqsError(
+            "MalformedQueryString",
+            f"The request has {fields} parameters; an SQS request has at most {MAX_FIELDS}.",
+        )
     try:
         text = body.decode()
     except UnicodeDecodeError as exc:
@@ -289,9 +305,11 @@ def _value(member: Any, node: Any, where: str) -> Any:
         if not isinstance(node, str):
             return None
         try:
+            if not _INTEGER.fullmatch(node):  # int() also takes "٣", " 3 " and "1_000"
+                raise ValueError(node)
             return int(node)
-        except ValueError:
-            reason = f"Value {node} for parameter {where} is invalid. Reason: not an integer."
+        except ValueError:  # and past Python's 4,300 digits
+            reason = f"Value {_quoted(node)} for parameter {where} is invalid. Reason: not an integer."
             raise SqsError("InvalidParameterValue", reason) from None
     if member == BOOLEAN:
         return node == "true" if isinstance(node, str) else None
@@ -299,7 +317,14 @@ def _value(member: Any, node: Any, where: str) -> Any:
         return _struct(member, node, f"{where}.")
     if not isinstance(node, dict):  # "AttributeName=" is how an SDK sends an empty list
         return [] if isinstance(member, List) else {}
-    items = [node[i] for i in sorted((k for k in node if k.isdigit()), key=int)]
+    for key in node:
+        if not _INDEX.fullmatch(key):
+            raise SqsError(
+                "InvalidParameterValue",
+                f"The parameter {where}.{_quoted(key)} is invalid. Reason: the items of {where} are"
+                f" numbered 1, 2, 3, ... in ASCII digits, up to 9999.",
+            )
+    items = [node[i] for i in sorted(node, key=int)]
     if isinstance(member, List):
         return [_value(member.of, item, f"{where}.{n}") for n, item in enumerate(items, 1)]
     entries = {}
@@ -308,6 +333,11 @@ def _value(member: Any, node: Any, where: str) -> Any:
             value = item.get(member.value)
             entries[item[member.key]] = _value(member.of, value, f"{where}.{n}.{member.value}")
     return entries
+
+
+def _quoted(text: str) -> str:
+    """What a client sent, for an error's words: its first 40 characters."""
+    return text if len(text) <= 40 else f"{text[:40]}..."
 
 
 # --- answers -------------------------------------------------------------------------------------------

@@ -1,6 +1,11 @@
 """``POST /``: SQS's API in both of its wire formats, told apart per request as SQS does: a form body
 (``Action=...``) is the Query protocol (app/sqs/query.py), ``X-Amz-Target: AmazonSQS.<Action>`` with a
-JSON body the JSON 1.0 protocol (app/sqs/protocol.py). Parse, authenticate, dispatch, answer in kind.
+JSON body the JSON 1.0 protocol (app/sqs/protocol.py). Authenticate, parse, dispatch, answer in kind.
+
+A request's credentials are checked as far as its headers allow before its body is read (app/sqs/auth.py),
+and the body is read up to MAX_REQUEST_BYTES only and counted before it is parsed (a form's fields, JSON's
+values; query.MAX_FIELDS), large ones in a thread: a stranger's 16 MB body costs the service nothing, and
+no body stalls the requests beside it.
 
 Query requests may also go to a queue's URL (``POST /000000000000/orders``), as the AWS SDK for Java 1.x
 sends them, with the queue taken from the URL when the request does not name one.
@@ -10,12 +15,14 @@ Not in the OpenAPI document: SQS clients work from AWS's own service model.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request, Response
+from starlette.requests import ClientDisconnect
 
 from app.access import OPEN, Grant
 from app.errors import (
@@ -28,11 +35,23 @@ from app.errors import (
 )
 from app.sqs import auth, query
 from app.sqs.actions import ACTIONS
+from app.sqs.attributes import MAX_MESSAGE_BYTES
 from app.sqs.context import Context
 from app.sqs.protocol import ACCOUNT, SqsError, json_answer
-from app.web import disconnected
+from app.web import disconnected, json_values, read_body
 
 log = logging.getLogger("jobq.sqs")
+T = TypeVar("T")
+
+# The largest body of any SQS request: a message of MAX_MESSAGE_BYTES (1 MiB, body and attributes, also
+# a batch's messages together) takes at most 4 MiB in a form (a binary attribute: base64, 4/3 of its
+# bytes, each of them percent-encoded, 3 bytes), at most 3 MiB in JSON (\uXXXX for a 2-byte character),
+# plus the parameter names, ids and URL around them (well under 64 KiB). A larger body is refused before
+# it is read.
+MAX_REQUEST_BYTES = 4 * MAX_MESSAGE_BYTES + 64 * 1024
+# Bodies up to this many bytes are parsed on the event loop (a few milliseconds at worst); larger ones are
+# parsed in a thread (a form) or counted first (JSON).
+PARSED_ON_THE_LOOP = 64 * 1024
 
 router = APIRouter()
 PREFIX = "AmazonSQS."
@@ -53,24 +72,26 @@ async def _serve(request: Request, queue_url: str | None) -> Response:
     is_query = request.headers.get("content-type", "").startswith(query.FORM)
     error: Callable[[SqsError], Response] = query.error if is_query else SqsError.response
     try:
-        raw = await request.body()
-        try:
-            if is_query:
-                params = query.parse_form(raw, request.query_params.multi_items())
-                name = _query_action(params)
-            else:
-                name = _json_action(request)
-        except SqsError:
-            await auth.check(request, raw, None)  # a bad signature is the first thing to hear of
-            raise
-        # The signature and the key's roles first: an unsigned request learns nothing of its body.
-        grant = await auth.check(request, raw, name) or OPEN
+        # What the headers decide of the credentials first: a stranger's body is not even read.
+        signed = auth.before_body(request)
+        raw = await _read(request)
+        # Then the signature, which covers the body; then the action and the key's roles. An unsigned
+        # request learns nothing of its body, a bad signature is the first thing to hear of.
+        grant = await auth.verify(request, signed, raw) or OPEN
+        if is_query:
+            params = await _off_the_loop(raw, query.parse_form, raw, request.query_params.multi_items())
+            name = _query_action(params)
+        else:
+            name = _json_action(request)
+        auth.permit(grant, name)
         body = query.decode(query.ACTIONS[name][0], params) if is_query else _json_body(raw)
         if queue_url is not None:
             body.setdefault("QueueUrl", queue_url)
         auth.admit(grant, body)
         answer = await ACTIONS[name](_context(request, grant), body)
         return query.answer(name, answer) if is_query else json_answer(answer)
+    except ClientDisconnect:
+        return Response(status_code=400)  # gone before its body came: nobody to answer
     except SqsError as exc:
         return error(exc)
     except PayloadTooLarge as exc:
@@ -101,7 +122,28 @@ def _json_action(request: Request) -> str:
     return name
 
 
+async def _read(request: Request) -> bytes:
+    """The request's body, refused past MAX_REQUEST_BYTES before any more of it is read."""
+    try:
+        return await read_body(request, MAX_REQUEST_BYTES)
+    except PayloadTooLarge as exc:
+        raise SqsError("RequestEntityTooLarge", f"{exc.detail}: no SQS request is larger.", 413) from None
+
+
+async def _off_the_loop(raw: bytes, parse: Callable[..., T], *args: Any) -> T:
+    """``parse(*args)``, in a thread when `raw` is large: other requests go on meanwhile."""
+    if len(raw) > PARSED_ON_THE_LOOP:
+        return await asyncio.to_thread(parse, *args)
+    return parse(*args)
+
+
 def _json_body(raw: bytes) -> dict[str, Any]:
+    """The JSON protocol's body. Its values are counted first, at C speed: what a parser costs grows with
+    them, and no SQS request holds more than query.MAX_FIELDS."""
+    if len(raw) > PARSED_ON_THE_LOOP and json_values(raw) > query.MAX_FIELDS:
+        raise SqsError(
+            "SerializationException", f"The request body holds more than {query.MAX_FIELDS} JSON values."
+        )
     try:
         body = orjson.loads(raw or b"{}")
     except orjson.JSONDecodeError as exc:
