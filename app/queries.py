@@ -615,19 +615,21 @@ def _running(key: str) -> str:
                WHERE h.queue = :queue AND h.key = {key} AND h.status = 'running')"""
 
 
-# The next key of the walk after `key` (`wrapped`: the walk has gone past the last key and begun again
-# from the first): the next key with pending jobs, or once past the last, the first; none once it would
-# pass `start.after`, where the walk began. A row (key, wrapped); key NULL when the walk is done.
-def _next_key(key: str, wrapped: str) -> str:
+# The walk's next key after `key`, locked: the next key with pending jobs, or once past the last (and
+# not `wrapped` yet), the first; none once it would pass `after` again, where the walk began. A row of
+# (key, wrapped, locked), or none when the walk is done.
+def _next_key(key: str, wrapped: str, after: str) -> str:
+    # OFFSET 0 keeps each subquery whole, so the lock runs once for its key and not again per reference.
     return f"""(
-                SELECT n.key, n.wrapped FROM (
-                    SELECT coalesce(later.key, CASE WHEN NOT {wrapped} THEN {_keys_with_pending("''")} END)
-                               AS key,
-                           {wrapped} OR later.key IS NULL AS wrapped
-                    FROM (SELECT {_keys_with_pending(key)} AS key OFFSET 0) later
-                ) n
-                WHERE NOT (n.wrapped AND n.key > start.after)
-            )"""
+            SELECT key, wrapped, {_KEY_LOCK.format(key="key")} AS locked FROM (
+                SELECT coalesce(later, CASE WHEN NOT {wrapped} THEN {_keys_with_pending("''")} END) AS key,
+                       {wrapped} OR later IS NULL AS wrapped
+                FROM (SELECT {_keys_with_pending(key)} AS later OFFSET 0) l
+                OFFSET 0
+            ) c
+            WHERE key IS NOT NULL AND NOT (wrapped AND key > {after})
+            OFFSET 0
+        )"""
 
 
 # Walk the keys with pending jobs after :after, in key order, on from the first key once past the last
@@ -644,30 +646,18 @@ def _flow_keys(rated: bool) -> str:
     rate_turn = """rate_turn AS (
         SELECT name FROM jobq.queues WHERE name = :queue AND rate_limit IS NOT NULL FOR NO KEY UPDATE
     ), """
-    # OFFSET 0 keeps each subquery whole, so the lock runs once for its key and not again per reference.
     return f"""
     WITH RECURSIVE {rate_turn if rated else ""}start AS (
         SELECT coalesce(:after::text, (SELECT fair_last_key FROM jobq.queues WHERE name = :queue), '')
             AS after
-    ), walk(key, wrapped, locked, got, n) AS (
-        SELECT key, wrapped, locked, locked::int, 1 FROM (
-            SELECT key, wrapped, {_KEY_LOCK.format(key="key")} AS locked
-            FROM (SELECT k.key, k.wrapped FROM start, LATERAL {_next_key("start.after", "false")} k
-                  OFFSET 0) first
-            WHERE key IS NOT NULL
-              AND EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
-              {"AND (SELECT count(*) FROM rate_turn) >= 0" if rated else ""}
-            OFFSET 0
-        ) k
+        WHERE EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
+          {"AND (SELECT count(*) FROM rate_turn) >= 0" if rated else ""}
+    ), walk(key, wrapped, after, locked, got, n) AS (
+        SELECT k.key, k.wrapped, s.after, k.locked, k.locked::int, 1
+        FROM start s, LATERAL {_next_key("s.after", "false", "s.after")} k
         UNION ALL
-        SELECT k.key, k.wrapped, k.locked, w.got + k.locked::int, w.n + 1
-        FROM walk w, LATERAL (
-            SELECT key, wrapped, {_KEY_LOCK.format(key="key")} AS locked
-            FROM (SELECT k.key, k.wrapped FROM start, LATERAL {_next_key("w.key", "w.wrapped")} k
-                  OFFSET 0) next
-            WHERE key IS NOT NULL
-            OFFSET 0
-        ) k
+        SELECT k.key, k.wrapped, w.after, k.locked, w.got + k.locked::int, w.n + 1
+        FROM walk w, LATERAL {_next_key("w.key", "w.wrapped", "w.after")} k
         WHERE w.got < :scan AND w.n < :reach
     )
     SELECT key, locked FROM walk
