@@ -157,6 +157,10 @@ class Queue(Base):
     # at each time (one entry per claim statement).
     rate_times: Mapped[list[datetime] | None] = mapped_column(ARRAY(DateTime(timezone=True)))
     rate_counts: Mapped[list[int] | None] = mapped_column(ARRAY(Integer))
+    # With `fair`: the key the queue's last claim served last, written by the claim; the next claim, on
+    # any replica, begins with the key after it (in key order, from the first again after the last).
+    # NULL: from the first key.
+    fair_last_key: Mapped[str | None] = mapped_column(Text)
 
 
 class JobColumns:

@@ -559,7 +559,8 @@ LEASE = Query.define(
 # steps in one function) for a queue under key concurrency alone, while the front of the queue has room
 # (below); otherwise FLOW_KEYS then LEASE_FLOW:
 # - FLOW_KEYS walks the keys that have pending jobs, one after the other from where this replica's last
-#   claim stopped (round robin), and takes a transaction-scoped advisory lock on each key it will claim
+#   claim stopped (round robin; a `fair` queue's claims from the key after the one the queue's last claim
+#   served, on any replica), and takes a transaction-scoped advisory lock on each key it will claim
 #   from (try-lock: a key another claim holds is passed over, as SKIP LOCKED passes over rows). A queue
 #   with a rate locks its row too, so claims of it take turns.
 # - LEASE_FLOW runs after the locks are held, so its snapshot (a statement's own, in READ COMMITTED)
@@ -614,38 +615,49 @@ def _running(key: str) -> str:
                WHERE h.queue = :queue AND h.key = {key} AND h.status = 'running')"""
 
 
-# Walk the keys with pending jobs after :after, in key order, locking each, until :scan are locked or
-# :reach looked at: a row per key looked at, `locked` false for one another claim holds (passed over,
-# as SKIP LOCKED passes over a row, and the walk goes on past it: two claims starting from one place
-# take consecutive stretches of keys instead of the second finding the first's keys held). The lock is
-# taken in the recursive step itself, once per key, so the walk stops as soon as it has enough. The
-# caller keeps the last key as its next :after, and starts again from the first key once a walk comes
-# back short. A queue with a rate also locks its row first, so that its claims take turns.
+# The walk's next key after `key`, locked: the next key with pending jobs, or once past the last (and
+# not `wrapped` yet), the first; none once it would pass `after` again, where the walk began. A row of
+# (key, wrapped, locked), or none when the walk is done.
+def _next_key(key: str, wrapped: str, after: str) -> str:
+    # OFFSET 0 keeps each subquery whole, so the lock runs once for its key and not again per reference.
+    return f"""(
+            SELECT key, wrapped, {_KEY_LOCK.format(key="key")} AS locked FROM (
+                SELECT coalesce(later, CASE WHEN NOT {wrapped} THEN {_keys_with_pending("''")} END) AS key,
+                       {wrapped} OR later IS NULL AS wrapped
+                FROM (SELECT {_keys_with_pending(key)} AS later OFFSET 0) l
+                OFFSET 0
+            ) c
+            WHERE key IS NOT NULL AND NOT (wrapped AND key > {after})
+            OFFSET 0
+        )"""
+
+
+# Walk the keys with pending jobs after :after, in key order, on from the first key once past the last
+# and up to :after again, locking each, until :scan are locked or :reach looked at: a row per key looked
+# at, `locked` false for one another claim holds (passed over, as SKIP LOCKED passes over a row, and the
+# walk goes on past it: two claims starting from one place take consecutive stretches of keys instead of
+# the second finding the first's keys held). The lock is taken in the recursive step itself, once per key,
+# so the walk stops as soon as it has enough. :after NULL is the queue's own `fair_last_key`, the key its
+# last claim served last (a `fair` queue's turn, kept for every replica); otherwise the caller keeps the
+# last key as its next :after. A queue with a rate also locks its row first, so that its claims take turns.
 # (Passing over full keys here, by a running count read before the lock, cost more than LEASE_FLOW
 # finding them full.)
 def _flow_keys(rated: bool) -> str:
     rate_turn = """rate_turn AS (
         SELECT name FROM jobq.queues WHERE name = :queue AND rate_limit IS NOT NULL FOR NO KEY UPDATE
     ), """
-    # OFFSET 0 keeps each subquery whole, so the lock runs once for its key and not again per reference.
     return f"""
-    WITH RECURSIVE {rate_turn if rated else ""}walk(key, locked, got, n) AS (
-        SELECT key, locked, locked::int, 1 FROM (
-            SELECT key, {_KEY_LOCK.format(key="key")} AS locked
-            FROM (SELECT {_keys_with_pending(":after::text")} AS key OFFSET 0) first
-            WHERE key IS NOT NULL
-              AND EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
-              {"AND (SELECT count(*) FROM rate_turn) >= 0" if rated else ""}
-            OFFSET 0
-        ) k
+    WITH RECURSIVE {rate_turn if rated else ""}start AS (
+        SELECT coalesce(:after::text, (SELECT fair_last_key FROM jobq.queues WHERE name = :queue), '')
+            AS after
+        WHERE EXISTS (SELECT FROM jobq.queues WHERE name = :queue AND NOT paused AND flow)
+          {"AND (SELECT count(*) FROM rate_turn) >= 0" if rated else ""}
+    ), walk(key, wrapped, after, locked, got, n) AS (
+        SELECT k.key, k.wrapped, s.after, k.locked, k.locked::int, 1
+        FROM start s, LATERAL {_next_key("s.after", "false", "s.after")} k
         UNION ALL
-        SELECT k.key, k.locked, w.got + k.locked::int, w.n + 1
-        FROM walk w, LATERAL (
-            SELECT key, {_KEY_LOCK.format(key="key")} AS locked
-            FROM (SELECT {_keys_with_pending("w.key")} AS key OFFSET 0) next
-            WHERE key IS NOT NULL
-            OFFSET 0
-        ) k
+        SELECT k.key, k.wrapped, w.after, k.locked, w.got + k.locked::int, w.n + 1
+        FROM walk w, LATERAL {_next_key("w.key", "w.wrapped", "w.after")} k
         WHERE w.got < :scan AND w.n < :reach
     )
     SELECT key, locked FROM walk
@@ -664,11 +676,19 @@ FLOW_KEYS_RATED = Query.define("flow_keys_rated", _flow_keys(rated=True))
 # - `candidates`: each key's first ready jobs, as many as its room; jobs without a key from the front of
 #   the queue (the first :lookahead ready jobs);
 # - `chosen`: in lease order (priority, run_at, id), or with `fair` round by round: every key's first job
-#   (in the order walked), then every key's second, ...; as many as the slots, or as the queue's rate
+#   (in turn: from the key after the queue's `fair_last_key`, as this statement reads it, on to the last
+#   key, then from the first), then every key's second, ...; as many as the slots, or as the queue's rate
 #   window has room for; each locked (SKIP LOCKED: a job another statement holds is passed over, which
 #   for a key in order means nothing of it this time).
 # Then the chosen jobs are leased as LEASE leases them, each slot's settings read from the arrays by its
-# number (no join whose plan could go quadratic). Always one row at least: `wake_in`, the seconds
+# number (no join whose plan could go quadratic). With `fair`, the key of the last slot leased becomes
+# the queue's `fair_last_key` (`turned`), where the next claim's turn begins, on any replica. The turn is
+# read here again, not only by FLOW_KEYS: this statement begins once the keys' locks are held, so it
+# sees the turn of every claim that held them before. It is written unless another claim is writing it
+# at that moment (SKIP LOCKED: a claim never waits for the queue's row, and never for a statement that
+# holds the row and waits for a job this claim holds); that claim's turn stands, which served keys
+# beside this one's. A queue with a rate writes it with its window (its claims hold the row already).
+# Always one row at least: `wake_in`, the seconds
 # until a rate window next lets a job go when one held some back (NULL otherwise); `id` NULL when nothing
 # was leased.
 # Two variants, since a claim's planning cost as much as its work: LEASE_FLOW for queues without rates
@@ -695,7 +715,9 @@ def _lease_flow(rated: bool) -> str:
         ON CONFLICT (queue, key) DO UPDATE SET rate_times = excluded.rate_times,
                                                rate_counts = excluded.rate_counts
     ), queue_window AS (
-        UPDATE jobq.queues qs SET rate_times = w.times || {WINDOW_CLOCK}, rate_counts = w.counts || l.n
+        UPDATE jobq.queues qs SET rate_times = w.times || {WINDOW_CLOCK}, rate_counts = w.counts || l.n,
+            fair_last_key = CASE WHEN q.fair THEN coalesce((SELECT key FROM served), qs.fair_last_key)
+                                 ELSE qs.fair_last_key END
         FROM (SELECT count(*)::int AS n FROM leased) l, q, LATERAL {_window("q")} w
         WHERE qs.name = :queue AND q.rate_limit IS NOT NULL AND l.n > 0
     ), wake AS (
@@ -717,12 +739,15 @@ def _lease_flow(rated: bool) -> str:
     return f"""
     WITH q AS (
         SELECT max_attempts, visibility_timeout, key_concurrency, fair, rate_limit, rate_period,
-               key_rate_limit, key_rate_period, rate_times, rate_counts
+               key_rate_limit, key_rate_period, rate_times, rate_counts, fair_last_key
         FROM jobq.queues WHERE name = :queue AND NOT paused AND flow {unrated}
     ), wanted AS (
         SELECT {wanted} AS n FROM q
     ), k AS (
-        SELECT u.key, u.turn, coalesce(o.concurrency, q.key_concurrency) AS concurrency,
+        SELECT u.key,
+               CASE WHEN q.fair THEN row_number() OVER (
+                   ORDER BY u.key <= coalesce(q.fair_last_key, ''), u.key) ELSE u.turn END AS turn,
+               coalesce(o.concurrency, q.key_concurrency) AS concurrency,
                coalesce(o.rate_limit, q.key_rate_limit) AS rate_limit,
                coalesce(o.rate_period, q.key_rate_period) AS rate_period, o.rate_times, o.rate_counts
         FROM q CROSS JOIN unnest(:keys::text[]) WITH ORDINALITY AS u(key, turn)
@@ -778,6 +803,15 @@ def _lease_flow(rated: bool) -> str:
         FROM ready, q
         WHERE j.id = ready.id
         RETURNING {LEASED_JOB}, ready.slot
+    ), served AS (
+        SELECT key FROM leased WHERE key IS NOT NULL ORDER BY slot DESC LIMIT 1
+    ), turned AS (
+        UPDATE jobq.queues qs SET fair_last_key = served.key
+        FROM served
+        WHERE qs.name = (SELECT name FROM jobq.queues
+                         WHERE name = :queue AND (SELECT fair AND rate_limit IS NULL FROM q)
+                           AND EXISTS (SELECT FROM served)
+                         FOR NO KEY UPDATE SKIP LOCKED)
     ){windows if rated else ", wake AS (SELECT NULL::float8 AS wake_in)"}
     SELECT leased.*, wake.wake_in FROM wake LEFT JOIN leased ON true
     """

@@ -301,33 +301,48 @@ class Bench:
                         "the same, tracing off",
                     )
 
-    async def limited_backlog(self, queue: str, count: int, keyed: bool, limited: bool = True) -> None:
+    async def limited_backlog(
+        self, queue: str, count: int, keyed: bool, limited: bool = True, fair: bool = False
+    ) -> None:
         """`count` jobs; keyed: over 1,000 keys, in a queue with key_concurrency 2 (flow control) unless
-        not `limited`."""
+        not `limited`, or with `fair` alone."""
         if not keyed:
             await self.backlog(queue, count)
             return
         await self.backlog(queue, count, key="'k' || (g % 1000)")
-        if limited:
+        if fair:
+            await self.sql("UPDATE jobq.queues SET fair = true, flow = true WHERE name = $1", queue)
+        elif limited:
             await self.sql("UPDATE jobq.queues SET key_concurrency = 2, flow = true WHERE name = $1", queue)
 
     async def keyed(self) -> None:
         """Flow control's cost: the batch drain and one-job claims of a queue with 1,000 active keys and
         key_concurrency 2, against the same without keys or limits (the plain LEASE), in the same run.
         Also the drain of keyed jobs in a queue without limits (the plain LEASE): what the keys alone cost
-        (an index of each key's running jobs, written by every lease of a keyed job)."""
+        (an index of each key's running jobs, written by every lease of a keyed job); and the same keyed
+        jobs in a `fair` queue, drained by batches and by 16 workers leasing one job at a time."""
 
-        async def drain(keyed: bool, total: int, limited: bool = True) -> float:
+        async def drain(
+            keyed: bool,
+            total: int,
+            limited: bool = True,
+            fair: bool = False,
+            workers: int = 4,
+            batch: int = 100,
+        ) -> float:
             queue = self.queue("kd")
-            await self.limited_backlog(queue, total, keyed, limited)
+            await self.limited_backlog(queue, total, keyed, limited, fair)
             # An empty answer is not the end under limits: workers long-poll until every job is done.
             started = time.perf_counter()
-            await served.drain_count(self.url, queue, 4, 100, total)
+            await served.drain_count(self.url, queue, workers, batch, total)
             return total / (time.perf_counter() - started)
 
         total = self.n(100_000)
-        k, p, u = await self.alternate(
-            lambda: drain(True, total), lambda: drain(False, total), lambda: drain(True, total, limited=False)
+        k, p, u, f = await self.alternate(
+            lambda: drain(True, total),
+            lambda: drain(False, total),
+            lambda: drain(True, total, limited=False),
+            lambda: drain(True, total, fair=True),
         )
         self.record(
             "drain batch 100, 1,000 keys, limit 2",
@@ -345,32 +360,62 @@ class Bench:
             "measured",
             "the same without keys",
         )
-        # One-job claims in `repeat` alternating rounds of 1,000 each (plain, keyed, keyed, plain, ...),
-        # the percentiles over all of a kind's claims: a p99 of one pass of each was one noisy moment of
-        # the machine in either (ratios of 1.2 to 3.2 between runs of the same code).
+        self.record(
+            "drain batch 100, 1,000 keys, fair",
+            f,
+            p,
+            "jobs/s",
+            "measured",
+            "the same without keys",
+        )
+        singles = self.n(10_000)
+        f1, p1 = await self.alternate(
+            lambda: drain(True, singles, fair=True, workers=16, batch=1),
+            lambda: drain(False, singles, workers=16, batch=1),
+        )
+        self.record(
+            "drain 1 x 16, 1,000 keys, fair",
+            f1,
+            p1,
+            "jobs/s",
+            "measured",
+            "the same without keys",
+        )
+        # One-job claims in `repeat` alternating rounds of 1,000 each (plain, keyed, fair, then the other
+        # way round, ...), the percentiles over all of a kind's claims: a p99 of one pass of each was one
+        # noisy moment of the machine in either (ratios of 1.2 to 3.2 between runs of the same code).
         rounds = 1000
-        timed: dict[bool, list[float]] = {False: [], True: []}
+        kinds = ("plain", "keyed", "fair")
+        timed: dict[str, list[float]] = {kind: [] for kind in kinds}
         for n in range(self.repeat):
-            for keyed in (False, True) if n % 2 == 0 else (True, False):
+            for kind in kinds if n % 2 == 0 else kinds[::-1]:
                 await self.reset()
                 queue = self.queue("kc")
-                await self.limited_backlog(queue, rounds, keyed)
-                timed[keyed] += await self._claim_latencies(queue, rounds)
-        latencies = {keyed: summary_ms(values) for keyed, values in timed.items()}
-        ratio = latencies[True]["p99_ms"] / latencies[False]["p99_ms"]
+                await self.limited_backlog(queue, rounds, kind != "plain", fair=kind == "fair")
+                timed[kind] += await self._claim_latencies(queue, rounds)
+        latencies = {kind: summary_ms(values) for kind, values in timed.items()}
+        ratio = latencies["keyed"]["p99_ms"] / latencies["plain"]["p99_ms"]
+        fair_ratio = latencies["fair"]["p99_ms"] / latencies["plain"]["p99_ms"]
         self.results["one-job claim, 1,000 keys, limit 2"] = {
-            "keyed": latencies[True],
-            "plain": latencies[False],
+            "keyed": latencies["keyed"],
+            "plain": latencies["plain"],
             "ratio_p99": round(ratio, 3),
             "target": "p99 <= 2 x plain",
         }
-        print(
-            f"  {'one-job claim p50/p99 ms, plain':34} {latencies[False]['p50_ms']} / {latencies[False]['p99_ms']}"
-        )
-        print(
-            f"  {'one-job claim p50/p99 ms, keyed':34} {latencies[True]['p50_ms']} / {latencies[True]['p99_ms']}"
-            f"   ratio p99 {ratio:.2f} (<= 2)"
-        )
+        self.results["one-job claim, 1,000 keys, fair"] = {
+            "fair": latencies["fair"],
+            "plain": latencies["plain"],
+            "ratio_p99": round(fair_ratio, 3),
+            "target": "measured",
+        }
+        notes = {
+            "plain": "",
+            "keyed": f"   ratio p99 {ratio:.2f} (<= 2)",
+            "fair": f"   ratio p99 {fair_ratio:.2f}",
+        }
+        for kind, summary in latencies.items():
+            label = f"one-job claim p50/p99 ms, {kind}"
+            print(f"  {label:34} {summary['p50_ms']} / {summary['p99_ms']}{notes[kind]}")
 
     async def fairness(self) -> None:
         """`fair`: 16 workers with 10 ms handlers drain key A's backlog; after 13 s key B sends 10 jobs a

@@ -345,6 +345,77 @@ async def test_fair_hands_out_jobs_across_keys_in_turn(a):
     assert small
 
 
+# One key's backlog, then a few jobs of another key: with `fair`, the few go in turn with the backlog, one
+# of the backlog's jobs between two of theirs, whatever the size of the claims, across calls and replicas.
+BACKLOG, FEW = 1000, 5
+
+
+async def backlog_then_few(http, **limits) -> None:
+    await configure(http, fair=True, **limits)
+    await enqueue(http, [{"key": "big"}] * BACKLOG)
+    await enqueue(http, [{"key": "small"}] * FEW)
+
+
+def waits_of_small(keys: list[str]) -> list[int]:
+    """For each of small's jobs in the order leased, how many of big's were leased since the one before."""
+    waits, since = [], 0
+    for key in keys:
+        if key == "small":
+            waits.append(since)
+            since = 0
+        else:
+            since += 1
+    return waits
+
+
+@pytest.mark.parametrize(
+    "max_jobs, limits",
+    [
+        (1, {}),
+        (3, {}),
+        (1, {"key_concurrency": 2}),
+        (1, {"rate": {"limit": 100, "period": 60}}),
+        (1, {"key_rate": {"limit": 100, "period": 60}}),
+    ],
+    ids=["one", "three", "key-concurrency", "rate", "key-rate"],
+)
+async def test_fair_turns_go_on_from_one_lease_to_the_next(a, max_jobs, limits):
+    await backlog_then_few(a, **limits)
+    keys: list[str] = []
+    while len(keys) < 12:
+        jobs = await lease(a, max_jobs)
+        for job in jobs:
+            assert (await ack(a, job)).status_code == 200
+        keys += [j["key"] for j in jobs]
+    assert waits_of_small(keys) == [1] * FEW, keys
+
+
+async def test_fair_turns_hold_across_replicas(a, b):
+    await backlog_then_few(a)
+    keys = [j["key"] for n in range(12) for j in await lease((a, b)[n % 2])]
+    assert waits_of_small(keys) == [1] * FEW, keys
+
+
+async def test_fair_turns_hold_under_concurrent_one_job_leases(a, b, db):
+    """Workers on both replicas leasing one job at a time, at once: in the order the leases ran (the
+    jobs' status history), small's jobs all go within the first twelve leases, at most two of big's
+    between two of theirs (a claim that takes several calls' slots leases its jobs in one statement)."""
+    await db.execute(STATUS_HISTORY)
+    await backlog_then_few(a)
+    tickets = iter(range(12))
+
+    async def work(http) -> None:
+        while next(tickets, None) is not None:
+            (job,) = await lease(http, 1, wait=10)
+
+    await asyncio.gather(*(work(http) for http in (a, b) for _ in range(3)))
+    rows = await db.fetch("SELECT key FROM public.history WHERE new = 'running' ORDER BY seq")
+    keys = [r["key"] for r in rows]
+    assert len(keys) == 12
+    waits = waits_of_small(keys)
+    assert len(waits) == FEW and max(waits) <= 2, keys
+
+
 async def test_a_key_rate_holds_and_a_blocked_long_poll_wakes_when_the_window_moves(a):
     await configure(a, key_rate={"limit": 3, "period": 1})
     await enqueue(a, [{"key": "k"}] * 10 + [{"key": "other"}])

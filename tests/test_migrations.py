@@ -838,3 +838,24 @@ async def test_0021_adds_the_front_claim_function_that_leases_and_goes_back(data
     await asyncio.to_thread(migrations.downgrade, database_url, "0020")
     assert await db.fetchval(exists) is None
     await asyncio.to_thread(migrations.upgrade, database_url)
+
+
+# --- revision 0022: a fair queue's turn in its row ---------------------------------------------------
+
+
+async def test_0022_keeps_a_fair_queues_turn_in_its_row_and_goes_back(database_url, db):
+    await asyncio.to_thread(migrations.downgrade, database_url, "0021")
+    column = (
+        "SELECT count(*) FROM information_schema.columns"
+        " WHERE table_schema = 'jobq' AND table_name = 'queues' AND column_name = 'fair_last_key'"
+    )
+    assert await db.fetchval(column) == 0
+    await db.execute("INSERT INTO jobq.queues (name, fair, flow) VALUES ('q', true, true)")
+
+    await asyncio.to_thread(migrations.upgrade, database_url, "0022")
+    assert await db.fetchval("SELECT fair_last_key FROM jobq.queues WHERE name = 'q'") is None
+
+    await asyncio.to_thread(migrations.downgrade, database_url, "0021")
+    assert await db.fetchval(column) == 0
+    assert await db.fetchval("SELECT fair FROM jobq.queues WHERE name = 'q'") is True
+    await asyncio.to_thread(migrations.upgrade, database_url)

@@ -8,7 +8,9 @@ The model. A job may carry a `key` (a tenant, a customer, an SQS MessageGroupId)
   exactly once. With 1 the key's jobs also run in order (priority, run_at, id among ready jobs), and a job
   waiting for its retry holds the key until it has run (SQS FIFO's message groups).
 - `fair`: ready jobs are handed out across keys in turn, each claim going round the keys with pending
-  jobs, one job of each per round, from where the replica's last claim stopped.
+  jobs, one job of each per round, from the key after the last one the queue's last claim served (kept
+  in the queue's row, `fair_last_key`, written by the claim: the turn goes on from one claim to the next
+  on every replica, whatever the claims' sizes).
 - `rate` / `key_rate` `{limit, period}`: at most `limit` leases of the queue / of each key in any window
   of `period` seconds (a sliding window, kept as the times and counts of the claims within it).
 - Per-key overrides (`PUT /queues/{queue}/keys/{key}`): a key's own concurrency and rate.
@@ -21,7 +23,8 @@ How a claim finds jobs. A queue under key concurrency alone (no `fair`, no rate)
 front, in lease order across keys, as the plain LEASE claims (_claim_front): most keys have room most of
 the time, and the front's jobs lie together. When the front is held (its keys full: one key's backlog
 before the rest), and for `fair` queues and queues with a rate, a claim walks the keys (_claim): each key
-once, from where the replica's last walk stopped, taking each key's first ready jobs.
+once, from where the replica's last walk stopped (a `fair` queue: after the key last served), taking
+each key's first ready jobs.
 
 A replica knows which queues are under flow control from a small cache (``FlowQueues``), read from the
 queue's row on first use and dropped whenever the settings change (a notification every replica gets,
@@ -74,16 +77,17 @@ NO_FLOW = QueueFlow(False, None, False, False)
 
 
 class FlowQueues:
-    """Per replica: each queue's flow settings (cached), where its next claim starts its walk of keys,
-    when a claim last looked for jobs without a key, and for a queue with a rate a lock that makes the
-    replica's claims of it take turns (of one without, their walks of keys). Bounded: past MAX_ENTRIES
-    queues, it starts again empty (queue names come from clients)."""
+    """Per replica: each queue's flow settings (cached), where its next claim starts its walk of keys
+    (a `fair` queue's turn is kept in its row instead), when a claim last looked for jobs without a key,
+    and for a queue with a rate a lock that makes the replica's claims of it take turns (of one without,
+    their walks of keys). Bounded: past MAX_ENTRIES queues, it starts again empty (queue names come from
+    clients)."""
 
     MAX_ENTRIES = 10_000
 
     def __init__(self) -> None:
         self._settings: dict[str, QueueFlow] = {}
-        self.cursors: dict[str, str] = {}  # queue -> the last key walked
+        self.cursors: dict[str, str] = {}  # queue (not `fair`) -> the last key walked
         self.unkeyed_looked: dict[str, float] = {}  # queue -> monotonic time; absent: found some
         self.turns: dict[str, asyncio.Lock] = {}
         self.claiming: dict[str, set[asyncio.Event]] = {}  # queue -> its claims under way, set when done
@@ -325,18 +329,16 @@ async def _claim_front(
 async def _walk(
     conn: asyncpg.Connection, known: FlowQueues, queue: str, flow: QueueFlow, scan: int
 ) -> list[asyncpg.Record]:
-    """FLOW_KEYS from where the replica's last walk of the queue stopped: until `scan` keys are locked,
-    on from the first key once past the last; the next walk starts after the last key looked at."""
+    """FLOW_KEYS until `scan` keys are locked, on from the first key once past the last: for a `fair`
+    queue, from the key after the one its last claim served (kept in its row, for every replica);
+    otherwise from where the replica's last walk of the queue stopped, and the next walk starts after the
+    last key looked at."""
     walk = q.FLOW_KEYS_RATED if flow.rated else q.FLOW_KEYS
+    after = None if flow.fair else known.cursors.get(queue, "")
     reach = scan * KEY_REACH
-    after = known.cursors.get(queue, "")
     looked = await conn.fetch(walk.text, *walk.args(queue=queue, after=after, scan=scan, reach=reach))
-    got = sum(r["locked"] for r in looked)
-    if got < scan and after and len(looked) < reach:
-        # Up to where it began (a key locked twice is this claim's own lock taken again).
-        first = await conn.fetch(walk.text, *walk.args(queue=queue, after="", scan=scan - got, reach=reach))
-        looked += [r for r in first if r["key"] <= after]
-    known.cursors[queue] = looked[-1]["key"] if looked else ""
+    if not flow.fair:
+        known.cursors[queue] = looked[-1]["key"] if looked else ""
     return looked
 
 
