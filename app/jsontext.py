@@ -147,7 +147,7 @@ def written_out(size: int, limit: int, setting: str) -> str:
     """Why a value whose numbers write out past its limit (`setting`) is refused, in the same words
     everywhere."""
     return (
-        f"is {size} bytes with its numbers written out in full, as PostgreSQL stores and returns them"
+        f"is {size} bytes with its numbers written out in full, as PostgreSQL returns them"
         f" (1e999 is a 1 and 999 zeros); the limit is {limit} bytes ({setting}): send such numbers as"
         " strings"
     )
