@@ -16,6 +16,12 @@ hook and written by another, cost about 1 us more per number. The models' number
 as the float it stands for (app/schemas.py ``Number``). A number jsonb cannot hold (``NumberOutOfRange``:
 more than 131,072 digits before the decimal point or 16,383 after) is refused when it is encoded,
 before anything is sent to the database.
+
+jsonb writes a number out in full, with no exponent: 1e131071, 8 characters sent, is 131,072 written
+out, on every read and every lease of its job. So a value's size, held to its limit (the payload's,
+the result's), is that of its text with every number as PostgreSQL writes it out (``written_size``):
+else a payload of 81 KB would be 1.2 GB to write, more than PostgreSQL can, and every lease of its queue
+would fail. Only a number with an exponent can grow so; text without one is not looked through.
 """
 
 from __future__ import annotations
@@ -123,6 +129,73 @@ def fits_jsonb(text: str) -> bool:
         return True  # zero, whatever its exponent
     leading = len(whole) - 1 - (len(whole) + len(fraction) - len(significant)) + power  # its power of 10
     return leading // 4 <= NUMERIC_MAX_WEIGHT
+
+
+def written_length(number: Decimal) -> int:
+    """How many characters PostgreSQL writes a number jsonb holds out in: jsonb's numeric has no
+    exponent form, so 1e999 is written as a 1 and 999 zeros, and 1e-999 as "0." and 999 digits. Its
+    sign (never for a zero), the digits before the point (at least "0"), and the point and as many digits
+    after it as the number was sent with (its scale), computed from its exponent alone."""
+    exponent = number.as_tuple().exponent
+    assert isinstance(exponent, int)  # read_json makes no NaN or Infinity
+    zero = not number
+    before = 1 if zero or number.adjusted() < 0 else number.adjusted() + 1
+    return (number.is_signed() and not zero) + before + (1 - exponent if exponent < 0 else 0)
+
+
+def written_out(size: int, limit: int, setting: str) -> str:
+    """Why a value whose numbers write out past its limit (`setting`) is refused, in the same words
+    everywhere."""
+    return (
+        f"is {size} bytes with its numbers written out in full, as PostgreSQL returns them"
+        f" (1e999 is a 1 and 999 zeros); the limit is {limit} bytes ({setting}): send such numbers as"
+        " strings"
+    )
+
+
+def written_size(data: bytes, value: Any) -> int:
+    """The size of `data`, ``encode_json(value)``, with every number as long as PostgreSQL writes it out
+    (``written_length``): the size a value is held to its limit by. Only a number encoded with an
+    exponent ("1E+999", "1E-7") writes out longer, so text without an "E" is its own size (a memchr)."""
+    if _E not in data or (b"E+" not in data and b"E-" not in data):
+        return len(data)
+    size = len(data)
+    values = [value]
+    while values:
+        item = values.pop()
+        if isinstance(item, dict):
+            values.extend(item.values())
+        elif isinstance(item, list):
+            values.extend(item)
+        elif type(item) is Decimal:
+            size += written_length(item) - len(str(item))
+    return size
+
+
+# Numbers with an exponent in JSON text as sent: a digit, then "e" or "E". Looked for with the digits
+# made "0", "E" made "e" and a sign made "-", first with the other letters, quotes and underscores taken
+# out (a shorter text to search: about 1 ns a byte in all; what that brings together, as "2nde", is only
+# looked at again), then, where one is found, with nothing taken out, as written.
+_AS_EXPONENTS = bytes.maketrans(b"123456789E+", b"000000000e-")
+_NOT_IN_NUMBERS = b'abcdfghijklmnopqrstuvwxyzABCDFGHIJKLMNOPQRSTUVWXYZ"_'
+
+
+def exponent_growth(text: bytes) -> int:
+    """At most how many bytes longer than JSON text as sent PostgreSQL writes its numbers out: 0 for
+    text with no number with an exponent, found in one pass. A number with an exponent of k digits
+    writes out at most 10^k + 1 bytes longer than sent ("1e9" as "1000000000"; "1e-9" as "0.000000001"),
+    so only the lengths of the exponents are counted; a string that looks so ("3e4f") counts as one."""
+    if b"0e" not in text.translate(_AS_EXPONENTS, _NOT_IN_NUMBERS):
+        return 0
+    marked = text.translate(_AS_EXPONENTS)
+    growth = 0
+    for k in range(1, 10):  # exponents of at least k digits
+        digits = b"0" * k
+        found = marked.count(b"0e" + digits) + marked.count(b"0e-" + digits)
+        if not found:
+            return growth
+        growth += found * (10**k - 10 ** (k - 1) + (2 if k == 1 else 0))
+    return growth + 10**18  # ten digits or more: past any limit
 
 
 def _exact(value: Decimal | HugeNumber) -> str:

@@ -156,7 +156,8 @@ class Settings(BaseSettings):
     # fewer makes bigger batches.
     coalesce_concurrency: int = 2
 
-    # Largest JSON payload of one job, in bytes once encoded (default 256 KiB; larger is 413).
+    # Largest JSON payload of one job, in bytes once encoded (default 256 KiB; larger is 413), and once its
+    # numbers are written out as PostgreSQL returns them (1e999 as 1,000 digits; larger is 422).
     max_payload_bytes: int = 256 * 1024
     # Largest SQS message, its body and attributes as SQS counts them, beside each queue's own
     # MaximumMessageSize (whichever is smaller); default 1 MiB, SQS's largest. SQS messages are held to
@@ -164,7 +165,8 @@ class Settings(BaseSettings):
     sqs_max_message_bytes: int = Field(default=1024 * 1024, ge=1024)
     # Largest `result` an ack may keep with its job, and largest `progress` an extend may, each in bytes
     # once encoded as JSON (default 64 KiB). Larger is 413 and changes nothing: the job stays running
-    # under its lease, so the worker can ack again without the result.
+    # under its lease, so the worker can ack again without the result. Numbers count written out, as
+    # for payloads (larger is 422).
     max_result_bytes: int = Field(default=64 * 1024, ge=0)
     # Longest `error` text kept by nack, in characters; longer texts are cut, never refused (default 8192).
     max_error_chars: int = 8192

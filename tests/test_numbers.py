@@ -4,7 +4,9 @@ fraction rounded to a double).
 
 "Exactly" is what PostgreSQL's jsonb keeps of the text sent: the number's value, digit for digit
 (jsonb writes 1e3 back as 1000, and 2.50 as 2.50). A number jsonb cannot hold (more than 131,072
-digits before the decimal point or 16,383 after) is refused.
+digits before the decimal point or 16,383 after) is refused. So is a value that PostgreSQL would write
+out longer than the limit that applies to it (the payload's, the result's), however short it was sent:
+1e131071 is 8 characters sent and 131,072 written out, on every read and every lease.
 
 Each body goes every way it can be read: app/fast_bodies.py's reader (`fast`), the model on the hot
 dispatcher (`model`: the same body with something the fast reader leaves to the model, or an ack's
@@ -27,7 +29,7 @@ import httpx
 import pytest
 from helpers import lease_one
 
-from app.jsontext import fits_jsonb
+from app.jsontext import fits_jsonb, written_length
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +47,19 @@ KEPT = [
     "[123456789012345678901234567890.12345678901234567890, 9007199254740993, 18446744073709551616]",
     "1" * 5000,  # more digits than Python turns into an int by default
     "0." + "1" * 16383,  # the most digits jsonb keeps after the point
-    '{"n": 1e131071}',  # the most it keeps before it
+]
+
+# Values that write out longer than a result or progress may be (JOBQ_MAX_RESULT_BYTES, 64 KiB) and
+# shorter than a payload (JOBQ_MAX_PAYLOAD_BYTES, 256 KiB): kept as payloads, refused as results.
+LONG = [
+    '{"n": 1e131071}',  # the most digits jsonb keeps before the point
+    "[1e40000, -1.5e-16000, 2.5E+40000]",
+]
+
+# Values that write out longer than any limit, though sent in a few characters.
+WRITTEN_OUT_PAST_EVERY_LIMIT = [
+    "[1e131071, 1E+131071, 1e131071]",
+    '{"a": -2.5e-16000, "b": 1e99999, "c": 7E+99999, "d": [1e99999]}',
 ]
 
 # The values jsonb cannot hold, and so refused.
@@ -155,34 +169,37 @@ async def send_schedule(client, db, way: str, value: str, batch: bool) -> Sent:
     return Sent(r, stored, read, lambda: r.status_code == 422)
 
 
-# route: (send, its ways, whether it is sent as a batch, the status of an accepted one)
+# route: (send, its ways, whether it is sent as a batch, the status of an accepted one, whether its
+# limit is a result's rather than a payload's)
 ROUTES = {
-    "POST /jobs": (send_job, ("fast", "model", "routed"), False, 201),
-    "POST /jobs/batch": (send_job, ("fast", "model", "routed"), True, 201),
-    "POST /jobs, Idempotency-Key": (send_keyed_job, ("fast", "model", "routed"), False, 201),
-    "POST /jobs/batch, dedup_key": (send_deduplicated_job, ("fast", "model", "routed"), True, 201),
-    "POST /ack": (send_ack, ("model", "routed"), False, 200),
-    "POST /ack/batch": (send_ack, ("model", "routed"), True, 200),
-    "POST /extend": (send_progress, ("model", "routed"), False, 200),
-    "PUT /schedules": (send_schedule, ("routed",), False, 200),
+    "POST /jobs": (send_job, ("fast", "model", "routed"), False, 201, False),
+    "POST /jobs/batch": (send_job, ("fast", "model", "routed"), True, 201, False),
+    "POST /jobs, Idempotency-Key": (send_keyed_job, ("fast", "model", "routed"), False, 201, False),
+    "POST /jobs/batch, dedup_key": (send_deduplicated_job, ("fast", "model", "routed"), True, 201, False),
+    "POST /ack": (send_ack, ("model", "routed"), False, 200, True),
+    "POST /ack/batch": (send_ack, ("model", "routed"), True, 200, True),
+    "POST /extend": (send_progress, ("model", "routed"), False, 200, True),
+    "PUT /schedules": (send_schedule, ("routed",), False, 200, False),
 }
 
 
 @pytest.mark.parametrize("route", list(ROUTES))
 async def test_every_number_is_kept_exactly_or_refused_saying_why(client, db, route):
-    send, ways, batch, status = ROUTES[route]
+    send, ways, batch, status, result_limit = ROUTES[route]
+    too_long = WRITTEN_OUT_PAST_EVERY_LIMIT + (LONG if result_limit else [])
     wrong = []
-    for value in KEPT + REFUSED:
+    for value in KEPT + LONG + REFUSED + WRITTEN_OUT_PAST_EVERY_LIMIT:
         refusals = set()
         for way in ways:
             sent = await send(client, db, way, value, batch)
             r, case = sent.response, f"{way} {value[:60]!r}"
             answer = exact(r.text)
-            if value in REFUSED:
+            if value in REFUSED or value in too_long:
+                why = "PostgreSQL cannot store exactly" if value in REFUSED else "numbers written out in full"
                 if not sent.refused():
                     wrong.append(f"{case}: not refused: {r.status_code} {r.text[:200]}")
-                elif r.status_code == 422 and "PostgreSQL cannot store exactly" not in answer["detail"]:
-                    wrong.append(f"{case}: the refusal does not say why: {answer['detail']}")
+                elif r.status_code == 422 and why not in answer["detail"]:
+                    wrong.append(f"{case}: the refusal does not say why: {answer['detail'][:300]}")
                 elif (await sent.stored()) is not None:
                     wrong.append(f"{case}: refused, yet stored")
                 refusals.add(re.sub(r'(job |"id":)[0-9]+', r"\1N", r.text))  # the same but for the job
@@ -216,14 +233,31 @@ def number_texts() -> list[str]:
 
 
 async def test_the_range_is_postgresqls_own(db):
-    """``fits_jsonb`` says what PostgreSQL's jsonb says of each number, at every edge of its range."""
+    """``fits_jsonb`` says what PostgreSQL's jsonb says of each number, at every edge of its range, and
+    ``written_length`` how long PostgreSQL writes out each one it holds."""
     differ = []
     for text in number_texts():
         try:
-            await db.fetchval("SELECT $1::jsonb", text)
+            written = await db.fetchval("SELECT $1::jsonb::text", text)
             held = True
         except asyncpg.DataError:
             held = False
         if fits_jsonb(text) != held:
             differ.append(f"{text[:40]}...{text[-20:]}: PostgreSQL {'holds' if held else 'refuses'} it")
+        elif held and written_length(Decimal(text)) != len(written):
+            differ.append(f"{text[:40]}...{text[-20:]}: written out in {len(written)} characters")
     assert not differ, "\n".join(differ)
+
+
+async def test_a_payload_written_out_to_a_gigabyte_cannot_stall_its_queue(client, db):
+    """9,000 copies of 1e131071 are 81 KB sent and 1.2 GB as PostgreSQL writes them out: more than it
+    can write, so every lease of the queue and every read of the job would fail. Refused when sent."""
+    poison = "[" + ",".join(["1e131071"] * 9000) + "]"
+    r = await client.post("/jobs", content=f'{{"queue": "q", "payload": {poison}}}', headers=HOT)
+    assert r.status_code == 422, r.text[:300]
+    assert "numbers written out in full" in r.json()["detail"]
+    await client.post("/jobs", json={"queue": "q", "payload": {"n": 1}})
+    r = await client.post("/lease", json={"queue": "q", "visibility_timeout": 60})
+    assert r.status_code == 200, r.text[:300]
+    assert [job["payload"] for job in r.json()["jobs"]] == [{"n": 1}]
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 1

@@ -13,31 +13,51 @@ import orjson
 
 from app import queries as q
 from app.errors import Invalid, PayloadTooLarge, Unavailable
-from app.fast_bodies import payload_text
+from app.fast_bodies import any_may_write_out_past, payload_text
 from app.jobs.arguments import NewJobLike
 from app.jobs.rows import Row, as_job
-from app.jsontext import WRITE_OPTIONS, JSONText, NumberOutOfRange, encode_json, read_json
+from app.jsontext import (
+    WRITE_OPTIONS,
+    JSONText,
+    NumberOutOfRange,
+    encode_json,
+    read_json,
+    written_out,
+    written_size,
+)
 
 DEDUP_ROUNDS = 10  # tries of an insert whose dedup keys' holders keep finishing under it
 
 
 def encode_payloads(requests: Sequence[NewJobLike], limit: int) -> list[str]:
-    """Each job's payload as JSON text for PostgreSQL, none over `limit` bytes, none with a number jsonb
-    cannot hold (Invalid)."""
+    """Each job's payload as JSON text for PostgreSQL, none over `limit` bytes (PayloadTooLarge), nor
+    over it with its numbers written out (Invalid), none with a number jsonb cannot hold (Invalid)."""
     texts = []
+    # Payloads read by app/fast_bodies.py (Raw: the JSON text each job came in) are all of a request's or
+    # none; whether any number of theirs may write out past the limit is looked for in all at once.
+    fast = [request.payload for request in requests if type(request.payload) is msgspec.Raw]
+    look = bool(fast) and any_may_write_out_past(fast, limit)
     for i, request in enumerate(requests):
         payload = request.payload
         try:
-            # Raw: the JSON text the job came in, read by app/fast_bodies.py.
-            data = payload_text(payload, limit) if type(payload) is msgspec.Raw else encode_json(payload)
+            if type(payload) is msgspec.Raw:
+                data, size = payload_text(payload, limit, look)
+            else:
+                data = encode_json(payload)
+                size = written_size(data, payload)
         except NumberOutOfRange as exc:
             raise Invalid(f"{_payload_of(i, requests)} {exc}") from None
         if len(data) > limit:
             raise PayloadTooLarge(
                 f"{_payload_of(i, requests)} is {len(data)} bytes encoded; the limit is {limit} bytes"
             )
+        if size > limit:
+            raise Invalid(f"{_payload_of(i, requests)} {written_out(size, limit, _LIMIT_SETTING)}")
         texts.append(data.decode())
     return texts
+
+
+_LIMIT_SETTING = "JOBQ_MAX_PAYLOAD_BYTES"
 
 
 def _payload_of(i: int, requests: Sequence[NewJobLike]) -> str:

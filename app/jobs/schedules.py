@@ -31,7 +31,7 @@ from app.cron import Cron, CronError
 from app.db import Database
 from app.errors import Forbidden, Invalid, NotFound, PayloadTooLarge
 from app.jobs.rows import Row, Scope
-from app.jsontext import JSONText, NumberOutOfRange, encode_json
+from app.jsontext import JSONText, NumberOutOfRange, encode_json, written_out, written_size
 from app.models import CatchUp
 
 log = logging.getLogger("jobq.schedules")
@@ -76,6 +76,10 @@ async def put_schedule(db: Database, name: str, spec: ScheduleSpec, scope: Scope
         raise Invalid(f"the payload {exc}") from None
     if len(payload) > db.settings.max_payload_bytes:
         raise PayloadTooLarge(f"the payload is over {db.settings.max_payload_bytes} bytes encoded")
+    if (size := written_size(payload, spec.payload)) > db.settings.max_payload_bytes:
+        raise Invalid(
+            f"the payload {written_out(size, db.settings.max_payload_bytes, 'JOBQ_MAX_PAYLOAD_BYTES')}"
+        )
     values = dict(spec.__dict__) | {"payload": payload.decode()}
     async with db.acquire() as conn, conn.transaction():
         now = await conn.fetchval("SELECT now()")

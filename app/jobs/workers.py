@@ -26,7 +26,7 @@ from app.jobs.arguments import AckLike, JobLease, JobLeaseLike, NackLike
 from app.jobs.flow import BUSY_RETRY, FlowClaim, lease_flow, queue_flow
 from app.jobs.rows import Row, as_job, job_status
 from app.jobs.shared import shared
-from app.jsontext import NumberOutOfRange, encode_json
+from app.jsontext import NumberOutOfRange, encode_json, written_out, written_size
 from app.tokens import parse_token
 from app.wakeups import Wakeups
 
@@ -248,8 +248,9 @@ _NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 def _json_text(value: object, limit: int, what: str, again: str) -> str | None:
     """`value` (any JSON value; None: none) as the JSON text to keep, at most `limit` bytes:
-    PayloadTooLarge past it, Invalid for text jsonb cannot hold. Checked before anything is sent, so a
-    refused value changes nothing; the detail says what to send instead (`again`)."""
+    PayloadTooLarge past it, Invalid past it once its numbers are written out, Invalid for text jsonb
+    cannot hold. Checked before anything is sent, so a refused value changes nothing; the detail says
+    what to send instead (`again`)."""
     if value is None:
         return None
     try:
@@ -263,6 +264,8 @@ def _json_text(value: object, limit: int, what: str, again: str) -> str | None:
             f"{what} is {len(data)} bytes encoded; the limit is {limit} bytes (JOBQ_MAX_RESULT_BYTES):"
             f" nothing changed, {again}"
         )
+    if (size := written_size(data, value)) > limit:
+        raise Invalid(f"{what} {written_out(size, limit, 'JOBQ_MAX_RESULT_BYTES')}; nothing changed, {again}")
     if b"\\u0000" in data and _NUL.search(data):
         raise Invalid(f"{what} holds a NUL character (\\u0000), which PostgreSQL cannot store: {again}")
     return data.decode()
