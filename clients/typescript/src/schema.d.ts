@@ -523,7 +523,8 @@ export interface paths {
         };
         /**
          * List Schedules
-         * @description Every schedule, by name.
+         * @description Schedules by name, a page of `limit` (default and at most 1,000); pass `next_after` back as
+         *     `after` for the next page.
          *
          *     Roles, when tokens are configured: producer, worker, viewer, admin.
          */
@@ -2448,9 +2449,14 @@ export interface components {
         ScheduleList: {
             /**
              * Schedules
-             * @description By name.
+             * @description By name, a page of `limit` at most.
              */
             schedules: components["schemas"]["Schedule"][];
+            /**
+             * Next After
+             * @description Pass as `after` for the next page; null at the end.
+             */
+            next_after: string | null;
         };
         /**
          * ScheduleRequest
@@ -4543,7 +4549,10 @@ export interface operations {
     };
     list_schedules: {
         parameters: {
-            query?: never;
+            query?: {
+                limit?: number;
+                after?: string | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -4570,6 +4579,15 @@ export interface operations {
             };
             /** @description Forbidden */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
