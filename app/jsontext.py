@@ -113,7 +113,9 @@ class NumberOutOfRange(ValueError):
 
 
 def fits_jsonb(text: str) -> bool:
-    """Whether PostgreSQL's jsonb holds the JSON number `text` (as numeric's input function decides)."""
+    """Whether PostgreSQL's jsonb holds the JSON number `text` (as numeric's input function decides).
+    PostgreSQL 15's rule, the stricter: 16 also holds a zero with an exponent of 1073741823 or more,
+    which this refuses, so a number is kept or refused alike whichever server jobq runs on."""
     parts = _NUMBER_PARTS.fullmatch(text)
     if parts is None:
         return False

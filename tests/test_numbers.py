@@ -232,16 +232,26 @@ def number_texts() -> list[str]:
     ]
 
 
+def _zero_past_15s_exponents(text: str, server_version: int) -> bool:
+    """A zero with an exponent of 1073741823 (INT_MAX / 2) or more, which PostgreSQL 15 refuses and 16
+    holds (as 0): ``fits_jsonb`` keeps 15's rule, so both reading paths refuse it on every server."""
+    mantissa, _, exponent = text.partition("e")
+    return server_version >= 16 and not mantissa.strip("-0.") and abs(int(exponent)) >= 1073741823
+
+
 async def test_the_range_is_postgresqls_own(db):
     """``fits_jsonb`` says what PostgreSQL's jsonb says of each number, at every edge of its range, and
     ``written_length`` how long PostgreSQL writes out each one it holds."""
     differ = []
+    server_version = db.get_server_version().major
     for text in number_texts():
         try:
             written = await db.fetchval("SELECT $1::jsonb::text", text)
             held = True
         except asyncpg.DataError:
             held = False
+        if held and not fits_jsonb(text) and _zero_past_15s_exponents(text, server_version):
+            continue  # PostgreSQL 16 holds it; jobq refuses it on every server, as 15 does
         if fits_jsonb(text) != held:
             differ.append(f"{text[:40]}...{text[-20:]}: PostgreSQL {'holds' if held else 'refuses'} it")
         elif held and written_length(Decimal(text)) != len(written):
