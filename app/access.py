@@ -70,7 +70,7 @@ def _regex(pattern: str) -> str:
     return "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
 
 
-def _like(pattern: str) -> str:
+def like(pattern: str) -> str:
     """The pattern for SQL LIKE: `_` is a wildcard there (one character), so it is escaped first; `%`
     cannot occur in a queue name. Then * and ? become % and _."""
     return pattern.replace("_", "\\_").replace("*", "%").replace("?", "_")
@@ -91,7 +91,7 @@ class Grant:
         self.roles = frozenset(Role(role) for role in roles)
         self.queues = None if queues is None else tuple(queues)
         # The patterns as SQL statements take them (`:scope`, app/queries.py): NULL for every queue.
-        self.like = None if self.queues is None else [_like(p) for p in self.queues]
+        self.like = None if self.queues is None else [like(p) for p in self.queues]
         self._pattern = (
             None
             if self.queues is None

@@ -24,6 +24,7 @@ import orjson
 
 from app import jobs
 from app import queries as q
+from app.access import like
 from app.access_log import note
 from app.errors import Invalid, LeaseLost, NotFound
 from app.jobs.rows import Row
@@ -502,9 +503,8 @@ async def _revive(ctx: Context, job_id: int, token: str, timeout: float) -> tupl
         if await conn.fetchrow(q.REVIVE_LEASE.text, *args) is not None:
             return True, None
         # The status of the job in the handle's queue only: a handle naming this queue with another
-        # queue's job id must not tell whether that job is still running. The queue as a LIKE pattern:
-        # `_` escaped; `%` cannot occur in a queue name.
-        scope = None if queue is None else [queue.replace("_", "\\_")]
+        # queue's job id must not tell whether that job is still running.
+        scope = None if queue is None else [like(queue)]
         return False, await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=scope))
 
 
