@@ -38,7 +38,7 @@ def serve(
     database is configured)."""
     import uvicorn
 
-    from app.access import Tokens
+    from app.core.access import Tokens
     from app.startup import FAILURE_FILE
 
     debug = log_level.lower() == "debug"
@@ -62,15 +62,15 @@ def serve(
     if settings.schedules_file is not None:
         # A mistake in the schedules file stops the start in one line naming the schedule, before
         # anything starts (the app checks it again, for servers that run it without this command).
-        from app.scheduler import declared
+        from app.service.loops.scheduler import declared
 
         try:
             declared(settings.schedules_file)
         except ValueError as exc:
             typer.echo(f"jobq: {exc}", err=True)
             raise typer.Exit(2) from None
-    # The app, built by uvicorn in each of its processes, reads Settings from the environment: it must
-    # know the address it listens on, which decides the host names it answers to (app/origin.py).
+    # The app, built by uvicorn in each of its processes, reads Settings from the environment: it must know
+    # the address it listens on, which decides the host names it answers to (app/http/middleware/origin.py).
     os.environ["JOBQ_HOST"] = host
     # One process that failed to start exits 3 by itself; several stop with 0 (app/startup.py).
     failed = Path(tempfile.mkdtemp(prefix="jobq-serve-")) / "failed"
@@ -84,11 +84,12 @@ def serve(
         workers=workers,
         log_level=log_level,
         log_config=_log_config(log_level),
-        # jobq writes its own access log, one JSON line per request (JOBQ_ACCESS_LOG, app/access_log.py).
+        # jobq writes its own access log, one JSON line per request (JOBQ_ACCESS_LOG,
+        # app/http/middleware/access_log.py).
         access_log=not settings.access_log,
         timeout_graceful_shutdown=10,
-        # httptools, writing each answer in one piece (app/http_protocol.py).
-        http="app.http_protocol:CoalescingHttpToolsProtocol",
+        # httptools, writing each answer in one piece (app/http/fastpath/transport.py).
+        http="app.http.fastpath.transport:CoalescingHttpToolsProtocol",
     )
     if failed.exists():
         raise typer.Exit(3)
@@ -137,7 +138,8 @@ def migrate(
     (exit 0)."""
     import asyncio
 
-    from app import migrations, startup
+    from app import startup
+    from app.db import migrations
     from app.main import resolve_database_url
 
     settings = _settings()

@@ -13,22 +13,28 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware import Middleware
 
-from app import __version__, access_log, background, embedded, migrations, openapi, problems, startup, tracing
-from app import scheduler as scheduling
-from app.access import Tokens
-from app.db import Database, create_pool
-from app.hot import HotRoutes
-from app.jobs import schedules
-from app.metrics import Metrics
-from app.origin import OriginCheck, allowed_hosts
-from app.routers import docs, health, keys, metrics, operators, producers, ui, workers
-from app.routers import schedules as schedule_routes
-from app.scheduler import Scheduler
+from app import __version__, startup
+from app.core.access import Tokens
+from app.db import embedded, migrations
+from app.db.pool import Database, create_pool
+from app.http import openapi, problems
+from app.http.fastpath.hot import HotRoutes
+from app.http.middleware import access_log
+from app.http.middleware.origin import OriginCheck, allowed_hosts
+from app.http.routers import docs, health, keys, metrics, operators, producers, workers
+from app.http.routers import schedules as schedule_routes
+from app.http.web import BodyLimit
+from app.service import schedules
+from app.service.loops import background
+from app.service.loops import scheduler as scheduling
+from app.service.loops.scheduler import Scheduler
+from app.service.wakeups import Wakeups
 from app.settings import Settings
 from app.sqs import router as sqs
+from app.telemetry import tracing
+from app.telemetry.metrics import Metrics
+from app.ui import routes as ui
 from app.ui.session import Sessions
-from app.wakeups import Wakeups
-from app.web import BodyLimit
 
 log = logging.getLogger("jobq")
 
@@ -92,7 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 # A newer release migrated (a rolling upgrade, or this build rolled back): nothing to
                 # upgrade. Serve; /readyz says whether this build can run on that schema.
                 log.warning("%s", ahead)
-        tracing.start()  # when the OpenTelemetry environment asks for it (app/tracing.py)
+        tracing.start()  # when the OpenTelemetry environment asks for it (app/telemetry/tracing.py)
         with startup.reaching(startup.database_setting(settings), dsn):
             pool = await create_pool(dsn, settings)
         read_pool = None
@@ -139,8 +145,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # FastAPI's built-in OpenTelemetry hooks look up their providers on every request; jobq exports
         # its own Prometheus metrics instead.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        # FastAPI's own /openapi.json, /docs and /redoc are public whatever the tokens; app/routers/docs.py
-        # serves the same behind a role check.
+        # FastAPI's own /openapi.json, /docs and /redoc are public whatever the tokens;
+        # app/http/routers/docs.py serves the same behind a role check.
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
@@ -158,7 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HotRoutes, routers=[producers.router, workers.router, operators.router])
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     # Outside the hot routes and the body limit: a request naming another host, or sent by a page of
-    # another site, is refused before any of it is read or any route answers (app/origin.py).
+    # another site, is refused before any of it is read or any route answers (app/http/middleware/origin.py).
     app.add_middleware(
         OriginCheck, allowed_hosts=allowed_hosts(settings), trusted_origins=settings.trusted_origins
     )

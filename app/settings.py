@@ -15,11 +15,12 @@ from urllib.parse import quote, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.access import Access, parse_access
+from app.core.access import Access, parse_access
 
 
 class AwsCredential(Access):
-    """An SQS access key: its secret, and `role` or `roles` and `queues` as for tokens (app/access.py)."""
+    """An SQS access key: its secret, and `role` or `roles` and `queues` as for tokens
+    (app/core/access.py)."""
 
     secret: str
 
@@ -64,7 +65,7 @@ class Settings(BaseSettings):
     # Bearer tokens, as JSON (default: none, and then no authentication): {"<token>": "<role>"}, or
     # {"<token>": {"roles": ["producer", "worker"], "queues": ["celery-*"]}} ("role" for one; "queues",
     # shell-style patterns, leaves the token limited to those queues; left out: every queue). Roles:
-    # producer, worker, viewer, admin (app/access.py). JOBQ_TOKENS_FILE adds lines
+    # producer, worker, viewer, admin (app/core/access.py). JOBQ_TOKENS_FILE adds lines
     # "<roles> <token> [<queues>]", roles and patterns comma-separated: "producer,worker t0k3n celery-*".
     tokens: dict[str, Access] = {}
     tokens_file: Path | None = None
@@ -116,11 +117,11 @@ class Settings(BaseSettings):
     # example.com and every subdomain of it. Default: the loopback names (localhost, 127.0.0.1, ::1)
     # when `host` is a loopback address, so that a web page whose name its owner then points at
     # 127.0.0.1 (DNS rebinding) cannot use a local jobq through a visitor's browser; `*` otherwise, where
-    # tokens are required. /healthz and /readyz answer any host. See app/origin.py.
+    # tokens are required. /healthz and /readyz answer any host. See app/http/middleware/origin.py.
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
     # Origins (`https://ops.example.com`: scheme, host and port if not the default) whose pages may send
     # state-changing requests from another origin; a JSON list or comma-separated (default none). Other
-    # cross-origin requests from browsers are refused with 403. See app/origin.py.
+    # cross-origin requests from browsers are refused with 403. See app/http/middleware/origin.py.
     trusted_origins: Annotated[list[str], NoDecode] = []
 
     # Largest request body in bytes, checked while it is read (default 16 MiB; larger is 413).
@@ -150,7 +151,7 @@ class Settings(BaseSettings):
 
     # Share statements between concurrent calls (default on): single enqueues, acks and nacks arriving
     # while a statement of their kind is in flight go together in the next one, and so do leases on the
-    # same queue. Nothing waits when the service is idle. See app/coalesce.py.
+    # same queue. Nothing waits when the service is idle. See app/service/coalesce.py.
     coalesce: bool = True
     # Shared statements of one kind in flight at once (default 2): more lets big calls run side by side,
     # fewer makes bigger batches.
@@ -182,7 +183,7 @@ class Settings(BaseSettings):
     # `503 unavailable` with Retry-After at once; short leases (`wait` 0) are not counted and still work.
     max_waiters: int = Field(default=10_000, ge=1)
 
-    # Schedules (app/jobs/schedules.py). One replica at a time fires them, under a lease of
+    # Schedules (app/service/schedules.py). One replica at a time fires them, under a lease of
     # `scheduler_lease` seconds (default 5) that it renews while alive and gives up when it stops; when
     # its holder dies, another replica takes it once it has expired. A slot the scheduler reaches more than
     # `schedule_grace` seconds late (default 30) was missed, and the schedule's catch_up decides.
@@ -208,8 +209,8 @@ class Settings(BaseSettings):
     # request sent again gets it again and inserts nothing (seconds, default 300: far longer than any
     # client's retries). Expired keys go with the retention pruning above, in batches of prune_batch.
     idempotency_ttl: float = Field(default=300.0, gt=0)
-    # How often one process checks whether the jobs table needs a VACUUM: its dead rows more than a
-    # fifth of its live ones (seconds, default 10; 0 leaves it to autovacuum). See app/maintenance.py.
+    # How often one process checks whether the jobs table needs a VACUUM: its dead rows more than a fifth of
+    # its live ones (seconds, default 10; 0 leaves it to autovacuum). See app/service/loops/vacuum.py.
     vacuum_interval: float = 10.0
 
     # How often each process reads the metrics' database gauges (queue depth per state, lag, paused,

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
-from app import migrations  # noqa: E402
+from app.db import migrations  # noqa: E402
 
 SERVER = os.environ.get("JOBQ_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

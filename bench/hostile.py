@@ -10,7 +10,7 @@ as it is answered, with a body of `--megabytes` (16, the default JOBQ_MAX_BODY_B
 - sqs-forged: the form, with an Authorization header naming the right key and a made-up signature;
 - schedules: ``PUT /schedules/s`` with a JSON list of that size and no token;
 - queues: ``PATCH /queues/q`` with the same;
-- jobs: ``POST /jobs/batch`` with the same (a hot route, app/hot.py);
+- jobs: ``POST /jobs/batch`` with the same (a hot route, app/http/fastpath/hot.py);
 - ui: ``POST /ui/jobs/selected`` with a form of that many fields and a viewer's token (it may not press
   buttons);
 - ui-admin: the same with an admin's token: the form is read, and must be read cheaply;

@@ -29,8 +29,8 @@ import httpx
 import pytest
 import uvicorn
 
-from app import migrations
-from app.http_protocol import CoalescingHttpToolsProtocol
+from app.db import migrations
+from app.http.fastpath.transport import CoalescingHttpToolsProtocol
 from app.main import create_app
 from app.settings import Settings
 from tests.pgbouncer import pgbouncer_binary, running_pgbouncer, through_pooler

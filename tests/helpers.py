@@ -17,8 +17,8 @@ from typing import Any
 import asyncpg
 import httpx
 
-from app import queries as q
-from app.db import Database, create_pool
+from app.db import queries as q
+from app.db.pool import Database, create_pool
 from jobq import AsyncClient
 from tests.fixtures import test_settings
 from tests.waiting import quiet, until
@@ -32,7 +32,7 @@ ADVISORY_LOCKS_HERE = (
 
 # A test-only trigger that records every status change of every job, in the order the statements ran
 # (`seq`), with the start of the statement that made it (`at`, statement_timestamp(): the clock a claim's
-# rate windows use, app/queries.py WINDOW_CLOCK). Installed in a test's database; read from public.history.
+# rate windows use, app/db/queries.py WINDOW_CLOCK). Installed in a test's database; read from public.history.
 # A job that leaves jobq.jobs (completed or cancelled, moved to jobs_history; or deleted) is recorded
 # with `new` = 'gone'.
 STATUS_HISTORY = """
@@ -177,7 +177,7 @@ async def status_of(db: asyncpg.Connection, job_id: int) -> str | None:
 @asynccontextmanager
 async def open_database(database_url: str, **overrides: Any) -> AsyncIterator[Database]:
     """The service layer's Database on a pool in the test's own event loop (one connection kept open;
-    `overrides` change other settings), closed afterwards: for calling app.jobs without HTTP."""
+    `overrides` change other settings), closed afterwards: for calling app.service without HTTP."""
     settings = test_settings(database_url, **{"pool_min_size": 1, **overrides})
     assert settings.database_url is not None
     pool = await create_pool(settings.database_url, settings)
@@ -207,5 +207,5 @@ async def assert_nothing_stranded(
 def front_claim_statements() -> tuple[q.Query, q.Query]:
     """The two statements of jobq.lease_flow_front() (alembic 0021, FRONT and LEASE), as queries with the
     same named parameters: for tests that read their plans. LEASE takes FRONT's jobs as :ids and :keys."""
-    revision = importlib.import_module("app.alembic.versions.0021_lease_flow_front")
+    revision = importlib.import_module("app.db.alembic.versions.0021_lease_flow_front")
     return q.Query.define("flow_front", revision.FRONT), q.Query.define("flow_front_lease", revision.LEASE)

@@ -9,7 +9,7 @@ import pytest
 from service_process import JOBQ, ServiceProcess, jobq_env
 from service_process import ROOT as ROOT_DIR
 
-from app import migrations
+from app.db import migrations
 from app.settings import Settings
 
 

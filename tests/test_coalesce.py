@@ -1,4 +1,4 @@
-"""The coalescing Batcher (app/coalesce.py) on its own: when calls share a statement, what each caller
+"""The coalescing Batcher (app/service/coalesce.py) on its own: when calls share a statement, what each caller
 gets back, and which failures are retried item by item (with errors raised by a real PostgreSQL)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import asyncio
 import asyncpg
 import pytest
 
-from app.coalesce import Batcher, refused
-from app.errors import Invalid, Unavailable
+from app.core.errors import Invalid, Unavailable
+from app.service.coalesce import Batcher, refused
 
 pytestmark = pytest.mark.anyio
 

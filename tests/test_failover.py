@@ -23,7 +23,7 @@ import asyncpg
 import httpx
 import pytest
 
-from app import migrations
+from app.db import migrations
 from tests.fixtures import tool_missing
 from tests.service_process import free_port
 from tests.test_metrics import scrape, value

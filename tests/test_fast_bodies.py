@@ -1,5 +1,5 @@
-"""The fast readers (app/fast_bodies.py) against the pydantic models they stand in for: a body the fast
-reader accepts, the model accepts too and reads the same way, field for field. (A body the fast reader
+"""The fast readers (app/http/fastpath/bodies.py) against the pydantic models they stand in for: a body the
+fast reader accepts, the model accepts too and reads the same way, field for field. (A body the fast reader
 refuses goes on to the model; tests/test_hot.py checks those answers.)"""
 
 import json
@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from app import fast_bodies
-from app.jsontext import read_json
-from app.models import MAX_JOB_ID, MAX_LEASE_TOKEN
-from app.schemas import AckBatchRequest, AckRequest, EnqueueBatchRequest, EnqueueRequest, ReleaseRequest
+from app.core.jsontext import read_json
+from app.core.limits import MAX_JOB_ID, MAX_LEASE_TOKEN
+from app.http.fastpath import bodies as fast_bodies
+from app.http.schemas import AckBatchRequest, AckRequest, EnqueueBatchRequest, EnqueueRequest, ReleaseRequest
 
 JOB = fast_bodies.reader(EnqueueRequest)
 BATCH = fast_bodies.reader(EnqueueBatchRequest)
@@ -39,7 +39,7 @@ EDGES = {
 
 def model_reading(model, body: bytes):
     try:
-        return model.model_validate(read_json(body))  # as app/hot.py reads a body for the model
+        return model.model_validate(read_json(body))  # as app/http/fastpath/hot.py reads a body for the model
     except (ValueError, ValidationError):
         return None
 

@@ -12,7 +12,7 @@ import pytest
 from service_process import ServiceProcess
 from waiting import until
 
-from app import migrations
+from app.db import migrations
 
 pytestmark = pytest.mark.anyio
 

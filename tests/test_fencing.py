@@ -22,11 +22,11 @@ from helpers import assert_problem, enqueue_many, lease, open_database
 from pgproxy import PgProxy
 from waiting import until
 
-from app import jobs
-from app.coalesce import Batcher, refused
-from app.db import Database
-from app.errors import PayloadTooLarge, Unavailable
-from app.schemas import AckRequest, NackRequest
+from app import service
+from app.core.errors import PayloadTooLarge, Unavailable
+from app.db.pool import Database
+from app.http.schemas import AckRequest, NackRequest
+from app.service.coalesce import Batcher, refused
 from tests.fixtures import Service
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +35,7 @@ Call = Callable[[], Awaitable]
 
 
 def batcher_of(db: Database, key: object) -> Batcher | None:
-    """The process's batcher for `key` if a call has made it (looked up, never made: app/db.py keeps
+    """The process's batcher for `key` if a call has made it (looked up, never made: app/db/pool.py keeps
     the fixed ones, and those for a queue only while calls are in them)."""
     shared = db._shared.get(key)
     return shared[0] if shared is not None else db._batchers.get(key)
@@ -316,7 +316,7 @@ async def test_acks_and_nacks_a_driver_refuses_fail_alone(kind, local_db, databa
     the driver refuses to encode, stands in for whatever might."""
     await enqueue_many(client, "q", 5)
     leased = await lease(client, "q", max_jobs=5)
-    model, call = (AckRequest, jobs.ack) if kind == "ack" else (NackRequest, jobs.nack)
+    model, call = (AckRequest, service.ack) if kind == "ack" else (NackRequest, service.nack)
     calls = [model(id=j["id"], lease_token=j["lease_token"]) for j in leased[1:]]
     calls.insert(2, model.model_construct(**{**calls[0].model_dump(), "id": 2**63}))  # unchecked
     first, answers = await in_one_statement(
@@ -337,7 +337,7 @@ async def test_acks_and_nacks_a_driver_refuses_fail_alone(kind, local_db, databa
 
 
 async def test_only_a_refusal_is_retried_alone(db, database_url):
-    """The rule of app/coalesce.py, against errors a real PostgreSQL and asyncpg raise."""
+    """The rule of app/service/coalesce.py, against errors a real PostgreSQL and asyncpg raise."""
 
     async def error_of(conn: asyncpg.Connection, statement: str, *args: object) -> BaseException:
         with pytest.raises(Exception) as caught:

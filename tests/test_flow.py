@@ -1,4 +1,4 @@
-"""Keyed flow control (app/jobs/flow.py): per-key concurrency and order, fair turns, rates and per-key
+"""Keyed flow control (app/service/flow.py): per-key concurrency and order, fair turns, rates and per-key
 overrides, enforced by the lease across replicas, over HTTP against real services and a real database."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import httpx
 import pytest
 from helpers import ADVISORY_LOCKS_HERE, STATUS_HISTORY, assert_problem, front_claim_statements
 
-from app import queries as q
+from app.db import queries as q
 
 pytestmark = pytest.mark.anyio
 
@@ -130,7 +130,7 @@ async def test_a_queue_without_settings_takes_the_plain_lease(a, db):
 
 async def test_key_concurrency_holds_across_replicas_under_concurrent_leases(a, b, db):
     await configure(a, key_concurrency=2)
-    # Jobs without a key first: they are taken from the front of the queue only (app/jobs/flow.py).
+    # Jobs without a key first: they are taken from the front of the queue only (app/service/flow.py).
     await enqueue(a, [{}] * 5 + [{"key": f"k{i % 10}"} for i in range(100)])
     leases = [lease(http, 3) for http in (a, b) for _ in range(20)]
     leased = [job for jobs in await asyncio.gather(*leases) for job in jobs]
@@ -511,9 +511,9 @@ def test_the_front_and_the_walk_lock_a_key_alike():
     """A claim from the front (jobq.lease_flow_front(), its statements frozen in alembic 0021) and a walk
     of the keys (FLOW_KEYS) exclude each other only if they take the same lock for a key: a change to one
     lock and not the other would let both lease the same key's jobs at once."""
-    from app.queries import _KEY_LOCK
+    from app.db.queries import _KEY_LOCK
 
-    revision = importlib.import_module("app.alembic.versions.0021_lease_flow_front")
+    revision = importlib.import_module("app.db.alembic.versions.0021_lease_flow_front")
     assert _KEY_LOCK.format(key="key") in " ".join(revision.FRONT.split())
 
 
@@ -523,7 +523,7 @@ async def test_a_flow_claim_reads_by_index_whatever_the_estimates(name, db):
     statistics from a time the jobs had no keys made it walk the keys by reading and sorting the whole
     table, once per key. Here random_page_cost makes every index read look dear; the claim's settings
     (FLOW_PLANS) still read every table by index."""
-    from app.jobs.flow import FLOW_PLANS
+    from app.service.flow import FLOW_PLANS
 
     await db.execute("INSERT INTO jobq.queues (name, key_concurrency, flow) VALUES ('q', 2, true)")
     await db.execute(
@@ -556,7 +556,7 @@ async def test_a_claim_that_fails_rolls_back_and_frees_its_keys(database_url, db
     claim leases."""
     from helpers import open_database
 
-    from app.jobs import flow
+    from app.service import flow
 
     await db.execute("INSERT INTO jobq.queues (name, key_concurrency, flow) VALUES ('q', 1, true)")
     await db.execute("INSERT INTO jobq.jobs (queue, key, payload) VALUES ('q', 'a', '1'), ('q', 'b', '2')")

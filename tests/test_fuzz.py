@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from pydantic import TypeAdapter
 from schemathesis.checks import allow_header_conformance, positive_data_acceptance, unsupported_method
 
-from app.schemas import RunAt
+from app.http.schemas import RunAt
 
 ROOT = Path(__file__).resolve().parent.parent
 schema = schemathesis.openapi.from_path(ROOT / "openapi.json")
@@ -51,7 +51,7 @@ def fuzz_service(server_dsn, template_db):
 
 
 def _run_ats_in_range(body) -> bool:
-    """Whether every run_at of an enqueue body that has any is one the service takes (app/schemas.py)."""
+    """Whether every run_at of an enqueue body that has any is one the service takes (app/http/schemas.py)."""
     jobs = body.get("jobs") if isinstance(body, dict) else None
     for job in jobs if isinstance(jobs, list) else [body]:
         run_at = job.get("run_at") if isinstance(job, dict) else None

@@ -1,5 +1,5 @@
 """Finished jobs leave jobq.jobs for jobq.jobs_history, partitioned by day of purge_after, and retention
-drops whole partitions (app/jobs/history.py): on a real database, through the service layer."""
+drops whole partitions (app/service/history.py): on a real database, through the service layer."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import pytest
 from helpers import open_database
 from test_jobs import ack, enqueue, held, lease, lease_one, nack
 
-from app import jobs
-from app import queries as q
-from app.db import Database, pool_options
-from app.errors import NotFound
-from app.jobs import history
-from app.migrations import downgrade, upgrade
+from app import service
+from app.core.errors import NotFound
+from app.db import queries as q
+from app.db.migrations import downgrade, upgrade
+from app.db.pool import Database, pool_options
+from app.service import history
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -67,12 +67,12 @@ async def finished_rows(db: asyncpg.Connection, n: int, purge_after: str, queue:
 
 
 async def test_finished_jobs_leave_jobs_for_jobs_history_in_the_same_statement(database, db):
-    await jobs.configure_queue(database, "hourly", jobs.QueueSettings(retention=3600))
+    await service.configure_queue(database, "hourly", service.QueueSettings(retention=3600))
     done = await enqueue(database, "hourly")
     leased = await lease_one(database, "hourly")
-    await ack(database, jobs.Ack(leased["id"], leased["lease_token"], result={"n": 1}))
+    await ack(database, service.Ack(leased["id"], leased["lease_token"], result={"n": 1}))
     cancelled = await enqueue(database, "hourly")
-    await jobs.cancel(database, cancelled["id"])
+    await service.cancel(database, cancelled["id"])
     dead = await enqueue(database, "hourly", max_attempts=1)
     await nack(database, await lease_one(database, "hourly"), error="boom")
     pending = await enqueue(database, "hourly")
@@ -85,29 +85,30 @@ async def test_finished_jobs_leave_jobs_for_jobs_history_in_the_same_statement(d
     ]
     # Every job is found wherever it is, the result with its job.
     got = {
-        i: await jobs.get_job(database, i) for i in (done["id"], cancelled["id"], dead["id"], pending["id"])
+        i: await service.get_job(database, i)
+        for i in (done["id"], cancelled["id"], dead["id"], pending["id"])
     }
     assert [got[i]["status"] for i in got] == ["completed", "cancelled", "dead", "pending"]
     assert orjson.dumps(got[done["id"]]["result"]) == b'{"n": 1}'
     # A second ack of the same lease is answered from jobs_history, and changes nothing.
     assert (await ack(database, held(leased)))["id"] == done["id"]
-    assert orjson.dumps((await jobs.get_job(database, done["id"]))["result"]) == b'{"n": 1}'
+    assert orjson.dumps((await service.get_job(database, done["id"]))["result"]) == b'{"n": 1}'
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs_history") == 2
 
 
 async def test_a_job_is_gone_at_its_purge_after_before_its_partition_is(database, db):
-    await jobs.configure_queue(database, "brief", jobs.QueueSettings(retention=0))
+    await service.configure_queue(database, "brief", service.QueueSettings(retention=0))
     job = await enqueue(database, "brief")
     await ack(database, held(await lease_one(database, "brief")))
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs_history WHERE id = $1", job["id"]) == 1
     with pytest.raises(NotFound):
-        await jobs.get_job(database, job["id"])
+        await service.get_job(database, job["id"])
     assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
 async def test_the_partitions_each_retention_needs_are_made_a_day_ahead(database, db):
-    await jobs.configure_queue(database, "weekly", jobs.QueueSettings(retention=7 * 86400))
-    await jobs.configure_queue(database, "daily", jobs.QueueSettings(retention=86400))
+    await service.configure_queue(database, "weekly", service.QueueSettings(retention=7 * 86400))
+    await service.configure_queue(database, "daily", service.QueueSettings(retention=86400))
     now = await db.fetchval("SELECT now() AT TIME ZONE 'UTC'")
     expected = {
         (now + timedelta(seconds=seconds, days=ahead)).date()
@@ -164,7 +165,7 @@ async def test_a_drop_that_cannot_get_its_lock_gives_way_and_goes_next_round(dat
         # Acks go on meanwhile: the drop waits behind the reader no longer than its lock timeout.
         job = await enqueue(database)
         await ack(database, held(await lease_one(database)))
-        assert (await jobs.get_job(database, job["id"]))["status"] == "completed"
+        assert (await service.get_job(database, job["id"]))["status"] == "completed"
     assert (await history.keep_history(database)).dropped == [yesterday]
 
 
@@ -180,7 +181,7 @@ async def test_a_job_no_partition_takes_waits_in_the_default_partition_and_moves
 ):
     await history.keep_history(database)
     # A queue's retention just changed to a month: its jobs have no partition until the next round.
-    await jobs.configure_queue(database, "monthly", jobs.QueueSettings(retention=30 * 86400))
+    await service.configure_queue(database, "monthly", service.QueueSettings(retention=30 * 86400))
     job = await enqueue(database, "monthly")
     await ack(database, held(await lease_one(database, "monthly")))
     assert await where(db, job["id"]) == ("jobq.jobs_history_default", "completed")
@@ -188,7 +189,7 @@ async def test_a_job_no_partition_takes_waits_in_the_default_partition_and_moves
     assert len(kept.made) == 2
     table, status = await where(db, job["id"]) or ("", "")
     assert table.startswith("jobq.jobs_history_p") and status == "completed"
-    assert (await jobs.get_job(database, job["id"]))["status"] == "completed"
+    assert (await service.get_job(database, job["id"]))["status"] == "completed"
 
 
 async def test_the_default_partitions_rows_past_purge_after_are_deleted(database, db):
@@ -280,7 +281,7 @@ async def test_0016_leaves_finished_jobs_where_they_are_and_takes_them_back_goin
 
 
 async def test_jit_is_off_on_the_services_connections(database_url):
-    """The first executions of a job list among millions of finished jobs would be compiled (app/db.py).
+    """The first executions of a job list among millions of finished jobs would be compiled (app/db/pool.py).
     On PostgreSQL itself, that is; through a pooler the server's setting applies (tests/test_pooler.py)."""
     conn = await asyncpg.connect(database_url, **pool_options(Settings(database_url=database_url)))
     try:
@@ -298,7 +299,7 @@ async def test_acks_routed_to_the_default_partition_meanwhile_survive_its_days_p
     for n in range(rounds):
         day = queue_day + timedelta(days=n)
         seconds = await db.fetchval(f"SELECT extract(epoch FROM '{day} 12:00:00+00'::timestamptz - now())")
-        await jobs.configure_queue(database, f"r{n}", jobs.QueueSettings(retention=seconds))
+        await service.configure_queue(database, f"r{n}", service.QueueSettings(retention=seconds))
         for _ in range(60):
             await enqueue(database, f"r{n}")
         stop = asyncio.Event()
@@ -325,7 +326,7 @@ async def test_a_job_stays_in_sight_while_its_days_partition_is_made(database, d
     partitions before the attach committed and its snapshot after, so it saw the row gone from the
     default partition and did not look in the new one.)"""
     await history.keep_history(database)
-    await jobs.configure_queue(database, "monthly", jobs.QueueSettings(retention=30 * 86400))
+    await service.configure_queue(database, "monthly", service.QueueSettings(retention=30 * 86400))
     job = await enqueue(database, "monthly")
     await ack(database, held(await lease_one(database, "monthly")))
     assert await where(db, job["id"]) == ("jobq.jobs_history_default", "completed")
@@ -341,7 +342,7 @@ async def test_a_job_stays_in_sight_while_its_days_partition_is_made(database, d
             await reader.close()
 
     async def get() -> str:
-        return (await jobs.get_job(database, job["id"]))["status"]
+        return (await service.get_job(database, job["id"]))["status"]
 
     maker = await asyncpg.connect(database_url)
     try:

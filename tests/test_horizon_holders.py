@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service_process import free_port
 from waiting import until
 
-from app import migrations
+from app.db import migrations
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

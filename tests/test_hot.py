@@ -1,4 +1,4 @@
-"""Hot routes (app/hot.py): the worker and producer POSTs, answered outside FastAPI's routing.
+"""Hot routes (app/http/fastpath/hot.py): the worker and producer POSTs, answered outside FastAPI's routing.
 
 A body sent as `application/json` takes the hot path; the same body sent as another JSON media type
 (`application/x-test+json`, which FastAPI reads as JSON too) goes through FastAPI. Both must answer alike,
@@ -10,8 +10,8 @@ import json
 import httpx
 import pytest
 
-from app.hot import hot_routes
-from app.routers import operators, producers, workers
+from app.http.fastpath.hot import hot_routes
+from app.http.routers import operators, producers, workers
 
 pytestmark = pytest.mark.anyio
 
@@ -108,8 +108,8 @@ async def test_a_body_the_hot_parser_refuses_is_still_taken(client, db):
 
 
 async def test_enqueue_bodies_are_read_fast_and_their_payloads_kept_as_sent(client, db):
-    """POST /jobs and /jobs/batch are read by app/fast_bodies.py: each payload stays the JSON text it came
-    in, which the answer echoes, while PostgreSQL stores the same value as the model's way stores."""
+    """POST /jobs and /jobs/batch are read by app/http/fastpath/bodies.py: each payload stays the JSON text it
+    came in, which the answer echoes, while PostgreSQL stores the same value as the model's way stores."""
     spaced = b'{"queue": "q", "payload": {"a":  [1,  2.50]}}'
     hot = await client.post("/jobs", content=spaced, headers=HOT)
     routed = await client.post("/jobs", content=spaced, headers=ROUTED)
@@ -176,8 +176,8 @@ async def read_both_ways(http: httpx.AsyncClient, job_id: int | str, wait: str |
 
 
 async def test_job_reads_agree(start_service):
-    """`GET /jobs/{id}` is hot (app/hot.py), with or without `wait`: the same answers as FastAPI's, for
-    jobs, unknown jobs, every role and a token limited to other queues."""
+    """`GET /jobs/{id}` is hot (app/http/fastpath/hot.py), with or without `wait`: the same answers as
+    FastAPI's, for jobs, unknown jobs, every role and a token limited to other queues."""
     service = start_service(tokens={"a": "admin", "w": "worker", "s": {"role": "viewer", "queues": ["mine"]}})
     admin = {"authorization": "Bearer a"}
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:

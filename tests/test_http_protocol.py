@@ -1,5 +1,5 @@
-"""The HTTP protocol `jobq serve` runs (app/http_protocol.py): an answer's head and body in one write,
-a head whose body comes later still sent at once, nothing held back when the connection closes."""
+"""The HTTP protocol `jobq serve` runs (app/http/fastpath/transport.py): an answer's head and body in one
+write, a head whose body comes later still sent at once, nothing held back when the connection closes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from app.http_protocol import CoalescingHttpToolsProtocol, CoalescingTransport
+from app.http.fastpath.transport import CoalescingHttpToolsProtocol, CoalescingTransport
 
 
 class RecordingTransport(asyncio.Transport):

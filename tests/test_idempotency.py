@@ -1,5 +1,5 @@
 """Enqueue at most once through retries: the `Idempotency-Key` header of `POST /jobs` and `/jobs/batch`
-(app/jobs/idempotency.py, the `idempotency_keys` table), and the Python client's retries, which send one
+(app/service/idempotency.py, the `idempotency_keys` table), and the Python client's retries, which send one
 key per call and may therefore retry an enqueue after a lost answer or a 503.
 
 Lost answers are made for real: `LossyProxy` forwards a request to a live service, waits for the whole
@@ -19,9 +19,9 @@ from sent import recording
 from typer.testing import CliRunner
 from waiting import until
 
-from app import jobs
-from app.jobs.idempotency import keyed
-from app.queries import QUEUE_LOCK_CLASS
+from app import service
+from app.db.queries import QUEUE_LOCK_CLASS
+from app.service.idempotency import keyed
 from jobq import AsyncClient, RetryPolicy, Unavailable
 from jobq.cli import cli
 
@@ -116,8 +116,8 @@ async def test_kind_is_part_of_the_request(client, db):
 def test_a_request_without_kind_hashes_as_before_kind_existed():
     """So the retry of a keyed request finds its first try's key whichever build answered either: an
     older replica during a rolling upgrade, or this one."""
-    once = jobs.Once("", "k", "/jobs")
-    request = jobs.NewJob("mail", {"to": "ada"}, priority=2, max_attempts=3, dedup_key="d")
+    once = service.Once("", "k", "/jobs")
+    request = service.NewJob("mail", {"to": "ada"}, priority=2, max_attempts=3, dedup_key="d")
     payload = '{"to":"ada"}'
     before = hashlib.sha256(orjson.dumps(["/jobs", [["mail", payload, 2, None, None, 3, "d"]]])).digest()
     assert keyed([request], [payload], once).digest == before
@@ -171,7 +171,7 @@ async def test_concurrent_requests_with_one_key_insert_once(client, db):
 
 
 # Park every enqueue into "mail" before it inserts anything: the queue's lock held exclusively, as SQS
-# DeleteQueue takes it (app/queries.py, QUEUE_LOCK_CLASS), so each enqueue statement waits at its start.
+# DeleteQueue takes it (app/db/queries.py, QUEUE_LOCK_CLASS), so each enqueue statement waits at its start.
 # Counted by their wait event, which pg_stat_activity reads live (its other columns are a snapshot taken
 # once per transaction).
 PARK = f"SELECT pg_advisory_xact_lock({QUEUE_LOCK_CLASS}, hashtext('mail'))"
@@ -256,7 +256,7 @@ async def test_pruning_goes_in_bounded_batches(database_url, db):
     async with open_database(database_url, pool_max_size=1, prune_batch=1000) as database:
         async with database.acquire() as conn:  # the pool's one connection
             conn.add_query_logger(lambda record: statements.append(record.query))
-        assert await jobs.prune_idempotency_keys(database) == 2500
+        assert await service.prune_idempotency_keys(database) == 2500
     assert len([s for s in statements if "idempotency_keys" in s]) == 3  # 1000, 1000, 500
     assert await db.fetchval("SELECT array_agg(key) FROM jobq.idempotency_keys") == ["live1"]
 

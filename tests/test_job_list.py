@@ -5,8 +5,8 @@ import json
 import pytest
 from helpers import assert_problem, enqueue, index_columns, lease_one, make_dead, open_database
 
-from app.access import Grant, Role
-from app.jobs import operators
+from app.core.access import Grant, Role
+from app.service import operators
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""The service layer (app/jobs/) called directly, without HTTP or a running service: each operation on a
+"""The service layer (app/service/) called directly, without HTTP or a running service: each operation on a
 real database, its effect checked in jobq.jobs and jobq.queues. What HTTP adds on top (status codes,
 bodies, headers) is tested in test_producers.py, test_workers.py and test_operators.py."""
 
@@ -13,12 +13,12 @@ import asyncpg
 import pytest
 from helpers import count, db_now, open_database, row, status_of
 
-from app import jobs
-from app.db import Database
-from app.errors import Conflict, LeaseLost, NotFound, PayloadTooLarge
-from app.models import DEFAULT_MAX_ATTEMPTS
-from app.tokens import token_text
-from app.wakeups import Wakeups
+from app import service
+from app.core.errors import Conflict, LeaseLost, NotFound, PayloadTooLarge
+from app.core.limits import DEFAULT_MAX_ATTEMPTS
+from app.core.tokens import token_text
+from app.db.pool import Database
+from app.service.wakeups import Wakeups
 
 pytestmark = pytest.mark.anyio
 
@@ -34,17 +34,17 @@ async def database(database_url: str) -> AsyncIterator[Database]:
 # --- the calls, as the routers make them ------------------------------------------------------------
 
 
-async def enqueue(database: Database, queue: str = "q", payload: Any = None, **fields: Any) -> jobs.Row:
-    return await jobs.enqueue(database, jobs.NewJob(queue, payload, **fields))
+async def enqueue(database: Database, queue: str = "q", payload: Any = None, **fields: Any) -> service.Row:
+    return await service.enqueue(database, service.NewJob(queue, payload, **fields))
 
 
 async def lease(
     database: Database, queue: str = "q", max_jobs: int = 1, visibility_timeout: float | None = None
-) -> list[jobs.Row]:
+) -> list[service.Row]:
     """A lease that does not wait (`wait` 0). Its Wakeups are never started: a lease that does not wait
     only asks them whether the service is closing."""
     wakeups = Wakeups(database.settings.database_url or "")
-    return await jobs.lease(
+    return await service.lease(
         database,
         wakeups,
         queue=queue,
@@ -57,22 +57,22 @@ async def lease(
 
 async def lease_one(
     database: Database, queue: str = "q", visibility_timeout: float | None = None
-) -> jobs.Row:
+) -> service.Row:
     (leased,) = await lease(database, queue, visibility_timeout=visibility_timeout)
     return leased
 
 
-def held(job: jobs.Row) -> jobs.JobLease:
-    return jobs.JobLease(job["id"], job["lease_token"])
+def held(job: service.Row) -> service.JobLease:
+    return service.JobLease(job["id"], job["lease_token"])
 
 
-async def ack(database: Database, item: jobs.JobLease) -> jobs.Row:
-    return jobs.single(await jobs.ack(database, item))
+async def ack(database: Database, item: service.JobLease) -> service.Row:
+    return service.single(await service.ack(database, item))
 
 
-async def nack(database: Database, job: jobs.Row, **fields: Any) -> jobs.Row:
+async def nack(database: Database, job: service.Row, **fields: Any) -> service.Row:
     """Nack the lease `job` was leased under (a job as leased, or any {id, lease_token})."""
-    return jobs.single(await jobs.nack(database, jobs.Nack(job["id"], job["lease_token"], **fields)))
+    return service.single(await service.nack(database, service.Nack(job["id"], job["lease_token"], **fields)))
 
 
 async def make_dead(database: Database, queue: str = "q", **fields: Any) -> int:
@@ -103,8 +103,8 @@ async def test_enqueue_inserts_a_pending_job_and_its_queue(database, db):
 
 
 async def test_enqueue_batch_inserts_every_job_in_order(database, db):
-    batch = [jobs.NewJob("q", i) for i in range(3)] + [jobs.NewJob("other", 3, delay=3600)]
-    created = await jobs.enqueue_batch(database, batch)
+    batch = [service.NewJob("q", i) for i in range(3)] + [service.NewJob("other", 3, delay=3600)]
+    created = await service.enqueue_batch(database, batch)
     assert [j["queue"] for j in created] == ["q", "q", "q", "other"]
     assert [j["id"] for j in created] == sorted(j["id"] for j in created)
     assert await count(db, "status = 'pending'") == 4
@@ -114,7 +114,7 @@ async def test_enqueue_batch_inserts_every_job_in_order(database, db):
 async def test_a_batch_with_a_payload_too_large_inserts_nothing(database, db):
     too_large = "x" * (database.settings.max_payload_bytes + 1)
     with pytest.raises(PayloadTooLarge):
-        await jobs.enqueue_batch(database, [jobs.NewJob("q", 1), jobs.NewJob("q", too_large)])
+        await service.enqueue_batch(database, [service.NewJob("q", 1), service.NewJob("q", too_large)])
     assert await count(db) == 0
 
 
@@ -125,7 +125,7 @@ async def test_a_held_dedup_key_answers_with_its_holder(database, db):
     assert await count(db) == 1 and (await row(db, first["id"]))["payload"] == "1"
     other = await enqueue(database, "other", 3, dedup_key="k")  # each queue has its own keys
     assert other["id"] != first["id"] and other["duplicate"] is False
-    batch = await jobs.enqueue_batch(database, [jobs.NewJob("q", 4, dedup_key="k")] * 2)
+    batch = await service.enqueue_batch(database, [service.NewJob("q", 4, dedup_key="k")] * 2)
     assert [(j["id"], j["duplicate"]) for j in batch] == [(first["id"], True)] * 2
     assert await count(db) == 2
 
@@ -155,7 +155,7 @@ async def test_each_lease_is_fenced_with_a_fresh_token(database, db):
     job = await enqueue(database)
     first = await lease_one(database)
     await expire(db, job["id"])
-    assert [(r["id"], r["status"]) for r in await jobs.expire_leases(database)] == [(job["id"], "pending")]
+    assert [(r["id"], r["status"]) for r in await service.expire_leases(database)] == [(job["id"], "pending")]
     second = await lease_one(database)
     assert second["id"] == job["id"] and second["lease_token"] != first["lease_token"]
     assert second["attempts"] == 2
@@ -168,11 +168,11 @@ async def test_each_lease_is_fenced_with_a_fresh_token(database, db):
 
 async def test_a_paused_queue_leases_nothing(database, db):
     job = await enqueue(database)
-    assert (await jobs.set_paused(database, "q", True))["paused"] is True
+    assert (await service.set_paused(database, "q", True))["paused"] is True
     assert await lease(database, max_jobs=10) == []
     assert await status_of(db, job["id"]) == "pending"
     assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is True
-    assert (await jobs.set_paused(database, "q", False))["paused"] is False
+    assert (await service.set_paused(database, "q", False))["paused"] is False
     assert (await lease_one(database))["id"] == job["id"]
 
 
@@ -198,10 +198,10 @@ async def test_an_ack_under_another_token_is_lease_lost(database, db):
     await lease_one(database)
     for token in (str(uuid.uuid4()), "not a token"):
         with pytest.raises(LeaseLost):
-            await ack(database, jobs.JobLease(job["id"], token))
+            await ack(database, service.JobLease(job["id"], token))
     assert await status_of(db, job["id"]) == "running"
     with pytest.raises(NotFound):
-        await ack(database, jobs.JobLease(MISSING_ID, str(uuid.uuid4())))
+        await ack(database, service.JobLease(MISSING_ID, str(uuid.uuid4())))
 
 
 async def test_a_repeated_ack_of_the_same_lease_is_ok(database, db):
@@ -210,7 +210,7 @@ async def test_a_repeated_ack_of_the_same_lease_is_ok(database, db):
     await ack(database, held(leased))
     completed_at = (await row(db, job["id"]))["completed_at"]
     assert await ack(database, held(leased)) == {"id": job["id"], "ok": True}
-    assert (await jobs.ack_batch(database, [held(leased)] * 2)) == [{"id": job["id"], "ok": True}] * 2
+    assert (await service.ack_batch(database, [held(leased)] * 2)) == [{"id": job["id"], "ok": True}] * 2
     assert (await row(db, job["id"]))["completed_at"] == completed_at
 
 
@@ -218,7 +218,7 @@ async def test_a_repeated_ack_of_the_same_lease_is_ok(database, db):
 
 
 async def test_nack_retries_after_the_queue_backoff(database, db):
-    await jobs.configure_queue(database, "q", jobs.QueueSettings(backoff_base=10, backoff_cap=100))
+    await service.configure_queue(database, "q", service.QueueSettings(backoff_base=10, backoff_cap=100))
     job = await enqueue(database)
     leased = await lease_one(database)
     t0 = await db_now(db)
@@ -267,27 +267,27 @@ async def test_extend_moves_the_deadline_of_the_current_lease_only(database, db)
     job = await enqueue(database)
     leased = await lease_one(database, visibility_timeout=30)
     t0 = await db_now(db)
-    extended = await jobs.extend(database, job["id"], leased["lease_token"], 600)
+    extended = await service.extend(database, job["id"], leased["lease_token"], 600)
     t1 = await db_now(db)
     stored = await row(db, job["id"])
     assert extended == {"id": job["id"], "lease_expires_at": stored["lease_expires_at"]}
     assert t0 + timedelta(seconds=600) <= stored["lease_expires_at"] <= t1 + timedelta(seconds=600)
     with pytest.raises(LeaseLost):
-        await jobs.extend(database, job["id"], str(uuid.uuid4()), 600)
+        await service.extend(database, job["id"], str(uuid.uuid4()), 600)
     await ack(database, held(leased))
     with pytest.raises(LeaseLost):  # completed: no lease left to extend
-        await jobs.extend(database, job["id"], leased["lease_token"], 600)
+        await service.extend(database, job["id"], leased["lease_token"], 600)
     with pytest.raises(NotFound):
-        await jobs.extend(database, MISSING_ID, leased["lease_token"], 600)
+        await service.extend(database, MISSING_ID, leased["lease_token"], 600)
 
 
 async def test_release_gives_the_job_back_without_counting_the_attempt(database, db):
     job = await enqueue(database)
     leased = await lease_one(database)
-    assert await jobs.release(database, [held(leased)]) == [{"id": job["id"], "ok": True}]
+    assert await service.release(database, [held(leased)]) == [{"id": job["id"], "ok": True}]
     stored = await row(db, job["id"])
     assert (stored["status"], stored["attempts"], stored["lease_token"]) == ("pending", 0, None)
-    again = await jobs.release(database, [held(leased)])  # that lease is over
+    again = await service.release(database, [held(leased)])  # that lease is over
     assert again == [{"id": job["id"], "ok": False, "code": "lease_lost"}]
     assert (await lease_one(database))["attempts"] == 1
 
@@ -297,7 +297,7 @@ async def test_release_gives_the_job_back_without_counting_the_attempt(database,
 
 async def test_cancel_a_pending_job(database, db):
     job = await enqueue(database, delay=3600)
-    assert (await jobs.cancel(database, job["id"]))["status"] == "cancelled"
+    assert (await service.cancel(database, job["id"]))["status"] == "cancelled"
     stored = await row(db, job["id"])
     assert stored["status"] == "cancelled" and stored["completed_at"] is not None
 
@@ -306,7 +306,7 @@ async def test_cancel_a_pending_job(database, db):
 async def test_cancel_is_a_conflict_unless_the_job_is_pending(database, db, status):
     job = await enqueue(database, max_attempts=1)
     if status == "cancelled":
-        await jobs.cancel(database, job["id"])
+        await service.cancel(database, job["id"])
     else:
         leased = await lease_one(database)
         if status == "completed":
@@ -316,11 +316,11 @@ async def test_cancel_is_a_conflict_unless_the_job_is_pending(database, db, stat
     before = dict(await row(db, job["id"]))
     assert before["status"] == status
     with pytest.raises(Conflict) as refused:
-        await jobs.cancel(database, job["id"])
+        await service.cancel(database, job["id"])
     assert refused.value.extra == {"job_status": status}
     assert dict(await row(db, job["id"])) == before
     with pytest.raises(NotFound):
-        await jobs.cancel(database, MISSING_ID)
+        await service.cancel(database, MISSING_ID)
 
 
 # --- dead jobs ------------------------------------------------------------------------------------
@@ -330,11 +330,11 @@ async def test_dead_jobs_newest_first_a_page_at_a_time(database, db):
     dead = [await make_dead(database, "a") for _ in range(3)]
     elsewhere = await make_dead(database, "b")
     await enqueue(database, "a")  # a pending job is not listed
-    page = await jobs.dead_jobs(database, "a", 2, None)
+    page = await service.dead_jobs(database, "a", 2, None)
     assert [j["id"] for j in page["jobs"]] == [dead[2], dead[1]] and page["next_before_id"] == dead[1]
-    page = await jobs.dead_jobs(database, "a", 2, page["next_before_id"])
+    page = await service.dead_jobs(database, "a", 2, page["next_before_id"])
     assert [j["id"] for j in page["jobs"]] == [dead[0]] and page["next_before_id"] is None
-    every = await jobs.dead_jobs(database, None, 10, None)
+    every = await service.dead_jobs(database, None, 10, None)
     assert [j["id"] for j in every["jobs"]] == [elsewhere, *dead[::-1]]
 
 
@@ -343,23 +343,23 @@ async def test_retry_dead_skips_a_job_whose_dedup_key_is_held(database, db):
     keyed = await make_dead(database, dedup_key="k")
     holder = await enqueue(database, dedup_key="k", delay=3600)
     other_queue = await make_dead(database, "other")
-    assert await jobs.retry_dead(database, None, "q") == {"retried": 1, "skipped": [keyed]}
+    assert await service.retry_dead(database, None, "q") == {"retried": 1, "skipped": [keyed]}
     stored = await row(db, plain)
     assert (stored["status"], stored["attempts"], stored["lease_token"]) == ("pending", 0, None)
     assert [await status_of(db, i) for i in (keyed, holder["id"], other_queue)] == ["dead", "pending", "dead"]
-    assert await jobs.retry_dead(database, [other_queue], None) == {"retried": 1, "skipped": []}
+    assert await service.retry_dead(database, [other_queue], None) == {"retried": 1, "skipped": []}
     assert await status_of(db, other_queue) == "pending"
 
 
 async def test_purge_dead_deletes_a_dead_job_only(database, db):
     dead = await make_dead(database)
     pending = await enqueue(database)
-    assert await jobs.purge_dead(database, dead) == {"id": dead, "purged": True}
+    assert await service.purge_dead(database, dead) == {"id": dead, "purged": True}
     assert await status_of(db, dead) is None
     with pytest.raises(Conflict):
-        await jobs.purge_dead(database, pending["id"])
+        await service.purge_dead(database, pending["id"])
     with pytest.raises(NotFound):
-        await jobs.purge_dead(database, dead)
+        await service.purge_dead(database, dead)
     assert await status_of(db, pending["id"]) == "pending"
 
 
@@ -367,7 +367,7 @@ async def test_purge_dead_deletes_a_dead_job_only(database, db):
 
 
 async def test_configure_queue_creates_it_and_changes_only_what_is_given(database, db):
-    created = await jobs.configure_queue(database, "cfg", jobs.QueueSettings(max_attempts=2))
+    created = await service.configure_queue(database, "cfg", service.QueueSettings(max_attempts=2))
     assert created["queue"] == "cfg" and created["paused"] is False
     assert created["settings"] == {
         "visibility_timeout": 30,
@@ -380,7 +380,7 @@ async def test_configure_queue_creates_it_and_changes_only_what_is_given(databas
         "rate": None,
         "key_rate": None,
     }
-    changed = await jobs.configure_queue(database, "cfg", jobs.QueueSettings(visibility_timeout=5))
+    changed = await service.configure_queue(database, "cfg", service.QueueSettings(visibility_timeout=5))
     assert (changed["settings"]["visibility_timeout"], changed["settings"]["max_attempts"]) == (5, 2)
     stored = await db.fetchrow("SELECT visibility_timeout, max_attempts FROM jobq.queues WHERE name = 'cfg'")
     assert tuple(stored) == (5, 2)
@@ -402,7 +402,7 @@ async def test_expire_leases_returns_expired_jobs_to_pending_or_dead(database, d
     assert first["id"] == retried["id"]
     await expire(db, retried["id"])
     await expire(db, last["id"])
-    changed = await jobs.expire_leases(database)
+    changed = await service.expire_leases(database)
     assert sorted((r["id"], r["status"]) for r in changed) == [
         (retried["id"], "pending"),
         (last["id"], "dead"),
@@ -412,4 +412,4 @@ async def test_expire_leases_returns_expired_jobs_to_pending_or_dead(database, d
     # The late holder may still ack: its work was done.
     await ack(database, held(first))
     assert await status_of(db, retried["id"]) == "completed"
-    assert await jobs.expire_leases(database) == []
+    assert await service.expire_leases(database) == []

@@ -72,11 +72,11 @@ def depth_of(value: object) -> int:
 
 
 def test_nesting_depth_counts_what_the_parser_sees():
-    """app.web.nesting_depth against the depth of the parsed value, on random JSON whose strings hold
+    """app.http.web.nesting_depth against the depth of the parsed value, on random JSON whose strings hold
     brackets, quotes and backslashes, at many limits: over the limit exactly when the value is."""
     import random
 
-    from app.web import nesting_depth
+    from app.http.web import nesting_depth
 
     rng = random.Random(7)
     texts = ["a[{", 'x\\"}', "\\", '\\\\"[', ']]"', "é{", "\n[", ""]

@@ -1,5 +1,5 @@
-"""The access log: one JSON line per request on `jobq.access` (app/access_log.py), in process and from
-`jobq serve`, whose uvicorn access lines it replaces."""
+"""The access log: one JSON line per request on `jobq.access` (app/http/middleware/access_log.py), in process
+and from `jobq serve`, whose uvicorn access lines it replaces."""
 
 import asyncio
 import json
@@ -13,7 +13,7 @@ import httpx
 import pytest
 from service_process import JOBQ, free_port, jobq_env
 
-from app.access_log import JSONFormatter
+from app.http.middleware.access_log import JSONFormatter
 
 pytestmark = pytest.mark.anyio
 

@@ -3,7 +3,7 @@
 import pytest
 from helpers import open_database
 
-from app.maintenance import needs_vacuum, vacuum_if_needed
+from app.service.loops.vacuum import needs_vacuum, vacuum_if_needed
 
 pytestmark = pytest.mark.anyio
 

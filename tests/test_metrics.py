@@ -1,5 +1,5 @@
 """GET /metrics: per-queue job counters, database gauges refreshed in the background, latency histograms
-(app/metrics.py), against a live service and its database."""
+(app/telemetry/metrics.py), against a live service and its database."""
 
 import asyncio
 import json
@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import until
 
-from app.metrics import DatabaseHealth
+from app.telemetry.metrics import DatabaseHealth
 from app.ui import pages
 
 pytestmark = pytest.mark.anyio
@@ -423,7 +423,7 @@ def plan_nodes(plan: dict) -> list[dict]:
 async def test_gauge_query_reads_no_finished_jobs(db):
     """Every replica reads the gauges every few seconds: with many completed jobs kept, the query walks
     the partial indexes of waiting, running and dead jobs, never the whole table."""
-    from app.queries import QUEUE_GAUGES
+    from app.db.queries import QUEUE_GAUGES
 
     await db.execute("INSERT INTO jobq.queues (name) VALUES ('q')")
     await db.execute(

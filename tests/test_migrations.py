@@ -3,7 +3,7 @@ service's statements, and old code on a newer schema (rolling upgrades and rollb
 
 A second "build" is this build's revisions copied into a temporary versions directory plus test-only
 revisions on top of today's head (computed, so a revision landing meanwhile changes nothing here), run
-through the same app/alembic/env.py. The real app, this build, then faces the schema that build left.
+through the same app/db/alembic/env.py. The real app, this build, then faces the schema that build left.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from helpers import assert_problem, index_columns
 from service_process import JOBQ, jobq_env
 from waiting import until
 
-from app import migrations
-from app.deps import Unready
+from app.db import migrations
+from app.http.deps import Unready
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +53,7 @@ def revision(rev: str, down: str, compatible_from: str, upgrade: str, downgrade:
     def body(code: str) -> str:
         return textwrap.indent(textwrap.dedent(code).strip(), "    ")
 
-    uses = "from app.migrations import lock_tables\n" if "lock_tables" in upgrade + downgrade else ""
+    uses = "from app.db.migrations import lock_tables\n" if "lock_tables" in upgrade + downgrade else ""
     return (
         f'"""test-only revision {rev}"""\n'
         f"from alembic import op\n{uses}\n"
@@ -712,9 +712,9 @@ RETURNING id
 
 
 async def make_partition(db, day) -> None:
-    """`day`'s partition of jobs_history, made as the service makes it (app/jobs/history.py: a table of
+    """`day`'s partition of jobs_history, made as the service makes it (app/service/history.py: a table of
     its own, then attached), which is how a partition takes its parent's keys and indexes."""
-    from app.jobs import history
+    from app.service import history
 
     async with db.transaction():
         for statement in history._make(day):
@@ -724,7 +724,7 @@ async def make_partition(db, day) -> None:
 async def test_0019_keys_the_history_by_queue_without_a_rebuild_under_lock_and_goes_back(database_url, db):
     from datetime import UTC, datetime, timedelta
 
-    from app.jobs import history
+    from app.service import history
 
     await asyncio.to_thread(migrations.downgrade, database_url, "0018")
     today = datetime.now(UTC).date()

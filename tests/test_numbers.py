@@ -8,7 +8,7 @@ digits before the decimal point or 16,383 after) is refused. So is a value that 
 out longer than the limit that applies to it (the payload's, the result's), however short it was sent:
 1e131071 is 8 characters sent and 131,072 written out, on every read and every lease.
 
-Each body goes every way it can be read: app/fast_bodies.py's reader (`fast`), the model on the hot
+Each body goes every way it can be read: app/http/fastpath/bodies.py's reader (`fast`), the model on the hot
 dispatcher (`model`: the same body with something the fast reader leaves to the model, or an ack's
 result, which only the model reads) and FastAPI's routing (`routed`). What is stored is read back from
 the database and through the API.
@@ -29,7 +29,7 @@ import httpx
 import pytest
 from helpers import lease_one
 
-from app.jsontext import fits_jsonb, written_length
+from app.core.jsontext import fits_jsonb, written_length
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""The OpenAPI document as code generators read it (app/openapi.py): short operation ids, error bodies
+"""The OpenAPI document as code generators read it (app/http/openapi.py): short operation ids, error bodies
 typed under the media type the service sends, the roles each operation takes, a description on every
 operation and property. tests/test_generated_clients.py turns it into clients and runs them."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_scopes import DECISIONS, OPEN
 
-from app import errors
-from app.problems import _HTTP_CODES, PROBLEM_JSON, ProblemCode
+from app.core import errors
+from app.http.problems import _HTTP_CODES, PROBLEM_JSON, ProblemCode
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = json.loads((ROOT / "openapi.json").read_text())

@@ -1,6 +1,6 @@
 """Requests a browser was made to send by a page of another site (cross-site request forgery), and
-requests naming a host this service is not (DNS rebinding): refused by app/origin.py before any route
-runs, over HTTP against a live service, every effect checked in the database."""
+requests naming a host this service is not (DNS rebinding): refused by app/http/middleware/origin.py before
+any route runs, over HTTP against a live service, every effect checked in the database."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from app import migrations
-from app.deps import Unready
+from app.db import migrations
+from app.http.deps import Unready
 
 
 def _restart(server) -> None:
@@ -84,7 +84,7 @@ async def test_a_transaction_postgresql_rolls_back_is_503_nothing_done():
     import asyncpg
     from starlette.requests import Request
 
-    from app import problems
+    from app.http import problems
 
     request = Request({"type": "http", "method": "POST", "path": "/nack", "headers": []})
     for exc in (asyncpg.DeadlockDetectedError("deadlock detected"), asyncpg.SerializationError("x")):

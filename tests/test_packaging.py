@@ -25,7 +25,7 @@ import httpx
 import pytest
 from service_process import free_port
 
-from app import migrations
+from app.db import migrations
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from app import maintenance
-from app.db import PooledConnection, pool_options
+from app.db.pool import PooledConnection, pool_options
+from app.service.loops import vacuum as maintenance
 from app.settings import Settings
 from tests.helpers import ADVISORY_LOCKS_HERE, open_database
 from tests.pgbouncer import through_pooler

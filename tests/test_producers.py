@@ -335,7 +335,7 @@ async def test_batch_in_request_order(client, db):
 
 
 async def test_batch_answer_is_each_job_as_get_shows_it(client, db):
-    """A batch's answer is written from a template per shape of job (app/jobs/inserts.py NewJobs): each
+    """A batch's answer is written from a template per shape of job (app/service/inserts.py NewJobs): each
     job in it must read exactly as GET /jobs/{id} shows the job, whatever its fields."""
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     items = [
@@ -544,7 +544,8 @@ async def test_malformed_json_body(client, db, raw):
 )
 async def test_a_body_that_is_not_json_says_why(client, db, raw, content_type, detail):
     """In words a sender can act on: where the text stops being JSON (line and column, not an offset shown
-    as a field), and why; too deep; not sent as JSON at all. Both ways in (app/hot.py), one wording."""
+    as a field), and why; too deep; not sent as JSON at all. Both ways in (app/http/fastpath/hot.py), one
+    wording."""
     for path, body in (("/jobs", raw), ("/lease", raw.replace(b'"payload"', b'"max_jobs"'))):
         r = await client.post(path, content=body, headers={"content-type": content_type})
         assert_problem(r, 422, "validation_error")

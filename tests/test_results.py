@@ -14,8 +14,8 @@ import httpx
 import pytest
 from helpers import assert_problem, enqueue, lease, lease_one, open_database, row
 
-from app import jobs
-from app.tokens import token_text
+from app import service
+from app.core.tokens import token_text
 
 pytestmark = pytest.mark.anyio
 
@@ -97,7 +97,7 @@ async def test_a_late_ack_after_expiry_keeps_its_result(client, db):
 async def test_concurrent_acks_sharing_a_statement_keep_each_its_own_result(client, db):
     ids = [(await enqueue(client, payload=n))["id"] for n in range(40)]
     leased = await lease(client, max_jobs=40)
-    # Half with a result, half without, all at once: they share ACK statements (app/coalesce.py).
+    # Half with a result, half without, all at once: they share ACK statements (app/service/coalesce.py).
     answers = await asyncio.gather(
         *(
             client.post("/ack", json=held(j, result={"n": j["payload"]} if j["payload"] % 2 else None))
@@ -283,5 +283,5 @@ async def test_results_go_with_their_jobs_at_retention(client, db, database_url)
     )
     assert (await client.get(f"/jobs/{job['id']}")).status_code == 404
     async with open_database(database_url) as database:
-        assert (await jobs.keep_history(database)).pruned == 1
+        assert (await service.keep_history(database)).pruned == 1
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs_history WHERE id = $1", job["id"]) == 0

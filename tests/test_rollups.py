@@ -1,4 +1,4 @@
-"""Rollups for the dashboard's charts (app/jobs/rollups.py): what every replica counts, added to the
+"""Rollups for the dashboard's charts (app/service/rollups.py): what every replica counts, added to the
 minute's rows each metrics interval, and on the way out; drawn on the queue's page."""
 
 import re

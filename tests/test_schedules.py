@@ -14,9 +14,9 @@ from helpers import assert_problem, open_database
 from service_process import JOBQ, jobq_env
 from waiting import until
 
-from app.cron import Cron, CronError
-from app.jobs import schedules
-from app.scheduler import Scheduler
+from app.core.cron import Cron, CronError
+from app.service import schedules
+from app.service.loops.scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
 
@@ -395,7 +395,7 @@ async def test_schedules_declared_in_a_file_at_start(start_service, db, tmp_path
     ],
 )
 def test_a_bad_schedules_file_stops_the_start_saying_why(tmp_path, text, words):
-    from app.scheduler import declared
+    from app.service.loops.scheduler import declared
 
     path = tmp_path / "schedules.toml"
     path.write_text(text)

@@ -9,9 +9,9 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from app import migrations, queries
+from app.db import migrations, queries
+from app.db.tables import metadata
 from app.main import create_app
-from app.models import metadata
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def test_migrations_match_models(fresh_database):
             connection,
             opts={
                 "include_schemas": True,
-                # jobs_history's partitions are the service's (app/jobs/history.py), not the models'.
+                # jobs_history's partitions are the service's (app/service/history.py), not the models'.
                 "include_name": lambda name, type_, parent: (
                     name == "jobq" if type_ == "schema" else not (name or "").startswith("jobs_history_")
                 ),

@@ -326,7 +326,7 @@ async def test_dashboard_of_a_scoped_token_shows_its_queues(scoped):
 
 
 def test_token_forms(tmp_path, monkeypatch):
-    from app.access import Role, Tokens
+    from app.core.access import Role, Tokens
 
     path = tmp_path / "tokens"
     path.write_text("# roles token queues\nadmin file-admin\nproducer,worker file-celery celery-*,emails\n")
@@ -379,7 +379,7 @@ def test_bad_tokens_are_refused_at_start_up_without_showing_them(tokens, message
 
 
 def test_bad_credentials_and_token_file_lines_are_refused(tmp_path):
-    from app.access import Tokens
+    from app.core.access import Tokens
 
     with pytest.raises(ValidationError) as exc:
         Settings(
@@ -401,7 +401,7 @@ def test_bad_credentials_and_token_file_lines_are_refused(tmp_path):
 
 
 def test_patterns_match_like_globs_and_are_cached():
-    from app.access import Grant, Role
+    from app.core.access import Grant, Role
 
     grant = Grant({Role.WORKER}, ["celery-*", "a_b.?"])
     assert grant.admits("celery-") and grant.admits("celery-tasks") and grant.admits("a_b.1")

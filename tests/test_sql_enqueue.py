@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from app.migrations import downgrade, upgrade
+from app.db.migrations import downgrade, upgrade
 
 pytestmark = pytest.mark.anyio
 

@@ -298,7 +298,7 @@ async def test_signed_query_requests(start_service, query_model, db):
 
 async def test_a_form_another_site_makes_a_browser_post_is_refused(service, db):
     """A form is what any web page can make a browser send (no preflight): the Query protocol must not
-    open the SQS API to cross-site request forgery (app/origin.py)."""
+    open the SQS API to cross-site request forgery (app/http/middleware/origin.py)."""
     async with httpx.AsyncClient(base_url=service.url) as http:
         forged = await http.post(
             "/",

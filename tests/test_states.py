@@ -1,12 +1,11 @@
 """The job state machine, table-driven: every statement that changes a job's status, run against a job in
-every status on a real database, lands where the table at the head of app/queries.py says, and no other
+every status on a real database, lands where the table at the head of app/db/queries.py says, and no other
 statement changes a status.
 
 ``MOVES`` is the table in data: for each statement (and variant), the statuses it moves a job out of and
 where to (GONE: the row is deleted); a status it does not list, it must leave alone. A statement added to
-app/queries.py that writes a status fails ``test_every_status_change_is_in_the_table`` until it is here, and
-the module's header table must say the same as ``MOVES``.
-"""
+app/db/queries.py that writes a status fails ``test_every_status_change_is_in_the_table`` until it is here,
+and the module's header table must say the same as ``MOVES``."""
 
 from __future__ import annotations
 
@@ -21,9 +20,10 @@ import asyncpg
 import pytest
 from helpers import front_claim_statements
 
-from app import queries as q
-from app.models import MAX_JOB_ID, JobStatus
-from app.sqs import queries as sqs_queries
+from app.core.limits import MAX_JOB_ID
+from app.core.states import JobStatus
+from app.db import queries as q
+from app.db import sqs_queries as sqs_queries
 
 pytestmark = pytest.mark.anyio
 
@@ -316,7 +316,7 @@ def test_every_status_change_is_in_the_table():
         query.name for name, query in defined(q).items() if name in ENQUEUES
     }
     assert changing == tabled - {q.EXTEND.name, q.RUN_NOW.name, q.RETURN_DEAD_LETTERS.name}
-    # ...and none outside app/queries.py.
+    # ...and none outside app/db/queries.py.
     assert not [
         name
         for name, query in defined(sqs_queries).items()
@@ -338,7 +338,7 @@ def test_every_status_written_in_the_sql_is_a_job_status():
 
 
 def header_table() -> dict[JobStatus, tuple[set[str], set[str]]]:
-    """The header of app/queries.py: status -> (led in by, led out by), notes in parentheses dropped."""
+    """The header of app/db/queries.py: status -> (led in by, led out by), notes in parentheses dropped."""
     lines = q.__doc__.splitlines()
     rules = [i for i, line in enumerate(lines) if line.startswith("=========")]
     widths = [len(column) for column in lines[rules[0]].split("  ")]

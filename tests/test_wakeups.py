@@ -9,8 +9,8 @@ import pytest
 from helpers import assert_problem
 from waiting import until
 
-from app.queries import CHANNEL
-from app.wakeups import Wakeups
+from app.db.queries import CHANNEL
+from app.service.wakeups import Wakeups
 
 pytestmark = pytest.mark.anyio
 
@@ -207,8 +207,9 @@ async def _hang_up(writers) -> None:
         await writer.wait_closed()
 
 
-# A long-poll with `Content-Type: application/json` is answered by app/hot.py; one with another JSON type
-# goes through FastAPI's routing. Both call the same endpoint, and both must notice the client going.
+# A long-poll with `Content-Type: application/json` is answered by app/http/fastpath/hot.py; one with another
+# JSON type goes through FastAPI's routing. Both call the same endpoint, and both must notice the client
+# going.
 ROUTES = {
     "hot": {"Content-Type": "application/json"},
     "routed": {"Content-Type": "application/vnd.jobq+json"},

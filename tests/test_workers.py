@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import pytest
 from helpers import assert_problem, db_now, enqueue, lease, lease_one, row
 
-from app.tokens import token_text
+from app.core.tokens import token_text
 
 pytestmark = pytest.mark.anyio
 
@@ -244,7 +244,7 @@ async def test_ack_with_wrong_token_is_lease_lost(client, db, token):
 
 
 async def test_a_token_names_its_queue_and_a_bare_uuid_as_issued_before_still_serves(client, db):
-    # Tokens carry the job's queue (app/tokens.py); one with the right UUID and another queue is not the
+    # Tokens carry the job's queue (app/core/tokens.py); one with the right UUID and another queue is not the
     # lease. The bare UUID, as jobq issued tokens before, still extends, nacks and acks.
     job = await enqueue(client, "emails")
     got = await lease_one(client, "emails")

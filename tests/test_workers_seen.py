@@ -1,5 +1,5 @@
 """GET /workers and the workers page: workers known by the worker_id they lease with, written by each
-replica every metrics interval (app/jobs/workers_seen.py)."""
+replica every metrics interval (app/service/workers_seen.py)."""
 
 import httpx
 import pytest

@@ -4,7 +4,7 @@ Query protocol's ``Action`` (app/sqs/router.py).
 Each action takes the request's ``Context`` and its JSON body (a Query request's is decoded into the
 same), and answers with the JSON body of SQS's answer, or raises ``SqsError``. They live by concept:
 queues (app/sqs/queues.py), messages (app/sqs/messages.py), dead-letter redrive (app/sqs/redrive.py),
-tags and permissions (app/sqs/tags.py), each on jobq's own operations in ``app.jobs``.
+tags and permissions (app/sqs/tags.py), each on jobq's own operations in ``app.service``.
 """
 
 from __future__ import annotations

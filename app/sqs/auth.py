@@ -5,7 +5,7 @@ request must be signed with an access key id of ``JOBQ_AWS_CREDENTIALS``, whose 
 do (``ROLES`` below, as for tokens: producers send, workers receive, delete and change visibility,
 viewers only read, admins do everything; producers and workers may also create queues, since SDKs and
 Celery do it on start; a key with several roles may do what each may). A key limited to queue-name
-patterns (``"queues": ["celery-*"]``, app/access.py) is refused (AccessDenied) any action on a queue
+patterns (``"queues": ["celery-*"]``, app/core/access.py) is refused (AccessDenied) any action on a queue
 outside them, whether named by QueueUrl, QueueName or ARN, and ListQueues shows it its queues only. That
 holds for a queue named inside an attribute too: a RedrivePolicy's dead-letter queue, on CreateQueue and
 SetQueueAttributes alike (app/sqs/queues.py), or a scoped key could have its messages moved into any
@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 from fastapi import Request
 
-from app.access import Grant, Role
+from app.core.access import Grant, Role
 from app.settings import AwsCredential
 from app.sqs.protocol import SqsError, name_from_arn, name_from_url
 

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from app.access import OPEN, Grant
-from app.access_log import note
-from app.db import Database
-from app.sqs import queries as sq
+from app.core.access import OPEN, Grant
+from app.db import sqs_queries as sq
+from app.db.pool import Database
+from app.http.middleware.access_log import note
+from app.service.wakeups import Wakeups
 from app.sqs.protocol import queue_does_not_exist
-from app.wakeups import Wakeups
 
 if TYPE_CHECKING:
     from app.sqs.redrive import MoveTask

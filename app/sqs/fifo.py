@@ -49,15 +49,15 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from app import jobs
-from app import queries as q
-from app.db import Database
-from app.errors import Unavailable
-from app.jobs.background import prune_in_batches
-from app.jobs.rows import Row, as_job
-from app.sqs import queries as sq
+from app import service
+from app.core.errors import Unavailable
+from app.core.tokens import parse_token
+from app.db import queries as q
+from app.db import sqs_queries as sq
+from app.db.pool import Database
+from app.service.rows import Row, as_job
+from app.service.upkeep import prune_in_batches
 from app.sqs.protocol import invalid_parameter
-from app.tokens import parse_token
 
 # SQS's deduplication interval, seconds: of MessageDeduplicationId and of ReceiveRequestAttemptId.
 DEDUPLICATION_INTERVAL = 300.0
@@ -240,7 +240,7 @@ async def keep_receive(db: Database, queue: str, attempt_id: str, leased: list[R
 
 
 async def hand_back(db: Database, leased: list[Row]) -> None:
-    await jobs.release(db, [jobs.JobLease(job["id"], job["lease_token"]) for job in leased])
+    await service.release(db, [service.JobLease(job["id"], job["lease_token"]) for job in leased])
 
 
 async def prune_receive_attempts(db: Database) -> int:

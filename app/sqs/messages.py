@@ -22,15 +22,17 @@ from typing import Any
 import asyncpg
 import orjson
 
-from app import jobs
-from app import queries as q
-from app.access import like
-from app.access_log import note
-from app.errors import Invalid, LeaseLost, NotFound
-from app.jobs.rows import Row
-from app.models import FINISHED, MAX_LEASE_TOKEN
+from app import service
+from app.core.access import like
+from app.core.errors import Invalid, LeaseLost, NotFound
+from app.core.limits import MAX_LEASE_TOKEN
+from app.core.states import FINISHED
+from app.core.tokens import parse_token
+from app.db import queries as q
+from app.db import sqs_queries as sq
+from app.http.middleware.access_log import note
+from app.service.rows import Row
 from app.sqs import fifo as fifo_queues
-from app.sqs import queries as sq
 from app.sqs.attributes import (
     MAX_MESSAGE_BYTES,
     check_message_attributes,
@@ -53,7 +55,6 @@ from app.sqs.protocol import (
     receipt_handle_invalid,
 )
 from app.sqs.trace_context import TRACE_HEADER, SentTrace, sent_trace, trace_header
-from app.tokens import parse_token
 
 # A receipt handle may carry a spelling of a UUID longer than MAX_LEASE_TOKEN (uuid.UUID ignores any
 # number of hyphens); DeleteMessage and a visibility of 0 refuse it as the API would, for the whole request.
@@ -148,7 +149,7 @@ async def _enqueue(
     """Insert messages as jobs, with their attributes (and `keep`, if given) in the same transaction."""
     default_delay = int(kept_attributes(row).get("DelaySeconds", 0))
     new = [
-        jobs.NewJob(
+        service.NewJob(
             queue=name,
             payload=m.body,
             delay=float(m.delay if m.delay is not None else default_delay),
@@ -176,8 +177,8 @@ async def _enqueue(
     # which those apply, takes it.
     small = len(messages) == 1 and 2 * messages[0].size + 2 <= ctx.db.settings.max_payload_bytes
     if small and not with_attributes and keep is None:
-        return [await jobs.enqueue(ctx.db, new[0])]
-    return await jobs.enqueue_batch(
+        return [await service.enqueue(ctx.db, new[0])]
+    return await service.enqueue_batch(
         ctx.db,
         new,
         then=store if with_attributes or keep is not None else None,
@@ -279,7 +280,7 @@ async def _take(
     if attempt is not None:  # the same attempt again: what it received, if still in flight
         leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
     if not leased:
-        leased = await jobs.lease(
+        leased = await service.lease(
             ctx.db,
             ctx.wakeups,
             queue=name,
@@ -353,7 +354,7 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         # Visible again at once, as in SQS: the leases, already past their deadline, are expired now
         # rather than by the next sweep, each receive counted (and a message out of receives dead). The
         # receipt handle still deletes the message until another receive takes it.
-        await jobs.expire_leases(ctx.db)
+        await service.expire_leases(ctx.db)
     async with ctx.db.acquire() as conn:
         extras = {
             r["id"]: r
@@ -448,7 +449,7 @@ async def delete_message(ctx: Context, body: Body) -> Body:
     job_id, token, bare = _handle(body.get("ReceiptHandle"), name)
     if bare and await _elsewhere(ctx, name, [job_id]):
         raise _of_another_queue(body["ReceiptHandle"])
-    (result,) = await jobs.ack_batch(ctx.db, [jobs.JobLease(job_id, _checked_token(token))])
+    (result,) = await service.ack_batch(ctx.db, [service.JobLease(job_id, _checked_token(token))])
     # An unknown job was deleted already (or purged): deleting twice succeeds, as in SQS.
     if not result["ok"] and result["code"] == "lease_lost":
         raise _stale(body["ReceiptHandle"])
@@ -459,13 +460,13 @@ async def delete_message_batch(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     note(queue=name)
     given = entries(body, "Entries")
-    items: list[tuple[str, jobs.JobLease]] = []
+    items: list[tuple[str, service.JobLease]] = []
     refused = []
     bare = []  # entries whose job's queue is still to be checked (_elsewhere)
     for entry in given:
         try:
             job_id, token, unnamed = _handle(entry.get("ReceiptHandle"), name)
-            items.append((entry["Id"], jobs.JobLease(job_id, _checked_token(token))))
+            items.append((entry["Id"], service.JobLease(job_id, _checked_token(token))))
         except SqsError as error:
             refused.append(failed(entry["Id"], error))
             continue
@@ -480,7 +481,7 @@ async def delete_message_batch(ctx: Context, body: Body) -> Body:
         items = [(entry_id, item) for entry_id, item in items if item.id not in elsewhere]
     successful = []
     if items:
-        results = await jobs.ack_batch(ctx.db, [item for _, item in items])
+        results = await service.ack_batch(ctx.db, [item for _, item in items])
         for (entry_id, _), result in zip(items, results, strict=True):
             if not result["ok"] and result["code"] == "lease_lost":
                 refused.append(
@@ -543,7 +544,7 @@ async def _change_visibility(ctx: Context, queue: str, handle: Any, timeout: Any
         raise _of_another_queue(handle)
     if timeout > 0:
         try:
-            await jobs.extend(ctx.db, job_id, token, float(timeout))
+            await service.extend(ctx.db, job_id, token, float(timeout))
         except NotFound as exc:
             raise _unavailable(handle) from exc
         except LeaseLost as exc:
@@ -554,7 +555,9 @@ async def _change_visibility(ctx: Context, queue: str, handle: Any, timeout: Any
                 raise _refusal(handle, status) from exc
         return
     # Visible again now: the lease ends like a nack that retries at once (the receive still counts).
-    (result,) = await jobs.nack_batch(ctx.db, [jobs.Nack(job_id, _checked_token(token), retry_after=0.0)])
+    (result,) = await service.nack_batch(
+        ctx.db, [service.Nack(job_id, _checked_token(token), retry_after=0.0)]
+    )
     if not result["ok"]:
         async with ctx.db.acquire() as conn:
             status = await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=None))

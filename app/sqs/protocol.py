@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from app.models import MAX_JOB_ID, QUEUE_NAME_PATTERN
-from app.tokens import parse_token
+from app.core.limits import MAX_JOB_ID, QUEUE_NAME_PATTERN
+from app.core.tokens import parse_token
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 ACCOUNT = "000000000000"  # every queue URL and ARN names this account; jobq has one namespace

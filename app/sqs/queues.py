@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app import jobs
-from app import queries as q
-from app.access_log import note
+from app import service
+from app.db import queries as q
+from app.db import sqs_queries as sq
+from app.http.middleware.access_log import note
 from app.sqs import auth
-from app.sqs import queries as sq
 from app.sqs.attributes import (
     COMPUTED,
     FIFO,
@@ -123,7 +123,7 @@ def _admit_dead_letter_queue(ctx: Context, keep: dict[str, str]) -> None:
 
 
 async def _configure(ctx: Context, name: str, keep: dict[str, str], settings: dict[str, Any]) -> None:
-    await jobs.configure_queue(ctx.db, name, jobs.QueueSettings(**settings))
+    await service.configure_queue(ctx.db, name, service.QueueSettings(**settings))
     removed = [k for k, v in keep.items() if v == ""]
     kept = {k: v for k, v in keep.items() if v != ""}
     async with ctx.db.acquire() as conn:
@@ -192,7 +192,7 @@ async def get_queue_attributes(ctx: Context, body: Body) -> Body:
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
         raise invalid_parameter("AttributeNames must be a list of attribute names.")
     row = await queue_row(ctx, name)
-    stats = await jobs.queue(ctx.db, name)
+    stats = await service.queue(ctx.db, name)
     everything = queue_attributes(row, stats)
     for w in wanted:
         # A standard queue has no FIFO attributes: asking for one by name is an error, as in SQS.

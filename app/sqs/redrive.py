@@ -20,11 +20,11 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from app import jobs
-from app import queries as q
-from app.db import Database
+from app import service
+from app.db import queries as q
+from app.db import sqs_queries as sq
+from app.db.pool import Database
 from app.sqs import auth
-from app.sqs import queries as sq
 from app.sqs.context import Context, queue_row
 from app.sqs.params import Body, integer, string
 from app.sqs.protocol import SqsError, name_from_arn
@@ -71,7 +71,7 @@ async def start_message_move_task(ctx: Context, body: Body) -> Body:
             raise auth.denied_queue(ctx.grant, source)
     moved = 0
     for source in sources:
-        moved += (await jobs.retry_dead(ctx.db, ids=None, queue=source))["retried"]
+        moved += (await service.retry_dead(ctx.db, ids=None, queue=source))["retried"]
     moved += await _return_dead_letters(ctx.db, name_from_arn(source_arn, "SourceArn"), sources)
     task = MoveTask(str(uuid.uuid4()), source_arn, destination_arn, moved, int(time.time() * 1000))
     ctx.move_tasks.append(task)

@@ -24,8 +24,8 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from starlette.requests import ClientDisconnect
 
-from app.access import OPEN, Grant
-from app.errors import (
+from app.core.access import OPEN, Grant
+from app.core.errors import (
     DATABASE_REJECTED_INPUT,
     DATABASE_UNAVAILABLE,
     Invalid,
@@ -33,12 +33,12 @@ from app.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from app.http.web import disconnected, json_values, read_body
 from app.sqs import auth, query
 from app.sqs.actions import ACTIONS
 from app.sqs.attributes import MAX_MESSAGE_BYTES
 from app.sqs.context import Context
 from app.sqs.protocol import ACCOUNT, SqsError, json_answer
-from app.web import disconnected, json_values, read_body
 
 log = logging.getLogger("jobq.sqs")
 T = TypeVar("T")

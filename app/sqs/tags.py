@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from app.access_log import note
-from app.sqs import queries as sq
+from app.db import sqs_queries as sq
+from app.http.middleware.access_log import note
 from app.sqs.context import Context
 from app.sqs.params import Body, string
 from app.sqs.protocol import (

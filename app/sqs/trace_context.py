@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.schemas import trace_context
+from app.http.schemas import trace_context
 from app.sqs.protocol import invalid_parameter
 
 TRACE_HEADER = "AWSTraceHeader"  # the one system attribute a send may give, as in SQS

@@ -18,9 +18,9 @@ from urllib.parse import urlencode
 
 import orjson
 
-from app.jobs.rollups import ROLLUP_ORIGIN, SERIES, SPANS
-from app.metrics import DatabaseHealth, holding_back
-from app.models import JobStatus
+from app.core.states import JobStatus
+from app.service.rollups import ROLLUP_ORIGIN, SERIES, SPANS
+from app.telemetry.metrics import DatabaseHealth, holding_back
 from app.ui.charts import line_chart
 
 PREVIEW_CHARS = 120  # of a payload in the dead-job list
@@ -43,7 +43,7 @@ def url(path: str, **query: object) -> str:
 
 
 # Where a page's header has the Sign out button when the caller came with a session cookie (the router
-# knows; app/routers/ui.py's `html`).
+# knows; app/ui/routes.py's `html`).
 ACCOUNT = "<!-- account -->"
 SIGN_OUT = '<form class="account" method="post" action="/ui/sign-out"><button>Sign out</button></form>'
 

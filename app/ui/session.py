@@ -16,11 +16,10 @@ Deriving it needs every token, so no holder of one token can forge a session for
 The cookie is ``HttpOnly`` (scripts cannot read it), ``SameSite=Strict`` (a browser sends it with no
 request another site starts, links included), ``Path=/ui`` (it opens the dashboard, not the API) and
 ``Secure`` when the request came over HTTPS (or through a proxy that says so in X-Forwarded-Proto and
-that uvicorn trusts: FORWARDED_ALLOW_IPS, 127.0.0.1 by default). Posts from another site, the sign-in
-form's included, are refused before any route sees them (app/origin.py). Signing out deletes the cookie
-from the browser; a copy taken from it stays valid until it expires, as with any signed cookie that the
-server does not store.
-"""
+that uvicorn trusts: FORWARDED_ALLOW_IPS, 127.0.0.1 by default). Posts from another site, the sign-in form's
+included, are refused before any route sees them (app/http/middleware/origin.py). Signing out deletes the
+cookie from the browser; a copy taken from it stays valid until it expires, as with any signed cookie that the
+server does not store."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ from collections.abc import Mapping
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner
 
-from app.access import Grant, Tokens
+from app.core.access import Grant, Tokens
 
 COOKIE = "jobq_session"
 PATH = "/ui"

@@ -1,0 +1,243 @@
+"""The statements only the SQS API needs, none of which changes a job's status (those, PurgeQueue's and
+DeleteQueue's included, are in ``app/db/queries.py`` with the state machine); everything else goes through
+``app.service``.
+
+Same conventions as ``app/db/queries.py``: named parameters, one purpose each.
+"""
+
+from __future__ import annotations
+
+from app.db.queries import LEASED_JOB, Query
+
+# A queue as SQS shows it: jobq's settings, the attributes SQS set, and when it was made and changed.
+QUEUE = Query.define(
+    "sqs_queue",
+    """
+    SELECT name, visibility_timeout, max_attempts, coalesce(sqs_attributes, '{}') AS sqs_attributes,
+           created_at, updated_at
+    FROM jobq.queues WHERE name = :queue
+    """,
+)
+
+# Queue names in order, from just after :after, for ListQueues' pages; only those matching the key's
+# queue patterns (:scope, LIKE patterns as in app/db/queries.py; NULL for every queue).
+LIST_QUEUES = Query.define(
+    "sqs_list_queues",
+    """
+    SELECT name FROM jobq.queues
+    WHERE starts_with(name, :prefix) AND name > :after
+      AND (:scope::text[] IS NULL OR name LIKE ANY(:scope::text[]))
+    ORDER BY name
+    LIMIT :limit
+    """,
+)
+
+# Merge attributes into a queue's SQS attributes and drop the :removed ones.
+SET_SQS_ATTRIBUTES = Query.define(
+    "sqs_set_attributes",
+    """
+    UPDATE jobq.queues
+    SET sqs_attributes = (coalesce(sqs_attributes, '{}') || :attributes::jsonb) - :removed::text[],
+        updated_at = now()
+    WHERE name = :queue
+    """,
+)
+
+# A queue's tags and its kept attributes, its row locked to the end of the transaction: TagQueue and
+# AddPermission read, change and write them back, and two at once must not lose one's change.
+QUEUE_META_FOR_UPDATE = Query.define(
+    "sqs_queue_meta_for_update",
+    """
+    SELECT coalesce(sqs_tags, '{}') AS sqs_tags, coalesce(sqs_attributes, '{}') AS sqs_attributes
+    FROM jobq.queues WHERE name = :queue
+    FOR UPDATE
+    """,
+)
+
+# A queue's tags, replaced (NULL: none). Tags are not attributes: LastModifiedTimestamp stays.
+SET_SQS_TAGS = Query.define(
+    "sqs_set_tags",
+    """
+    UPDATE jobq.queues SET sqs_tags = nullif(:tags::jsonb, '{}') WHERE name = :queue
+    """,
+)
+
+# A queue's tags ('{}': none); no row: no such queue.
+QUEUE_TAGS = Query.define(
+    "sqs_queue_tags",
+    """
+    SELECT coalesce(sqs_tags, '{}') AS sqs_tags FROM jobq.queues WHERE name = :queue
+    """,
+)
+
+# SQS keeps a queue's name for a minute after DeleteQueue (QueueDeletedRecently), and takes one
+# PurgeQueue a minute (PurgeQueueInProgress), on every replica: both remembered here.
+SQS_NAME_HOLD = 60  # seconds
+
+# Note a queue as just deleted (in DeleteQueue's transaction), forgetting those deleted long enough ago.
+NOTE_DELETED_QUEUE = Query.define(
+    "sqs_note_deleted_queue",
+    f"""
+    WITH forgotten AS (
+        DELETE FROM jobq.sqs_deleted_queues WHERE deleted_at <= now() - interval '{SQS_NAME_HOLD} seconds'
+    )
+    INSERT INTO jobq.sqs_deleted_queues (name) VALUES (:queue)
+    ON CONFLICT (name) DO UPDATE SET deleted_at = now()
+    """,
+)
+
+# Whether a queue of this name was deleted within the last minute.
+DELETED_RECENTLY = Query.define(
+    "sqs_deleted_recently",
+    f"""
+    SELECT EXISTS (
+        SELECT 1 FROM jobq.sqs_deleted_queues
+        WHERE name = :queue AND deleted_at > now() - interval '{SQS_NAME_HOLD} seconds'
+    )
+    """,
+)
+
+# Take the queue's purge turn: a row when no SQS PurgeQueue ran in the last minute (and it is now noted).
+TAKE_PURGE_TURN = Query.define(
+    "sqs_take_purge_turn",
+    f"""
+    UPDATE jobq.queues SET sqs_purged_at = now()
+    WHERE name = :queue
+      AND (sqs_purged_at IS NULL OR sqs_purged_at <= now() - interval '{SQS_NAME_HOLD} seconds')
+    RETURNING name
+    """,
+)
+
+# Store the message attributes of messages just enqueued (in the enqueue's own transaction).
+SET_MESSAGE_ATTRIBUTES = Query.define(
+    "sqs_set_message_attributes",
+    """
+    UPDATE jobq.jobs j SET message_attributes = a.attributes::jsonb
+    FROM unnest(:ids::bigint[], :attributes::text[]) AS a(id, attributes)
+    WHERE j.id = a.id
+    """,
+)
+
+# What a receive answers beside the leased job: its message attributes, and its first receive, which
+# is marked now for jobs handed out for the first time (only those rows are written).
+RECEIVED = Query.define(
+    "sqs_received",
+    """
+    WITH marked AS (
+        UPDATE jobq.jobs SET first_received_at = now()
+        WHERE id = ANY(:ids::bigint[]) AND first_received_at IS NULL
+        RETURNING id, first_received_at
+    )
+    SELECT j.id, j.message_attributes, coalesce(m.first_received_at, j.first_received_at) AS first_received_at
+    FROM jobq.jobs j LEFT JOIN marked m ON m.id = j.id
+    WHERE j.id = ANY(:ids::bigint[])
+    """,
+)
+
+# The queues whose RedrivePolicy names :arn as their dead-letter target.
+DEAD_LETTER_SOURCES = Query.define(
+    "sqs_dead_letter_sources",
+    """
+    SELECT name FROM jobq.queues
+    WHERE (sqs_attributes ->> 'RedrivePolicy')::jsonb ->> 'deadLetterTargetArn' = :arn
+    ORDER BY name
+    """,
+)
+
+# --- FIFO queues (app/sqs/fifo.py) -----------------------------------------------------------------
+
+# Keep the deduplication ids of FIFO messages just enqueued, in the enqueue's own transaction, as
+# idempotency keys (scope: the queue, or the queue and message group), each answering with its job for
+# :interval seconds. A key already there fails the statement on pk_idempotency_keys, which rolls the
+# messages back; in key order, so two sends waiting on each other's keys cannot deadlock.
+KEEP_DEDUPLICATION_IDS = Query.define(
+    "sqs_keep_deduplication_ids",
+    """
+    INSERT INTO jobq.idempotency_keys (scope, key, request_hash, ids, max_attempts, created_at, expires_at)
+    SELECT scope, key, body_hash, ARRAY[id], '{}', now(), now() + make_interval(secs => :interval)
+    FROM unnest(:scopes::text[], :keys::text[], :body_hashes::bytea[], :ids::bigint[])
+         AS k(scope, key, body_hash, id)
+    ORDER BY scope, key
+    """,
+)
+
+# The messages a receive attempt leased that are still in flight under the same leases (not deleted, not
+# made visible, not expired), their visibility timeout started again (:visibility_timeout, NULL: the
+# queue's), as SQS does for a retried receive. Running jobs stay running: no status changes.
+REPLAY_RECEIVE = Query.define(
+    "sqs_replay_receive",
+    f"""
+    WITH held AS (
+        SELECT h.id, h.lease_token, h.ord
+        FROM jobq.sqs_receive_attempts a,
+             unnest(a.ids, a.lease_tokens) WITH ORDINALITY AS h(id, lease_token, ord)
+        WHERE a.queue = :queue AND a.attempt_id = :attempt_id AND a.expires_at > now()
+    )
+    UPDATE jobq.jobs j
+    SET lease_expires_at = now()
+            + make_interval(secs => coalesce(:visibility_timeout::float8, q.visibility_timeout)),
+        updated_at = now()
+    FROM held, jobq.queues q
+    WHERE j.id = held.id AND j.queue = :queue AND j.lease_token = held.lease_token AND j.status = 'running'
+      AND q.name = j.queue
+    RETURNING {LEASED_JOB}, held.ord
+    """,
+)
+
+# Keep what a receive attempt leased, for :interval seconds; no row back when the attempt id is kept
+# already (waiting for a receive that is keeping it to commit).
+KEEP_RECEIVE_ATTEMPT = Query.define(
+    "sqs_keep_receive_attempt",
+    """
+    INSERT INTO jobq.sqs_receive_attempts (queue, attempt_id, ids, lease_tokens, created_at, expires_at)
+    VALUES (:queue, :attempt_id, :ids::bigint[], :lease_tokens::uuid[], now(),
+            now() + make_interval(secs => :interval))
+    ON CONFLICT (queue, attempt_id) DO NOTHING
+    RETURNING attempt_id
+    """,
+)
+
+# The attempt id's row, locked to the end of the transaction, so that REPLACE_RECEIVE_ATTEMPT, whose
+# snapshot begins once the lock is held, sees the leases of the receive that kept it.
+LOCK_RECEIVE_ATTEMPT = Query.define(
+    "sqs_lock_receive_attempt",
+    """
+    SELECT attempt_id FROM jobq.sqs_receive_attempts
+    WHERE queue = :queue AND attempt_id = :attempt_id
+    FOR UPDATE
+    """,
+)
+
+# Keep what a receive leased under an attempt id kept already, if that attempt is spent: expired, or none
+# of its messages still in flight under its leases. No row back otherwise: another receive with the same
+# attempt id got in first, and its messages are the answer.
+REPLACE_RECEIVE_ATTEMPT = Query.define(
+    "sqs_replace_receive_attempt",
+    """
+    UPDATE jobq.sqs_receive_attempts a
+    SET ids = :ids::bigint[], lease_tokens = :lease_tokens::uuid[], created_at = now(),
+        expires_at = now() + make_interval(secs => :interval)
+    WHERE a.queue = :queue AND a.attempt_id = :attempt_id
+      AND (a.expires_at <= now()
+           OR NOT EXISTS (SELECT FROM unnest(a.ids, a.lease_tokens) AS h(id, lease_token)
+                          JOIN jobq.jobs j ON j.id = h.id AND j.queue = a.queue
+                                          AND j.lease_token = h.lease_token AND j.status = 'running'))
+    RETURNING attempt_id
+    """,
+)
+
+# Forget receive attempts past their expires_at, a bounded batch per statement (as PRUNE_IDEMPOTENCY_KEYS).
+PRUNE_RECEIVE_ATTEMPTS = Query.define(
+    "sqs_prune_receive_attempts",
+    """
+    WITH doomed AS (
+        SELECT queue, attempt_id FROM jobq.sqs_receive_attempts
+        WHERE expires_at <= now()
+        ORDER BY expires_at
+        LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM jobq.sqs_receive_attempts a USING doomed
+    WHERE a.queue = doomed.queue AND a.attempt_id = doomed.attempt_id
+    """,
+)

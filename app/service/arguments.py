@@ -1,0 +1,134 @@
+"""What the service is given: a job to enqueue, a lease to end, a nack, queue settings.
+
+Each is a ``Protocol`` (``...Like``), the shape the service reads, and a plain frozen dataclass of that
+shape. Callers that parsed a request pass what they parsed as it is: the HTTP API's pydantic bodies
+(app/http/schemas.py) have these attributes, so a batch of a thousand is not copied item by item into other
+objects first. Callers with plain values (the SQS API) build the dataclasses. Validation belongs to the
+caller (pydantic for HTTP, app/sqs/ for SQS): the service takes what it is given as valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+class NewJobLike(Protocol):
+    """A job to enqueue."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...  # any JSON value, encoded once as stored; or its text, as msgspec.Raw
+    @property
+    def priority(self) -> int: ...  # lower runs first
+    @property
+    def run_at(self) -> datetime | None: ...  # not before then; None: now (or after `delay`)
+    @property
+    def delay(self) -> float | None: ...  # seconds from now; never together with run_at
+    @property
+    def max_attempts(self) -> int | None: ...  # None: the queue's setting
+    @property
+    def dedup_key(self) -> str | None: ...
+    @property
+    def kind(self) -> str | None: ...  # what the job is (send_email); stored and shown, nothing more
+    @property
+    def key(self) -> str | None: ...  # what flow control groups it by (a tenant); stored and shown
+    @property
+    def traceparent(self) -> str | None: ...  # the W3C trace context it was enqueued under (valid)
+    @property
+    def tracestate(self) -> str | None: ...  # only with a traceparent
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    queue: str
+    payload: Any
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float | None = None
+    max_attempts: int | None = None
+    dedup_key: str | None = None
+    kind: str | None = None
+    key: str | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+
+class JobLeaseLike(Protocol):
+    """A job and the lease token it is held under: an item of ack and release."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def lease_token(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobLease:
+    id: int
+    lease_token: str
+
+
+class AckLike(JobLeaseLike, Protocol):
+    """A lease to end with the job done. An item without `result` (a ``JobLease``: SQS's DeleteMessage)
+    completes its job with none."""
+
+    @property
+    def result(self) -> Any: ...  # any JSON value, kept with the job; None: no result
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    id: int
+    lease_token: str
+    result: Any = None
+
+
+class NackLike(JobLeaseLike, Protocol):
+    """A lease to end after a failed attempt."""
+
+    @property
+    def error(self) -> str | None: ...  # kept as last_error
+    @property
+    def retry_after(self) -> float | None: ...  # seconds; None: the queue's backoff
+    @property
+    def dead(self) -> bool: ...  # dead now, whatever attempts are left
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    id: int
+    lease_token: str
+    error: str | None = None
+    retry_after: float | None = None
+    dead: bool = False
+
+
+class QueueSettingsLike(Protocol):
+    """Settings to change; None keeps a setting's value (or, for a new queue, its default)."""
+
+    @property
+    def visibility_timeout(self) -> float | None: ...
+    @property
+    def max_attempts(self) -> int | None: ...
+    @property
+    def backoff_base(self) -> float | None: ...
+    @property
+    def backoff_cap(self) -> float | None: ...
+    @property
+    def retention(self) -> float | None: ...
+    @property
+    def flow(self) -> dict[str, object]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    visibility_timeout: float | None = None
+    max_attempts: int | None = None
+    backoff_base: float | None = None
+    backoff_cap: float | None = None
+    retention: float | None = None
+    # Flow-control settings to change (queries.CONFIGURE_FLOW): absent keeps one, None clears it.
+    flow: dict[str, object] = field(default_factory=dict)

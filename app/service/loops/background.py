@@ -1,0 +1,124 @@
+"""Work each service process does on its own: expiring leases (and moving the dead jobs of queues with an
+SQS RedrivePolicy into their dead-letter queues, app/sqs/redrive.py), finished jobs' retention, expired
+idempotency keys, workers long gone and old rollups, reading the metrics' database gauges, writing the
+workers it saw lease and the rollups of what it counted (every metrics interval; with the gauges, what
+holds back vacuum and the jobs table's state), and vacuuming the jobs table where autovacuum does not
+(app/service/loops/vacuum.py).
+
+Every replica runs these loops; the statements claim rows with SKIP LOCKED and re-check states, so
+replicas share the work instead of colliding. A failing step (database down) is logged and retried on
+the next tick; the loops end only when the app shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from app import service
+from app.core.errors import DATABASE_UNAVAILABLE
+from app.db.pool import Database
+from app.service import flow
+from app.service.loops import vacuum as maintenance
+from app.sqs import fifo, redrive
+from app.telemetry.metrics import QueueGauges
+
+log = logging.getLogger("jobq.background")
+
+
+async def _every(interval: float, step: Callable[[], Awaitable[object]], name: str) -> None:
+    while True:
+        try:
+            await step()
+        except asyncio.CancelledError:
+            raise
+        except DATABASE_UNAVAILABLE as exc:
+            log.warning("%s: database unavailable (%r)", name, exc)
+        except Exception:
+            log.exception("%s failed", name)
+        await asyncio.sleep(interval)
+
+
+def start(db: Database) -> list[asyncio.Task]:
+    async def expire_leases() -> None:
+        changed = await service.expire_leases(db)
+        if changed:
+            log.info("returned %d expired leases", len(changed))
+        moved = await redrive.move_dead_letters(db)
+        if moved:
+            log.info("moved %d dead jobs into their SQS dead-letter queues", moved)
+
+    async def prune() -> None:
+        kept = await service.keep_history(db)
+        if kept.moved or kept.made or kept.dropped or kept.pruned:
+            log.info(
+                "finished jobs: %d moved to jobs_history, partitions made %s, dropped %s, %d pruned",
+                kept.moved,
+                [str(d) for d in kept.made],
+                [str(d) for d in kept.dropped],
+                kept.pruned,
+            )
+        await redrive.forget_dead_letters(db)
+        forgotten = await service.prune_idempotency_keys(db)
+        if forgotten:
+            log.info("forgot %d expired idempotency keys", forgotten)
+        attempts = await fifo.prune_receive_attempts(db)
+        if attempts:
+            log.info("forgot %d expired SQS receive attempts", attempts)
+        await service.forget_workers(db)
+        await service.forget_rollups(db)
+
+    async def refresh_gauges() -> None:
+        queues = await service.queue_gauges(db)
+        held = await flow.flow_gauges(db) if any(q["flow"] for q in queues) else []
+        locks = await service.lock_waits(db)
+        health = await service.database_health(db)
+        db.metrics.refreshed(
+            QueueGauges(
+                queues, locks["waiting"], locks["longest_seconds"], time.time(), held=held, health=health
+            )
+        )
+        await service.write_rollups(db)  # with the lag just read
+
+    async def write_sightings() -> None:
+        await service.write_sightings(db)
+
+    async def vacuum() -> None:
+        await maintenance.vacuum_if_needed(db)
+
+    settings = db.settings
+    tasks = [
+        asyncio.create_task(
+            _every(settings.expire_interval, expire_leases, "lease expiry"), name="jobq-expire-leases"
+        ),
+        asyncio.create_task(_every(settings.prune_interval, prune, "retention pruning"), name="jobq-prune"),
+        asyncio.create_task(
+            _every(settings.metrics_interval, refresh_gauges, "metrics gauges"), name="jobq-gauges"
+        ),
+        asyncio.create_task(
+            _every(settings.metrics_interval, write_sightings, "workers seen"), name="jobq-workers-seen"
+        ),
+    ]
+    if settings.vacuum_interval > 0:
+        tasks.append(
+            asyncio.create_task(_every(settings.vacuum_interval, vacuum, "vacuum"), name="jobq-vacuum")
+        )
+    return tasks
+
+
+async def stop(tasks: list[asyncio.Task]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def last_writes(db: Database) -> None:
+    """What this replica counted and saw since its last interval, written as it stops (the database
+    allowing): a restart loses no counts of the charts."""
+    try:
+        await service.write_rollups(db)
+        await service.write_sightings(db)
+    except DATABASE_UNAVAILABLE as exc:
+        log.warning("last rollups not written: database unavailable (%r)", exc)

@@ -1,0 +1,160 @@
+"""Producers' operations: enqueue jobs (one, or a batch all or nothing), read a job (or wait for it to
+finish), cancel one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+
+import asyncpg
+
+from app.core.errors import JobqError, NotFound
+from app.core.states import FINISHED
+from app.db import queries as q
+from app.db.pool import Database
+from app.service.arguments import NewJobLike
+from app.service.coalesce import Batcher
+from app.service.idempotency import Once, enqueue_once, enqueue_singles_once, keyed
+from app.service.inserts import encode_payloads, insert_deduplicated, insert_new
+from app.service.rows import Row, Scope, as_job, run_guarded
+from app.service.shared import shared
+from app.service.wakeups import Wakeups
+from app.telemetry import tracing
+
+
+async def enqueue(db: Database, job: NewJobLike, once: Once | None = None) -> Row:
+    """Enqueue one job, sharing its INSERT with concurrent single enqueues. A shared statement PostgreSQL
+    refused is retried call by call, so each call still succeeds or fails on its own
+    (app/service/coalesce.py). Enqueues with an idempotency key (`once`) share theirs with each other, so the
+    others' statement stays ENQUEUE_NEW, with nothing of the keys."""
+    if once is None:
+        return await shared(db, "enqueue", enqueue_batch, job)
+    answer = await shared(db, "enqueue_once", enqueue_singles_once, (job, once))
+    if isinstance(answer, JobqError):
+        raise answer
+    return answer
+
+
+async def enqueue_batch(
+    db: Database,
+    requests: Sequence[NewJobLike],
+    *,
+    then: Callable[[asyncpg.Connection, Sequence[Row]], Awaitable[None]] | None = None,
+    once: Once | None = None,
+    payload_limit: int | None = None,
+) -> Sequence[Row]:
+    """Insert jobs, all or nothing; each result carries `duplicate`.
+
+    A dedup_key already held by an active job of the queue answers with that job. Within one batch, a
+    repeated (queue, dedup_key) is a duplicate of its first occurrence. `then`, if given, runs in the
+    same transaction with the jobs (the SQS API stores message attributes beside them this way, and
+    FIFO messages their deduplication ids). With `once` (an idempotency key, see `Once`), the request is
+    carried out at most once. `payload_limit`: the largest payload in bytes, encoded, for a caller that
+    held its payloads to rules of its own (the SQS API: SQS's message size); None: JOBQ_MAX_PAYLOAD_BYTES.
+    """
+    limit = db.settings.max_payload_bytes if payload_limit is None else payload_limit
+    payloads = encode_payloads(requests, limit)
+    if once is not None:
+        if then is not None:
+            raise TypeError("enqueue_batch: `then` and `once` do not go together")
+        (answer,) = await enqueue_once(db, [keyed(requests, payloads, once)])
+        if isinstance(answer, JobqError):
+            raise answer
+        return answer
+    started = time.time_ns()
+    if all(r.dedup_key is None for r in requests):
+        async with db.acquire() as conn:
+            if then is None:
+                new = await insert_new(conn, requests, payloads)
+            else:
+                async with conn.transaction():
+                    new = await insert_new(conn, requests, payloads)
+                    await then(conn, new)
+        db.metrics.enqueued.count_queues(new.queues)
+        tracing.record("send", new, started)
+        return new
+
+    async with db.acquire() as conn:
+        async with conn.transaction():
+            answers, results = await insert_deduplicated(conn, requests, payloads)
+            if then is not None:
+                await then(conn, results)
+    inserted = [row for row in results if not row["duplicate"]]
+    db.metrics.enqueued.count(inserted)
+    tracing.record("send", inserted, started)
+    return answers
+
+
+async def get_job(db: Database, job_id: int, scope: Scope = None) -> Row:
+    async with db.acquire() as conn:
+        row = await conn.fetchrow(q.GET_JOB.text, *q.GET_JOB.args(id=job_id, scope=scope))
+    if row is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return as_job(row)
+
+
+async def wait_for_job(
+    db: Database,
+    wakeups: Wakeups,
+    job_id: int,
+    wait: float,
+    scope: Scope = None,
+    disconnected: Callable[[], Awaitable[object]] | None = None,
+) -> Row:
+    """The job once it is finished (completed, dead or cancelled), or as it is when `wait` seconds pass
+    (or its client goes, or the service is closing): the caller reads its status.
+
+    Nothing polls. The waiter registers in this process (Wakeups.watching), then marks the job awaited
+    (WATCH_JOB), and sleeps, holding no connection, until the statement that finishes the job, on
+    whichever replica, notifies its id at commit; then it reads the job. A job already finished (or
+    unknown: 404) is answered at once. At most `max_waiters` long-polls wait at once per process.
+    """
+    with wakeups.long_poll():
+        gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
+        deadline = time.monotonic() + wait
+        try:
+            while not wakeups.closing:
+                with wakeups.watching(job_id) as waiter:
+                    if not await _watch(db, job_id, scope):
+                        break  # finished, or no such job: read it
+                    await waiter.wait(deadline - time.monotonic(), gone)
+                    if not waiter.woken:
+                        break  # time is up, or the client left
+                job = await get_job(db, job_id, scope)
+                if job["status"] in FINISHED or time.monotonic() >= deadline:
+                    return job
+                # Woken, yet not finished: the listener reconnected (every waiter looks once). Again.
+        finally:
+            if gone is not None:
+                gone.cancel()
+    return await get_job(db, job_id, scope)
+
+
+async def _watch(db: Database, job_id: int, scope: Scope) -> bool:
+    """Mark the job awaited; False when it is finished, unknown or out of scope. Concurrent waiters
+    share WATCH_JOBS statements (per scope); a job that one passed over, its row busy, is marked alone."""
+    if db.settings.coalesce:
+        key = ("watch", None if scope is None else tuple(scope))
+        make = partial(
+            Batcher, partial(_watch_shared, db, scope), concurrency=db.settings.coalesce_concurrency
+        )
+        with db.sharing(key, make) as batcher:
+            if await batcher.submit(job_id):
+                return True
+    async with db.acquire() as conn:
+        return await conn.fetchval(q.WATCH_JOB.text, *q.WATCH_JOB.args(id=job_id, scope=scope)) is not None
+
+
+async def _watch_shared(db: Database, scope: Scope, ids: list[int]) -> list[bool]:
+    async with db.acquire() as conn:
+        rows = await conn.fetch(q.WATCH_JOBS.text, *q.WATCH_JOBS.args(ids=ids, scope=scope))
+    marked = {row["id"] for row in rows}
+    return [job_id in marked for job_id in ids]
+
+
+async def cancel(db: Database, job_id: int, scope: Scope = None) -> Row:
+    async with db.acquire() as conn:
+        row = await run_guarded(conn, q.CANCEL, job_id, scope, "pending jobs can be cancelled")
+    return as_job(row)
