@@ -34,7 +34,7 @@ from app.settings import Settings
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSIONS = ROOT / "app" / "alembic" / "versions"
+VERSIONS = ROOT / "app" / "db" / "alembic" / "versions"
 HEAD = migrations.head_revision()
 
 
