@@ -322,7 +322,7 @@ def jobs_command(
 ) -> None:
     """Jobs of any status, newest first, filtered and searched."""
     with service(url, token) as jobq:
-        page = jobq.jobs(
+        page = jobq.admin.jobs(
             queue,
             status=status.value if status else None,
             kind=kind,
@@ -377,7 +377,7 @@ def stats(
     """Counts per queue: pending (ready now), scheduled (later), running, dead, completed; lag is the
     age of the oldest ready job."""
     with service(url, token) as jobq:
-        answer: QueueDetail | list[QueueRow] = jobq.queue(queue) if queue else jobq.queues()
+        answer: QueueDetail | list[QueueRow] = jobq.admin.queue(queue) if queue else jobq.admin.queues()
     if as_json:
         print_json(answer)
     elif isinstance(answer, QueueDetail):
@@ -397,7 +397,7 @@ def workers_command(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson
     """Workers that leased in the last hour (by the worker_id they send; `jobq worker` sends host:pid),
     and any holding a running job: queues, last seen, jobs leased and held now."""
     with service(url, token) as jobq:
-        workers = jobq.workers()
+        workers = jobq.admin.workers()
     if as_json:
         print_json(workers)
     elif workers:
@@ -423,7 +423,7 @@ def dead_list(
 ) -> None:
     """Dead jobs, newest first, with their attempts and last error."""
     with service(url, token) as jobq:
-        page = jobq.dead_jobs(queue, limit=limit, before_id=before_id)
+        page = jobq.admin.dead_jobs(queue, limit=limit, before_id=before_id)
     if as_json:
         print_json(page)
         return
@@ -456,7 +456,7 @@ def dead_retry(
     if not ids and not queue:
         raise typer.BadParameter("give job ids, --queue, or both")
     with service(url, token) as jobq:
-        answer = jobq.retry_dead(ids or None, queue=queue)
+        answer = jobq.admin.retry_dead(ids or None, queue=queue)
     if as_json:
         print_json(answer)
         return
@@ -484,7 +484,7 @@ def dead_purge(
     purged = []
     with service(url, token) as jobq:
         for job_id in ids:
-            purged.append(jobq.purge_dead(job_id))
+            purged.append(jobq.admin.purge_dead(job_id))
             if not as_json:
                 typer.echo(f"purged {job_id}")
     if as_json:
@@ -514,7 +514,7 @@ def queues_pause(
 ) -> None:
     """Stop leasing from a queue; enqueues still land."""
     with service(url, token) as jobq:
-        _show_row(jobq.pause(queue), as_json)
+        _show_row(jobq.admin.pause(queue), as_json)
 
 
 @queues_cli.command("resume")
@@ -526,7 +526,7 @@ def queues_resume(
 ) -> None:
     """Lease from a paused queue again."""
     with service(url, token) as jobq:
-        _show_row(jobq.resume(queue), as_json)
+        _show_row(jobq.admin.resume(queue), as_json)
 
 
 def _setting(help: str) -> Any:
@@ -557,7 +557,7 @@ def queues_configure(
 ) -> None:
     """Change some of a queue's settings; the others keep their values."""
     with service(url, token) as jobq:
-        detail = jobq.configure_queue(
+        detail = jobq.admin.configure_queue(
             queue,
             visibility_timeout=visibility_timeout,
             max_attempts=max_attempts,
@@ -612,7 +612,7 @@ def queues_keys(
 ) -> None:
     """A queue's keys with the most jobs waiting, and keys with limits of their own."""
     with service(url, token) as jobq:
-        keys = jobq.keys(queue, limit=limit)
+        keys = jobq.admin.keys(queue, limit=limit)
     if as_json:
         print_json(keys)
         return
@@ -642,10 +642,10 @@ def queues_set_key(
     it had), or remove them with --delete."""
     with service(url, token) as jobq:
         if delete:
-            result: DeleteKeyResult | KeyView = jobq.delete_key(queue, key)
+            result: DeleteKeyResult | KeyView = jobq.admin.delete_key(queue, key)
         else:
             own_rate = _parse_rate(rate, "--rate")
-            result = jobq.set_key(
+            result = jobq.admin.set_key(
                 queue, key, concurrency=concurrency, rate=own_rate if isinstance(own_rate, Rate) else None
             )
     if as_json:
@@ -678,7 +678,7 @@ def _show_schedule(schedule: Schedule, as_json: bool) -> None:
 def schedules_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False) -> None:
     """Every schedule, by name, with its next and last run (in local time)."""
     with service(url, token) as jobq:
-        found = jobq.schedules()
+        found = jobq.admin.schedules()
     if as_json:
         print_json(found)
     elif found:
@@ -724,7 +724,7 @@ def schedules_set(
     replace, options left out take their defaults, not the old values. Prints its next run."""
     payload = _payload(payload_json)
     with service(url, token) as jobq:
-        schedule = jobq.set_schedule(
+        schedule = jobq.admin.set_schedule(
             name,
             cron,
             queue,
@@ -746,7 +746,7 @@ def schedules_pause(
 ) -> None:
     """Stop enqueuing on a schedule until it is resumed."""
     with service(url, token) as jobq:
-        _show_schedule(jobq.pause_schedule(name), as_json)
+        _show_schedule(jobq.admin.pause_schedule(name), as_json)
 
 
 @schedules_cli.command("resume")
@@ -756,7 +756,7 @@ def schedules_resume(
     """Enqueue on a paused schedule again, from its next time after now (the paused times are not
     caught up). Prints its next run."""
     with service(url, token) as jobq:
-        _show_schedule(jobq.resume_schedule(name), as_json)
+        _show_schedule(jobq.admin.resume_schedule(name), as_json)
 
 
 @schedules_cli.command("trigger")
@@ -765,7 +765,7 @@ def schedules_trigger(
 ) -> None:
     """Enqueue a schedule's job now, whatever its times. Prints the job's id."""
     with service(url, token) as jobq:
-        schedule = jobq.trigger_schedule(name)
+        schedule = jobq.admin.trigger_schedule(name)
     if as_json:
         print_json(schedule)
     else:
@@ -778,7 +778,7 @@ def schedules_delete(
 ) -> None:
     """Delete a schedule; the jobs it enqueued stay."""
     with service(url, token) as jobq:
-        deleted = jobq.delete_schedule(name)
+        deleted = jobq.admin.delete_schedule(name)
     if as_json:
         print_json(deleted)
     else:

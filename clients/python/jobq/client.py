@@ -2,14 +2,24 @@
 
     with Client("http://127.0.0.1:8000") as jobq:
         jobq.enqueue("emails", {"to": "ada@example.com"})
-        for job in jobq.lease("emails", wait=5):
+        for job in jobq.worker.lease("emails", wait=5):
             ...
-            jobq.ack(job)
+            jobq.worker.ack(job)
+        jobq.admin.pause("emails")
+
+A client's own methods are a producer's: `enqueue`, `enqueue_many`, `get_job`, `wait` and `cancel`. The
+other calls are in two groups, by who makes them: `client.worker` the lease protocol (`WorkerCalls`:
+lease, ack, nack, extend, release, and the batch forms), which the worker runner makes for most
+applications; `client.admin` operating the service (`AdminCalls`: jobs listed, dead jobs, queues, keys,
+schedules, workers), for people, scripts and the `jobq` command. Methods are named as the calls were
+before they were grouped, and the old spellings on the client itself still work, with a
+DeprecationWarning (`_moved`), for one release.
 
 Each API call is written once, in `Calls`: the request it sends and how its answer is read. The two
 clients only send those calls, through one retry policy (`_exchange`, driven by both), so they cannot
 drift apart. Problem answers become exceptions chosen by their `code` (`LeaseLost`, `NotFound`, ...),
-all `JobqError`; results are the dataclasses of `jobq.types`. Import them all from `jobq`.
+all `JobqError`; results are the dataclasses of `jobq.types`. `Call`, `Calls`, `RetryPolicy`, and the
+batch items `Completion` and `Failure` are imported from here.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import ssl
 import time
 import urllib.request
 import uuid
+import warnings
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,12 +78,25 @@ from jobq.types import (
     load,
 )
 
-__all__ = ["AsyncClient", "Call", "Calls", "Client", "Completion", "Failure", "RetryPolicy"]
+__all__ = [
+    "AdminCalls",
+    "AsyncAdminCalls",
+    "AsyncClient",
+    "AsyncWorkerCalls",
+    "Call",
+    "Calls",
+    "Client",
+    "Completion",
+    "Failure",
+    "RetryPolicy",
+    "WorkerCalls",
+]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_WAIT = 60.0  # seconds one long-poll may wait, at most (the service's limit)
 
 T = TypeVar("T")
+R = TypeVar("R")
 P = ParamSpec("P")
 
 
@@ -308,7 +332,8 @@ def _wait_more(job: Job, *, deadline: float) -> Call[Job] | None:
 
 
 class Calls:
-    """Every call of the API, written once. The clients expose each under the same name."""
+    """Every call of the API, written once. The clients expose each under the same name, on the client
+    or in its `worker` or `admin` group."""
 
     @staticmethod
     def enqueue(
@@ -753,32 +778,171 @@ def _exchange(call: Call[T], retry: RetryPolicy) -> Generator[Step, Outcome, T]:
 # --- the two clients -------------------------------------------------------------------------------
 
 
-def _method(build: Callable[..., Call[Any]], wrapper: Callable[..., Any], client: str) -> None:
+def _method(build: Callable[..., Call[Any]], wrapper: Callable[..., Any]) -> None:
     """Give a client's method the builder's name, docs and signature, with `self` and the result type."""
     functools.update_wrapper(wrapper, build)
     signature = inspect.signature(build)
     returns = str(signature.return_annotation)
     returns = returns[5:-1] if returns.startswith("Call[") else returns
-    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY, annotation=client)
+    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[self, *signature.parameters.values()], return_annotation=returns
     )
 
 
-def _sync(build: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
-    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.send(build(*args, **kwargs))
+class _Blocking:
+    """What sends its calls through a `Client`: the client itself, or one of its groups of calls."""
 
-    _method(build, method, "Client")
+    def _sender(self) -> Client:
+        raise NotImplementedError
+
+
+class _Awaited:
+    """What sends its calls through an `AsyncClient`: the client itself, or one of its groups of calls."""
+
+    def _sender(self) -> AsyncClient:
+        raise NotImplementedError
+
+
+def _sync(build: Callable[P, Call[T]]) -> Callable[Concatenate[_Blocking, P], T]:
+    def method(self: _Blocking, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._sender().send(build(*args, **kwargs))
+
+    _method(build, method)
     return method
 
 
-def _async(build: Callable[P, Call[T]]) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
-    async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.send(build(*args, **kwargs))
+def _async(build: Callable[P, Call[T]]) -> Callable[Concatenate[_Awaited, P], Coroutine[Any, Any, T]]:
+    async def method(self: _Awaited, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._sender().send(build(*args, **kwargs))
 
-    _method(build, method, "AsyncClient")
+    _method(build, method)
     return method
+
+
+def _moved(group: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """The client's method of old, from before the calls were grouped: `method` of its `group`, with a
+    DeprecationWarning naming the new spelling. It returns what the group's method does (for
+    `AsyncClient`, the coroutine to await), so both clients' old methods are this one function."""
+    name = method.__name__
+
+    def old(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        warnings.warn(
+            f"{type(self).__name__}.{name}() is deprecated, call client.{group}.{name}() instead; "
+            "the old spelling will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return method(getattr(self, group), *args, **kwargs)
+
+    functools.update_wrapper(old, method)
+    old.__doc__ = f"Deprecated: `client.{group}.{name}`, which this calls.\n\n{method.__doc__}"
+    return old
+
+
+class _SyncGroup(_Blocking):
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def _sender(self) -> Client:
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self._client!r}>"
+
+
+class _AsyncGroup(_Awaited):
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    def _sender(self) -> AsyncClient:
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self._client!r}>"
+
+
+class WorkerCalls(_SyncGroup):
+    """`client.worker`: the lease protocol, what a worker calls. Lease jobs, then end each lease: ack it
+    (done), nack it (failed), release it (not started); extend it while the job runs. Each is fenced by
+    the lease's token, and `ack_many`, `nack_many` and `release` take many leases in one request. The
+    worker runner (`jobq.Worker`) makes these calls itself."""
+
+    lease = _sync(Calls.lease)
+    ack = _sync(Calls.ack)
+    ack_many = _sync(Calls.ack_many)
+    nack = _sync(Calls.nack)
+    nack_many = _sync(Calls.nack_many)
+    extend = _sync(Calls.extend)
+    release = _sync(Calls.release)
+
+
+class AdminCalls(_SyncGroup):
+    """`client.admin`: operating the service, what a person or a script at its controls calls. Jobs
+    listed and searched, or run now; dead jobs retried and purged; queues read, configured, paused and
+    resumed; keys' own limits; schedules; the workers seen. A viewer's token reads, an admin's changes."""
+
+    jobs = _sync(Calls.jobs)
+    run_now = _sync(Calls.run_now)
+    workers = _sync(Calls.workers)
+    dead_jobs = _sync(Calls.dead_jobs)
+    retry_dead = _sync(Calls.retry_dead)
+    purge_dead = _sync(Calls.purge_dead)
+    queues = _sync(Calls.queues)
+    queue = _sync(Calls.queue)
+    configure_queue = _sync(Calls.configure_queue)
+    pause = _sync(Calls.pause)
+    resume = _sync(Calls.resume)
+    keys = _sync(Calls.keys)
+    key = _sync(Calls.key)
+    set_key = _sync(Calls.set_key)
+    delete_key = _sync(Calls.delete_key)
+    schedules = _sync(Calls.schedules)
+    schedule = _sync(Calls.schedule)
+    set_schedule = _sync(Calls.set_schedule)
+    pause_schedule = _sync(Calls.pause_schedule)
+    resume_schedule = _sync(Calls.resume_schedule)
+    trigger_schedule = _sync(Calls.trigger_schedule)
+    delete_schedule = _sync(Calls.delete_schedule)
+
+
+class AsyncWorkerCalls(_AsyncGroup):
+    """`client.worker` of an `AsyncClient`: the calls of `WorkerCalls`, awaited."""
+
+    lease = _async(Calls.lease)
+    ack = _async(Calls.ack)
+    ack_many = _async(Calls.ack_many)
+    nack = _async(Calls.nack)
+    nack_many = _async(Calls.nack_many)
+    extend = _async(Calls.extend)
+    release = _async(Calls.release)
+
+
+class AsyncAdminCalls(_AsyncGroup):
+    """`client.admin` of an `AsyncClient`: the calls of `AdminCalls`, awaited."""
+
+    jobs = _async(Calls.jobs)
+    run_now = _async(Calls.run_now)
+    workers = _async(Calls.workers)
+    dead_jobs = _async(Calls.dead_jobs)
+    retry_dead = _async(Calls.retry_dead)
+    purge_dead = _async(Calls.purge_dead)
+    queues = _async(Calls.queues)
+    queue = _async(Calls.queue)
+    configure_queue = _async(Calls.configure_queue)
+    pause = _async(Calls.pause)
+    resume = _async(Calls.resume)
+    keys = _async(Calls.keys)
+    key = _async(Calls.key)
+    set_key = _async(Calls.set_key)
+    delete_key = _async(Calls.delete_key)
+    schedules = _async(Calls.schedules)
+    schedule = _async(Calls.schedule)
+    set_schedule = _async(Calls.set_schedule)
+    pause_schedule = _async(Calls.pause_schedule)
+    resume_schedule = _async(Calls.resume_schedule)
+    trigger_schedule = _async(Calls.trigger_schedule)
+    delete_schedule = _async(Calls.delete_schedule)
 
 
 class _Transport:
@@ -823,7 +987,7 @@ def _body(call: Call[Any]) -> tuple[bytes | None, dict[str, str] | None]:
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
-class Client(_Transport):
+class Client(_Transport, _Blocking):
     """The jobq API, blocking, on httpx. `url` defaults to $JOBQ_URL, else http://127.0.0.1:8000; `token`
     to $JOBQ_TOKEN (sent as a bearer token). `timeout` is per request, in seconds (a long-poll gets its
     `wait` on top). `retry` is the retry policy; other keyword arguments go to `httpx.Client`."""
@@ -877,6 +1041,9 @@ class Client(_Transport):
                 result: T = done.value
                 return result
 
+    def _sender(self) -> Client:
+        return self
+
     def close(self) -> None:
         self.http.close()
 
@@ -891,35 +1058,47 @@ class Client(_Transport):
     get_job = _sync(Calls.get_job)
     wait = _sync(Calls.wait)
     cancel = _sync(Calls.cancel)
-    run_now = _sync(Calls.run_now)
-    workers = _sync(Calls.workers)
-    lease = _sync(Calls.lease)
-    ack = _sync(Calls.ack)
-    ack_many = _sync(Calls.ack_many)
-    release = _sync(Calls.release)
-    nack = _sync(Calls.nack)
-    nack_many = _sync(Calls.nack_many)
-    extend = _sync(Calls.extend)
-    dead_jobs = _sync(Calls.dead_jobs)
-    jobs = _sync(Calls.jobs)
-    retry_dead = _sync(Calls.retry_dead)
-    purge_dead = _sync(Calls.purge_dead)
-    queues = _sync(Calls.queues)
-    queue = _sync(Calls.queue)
-    configure_queue = _sync(Calls.configure_queue)
-    keys = _sync(Calls.keys)
-    key = _sync(Calls.key)
-    set_key = _sync(Calls.set_key)
-    delete_key = _sync(Calls.delete_key)
-    pause = _sync(Calls.pause)
-    resume = _sync(Calls.resume)
-    schedules = _sync(Calls.schedules)
-    schedule = _sync(Calls.schedule)
-    set_schedule = _sync(Calls.set_schedule)
-    pause_schedule = _sync(Calls.pause_schedule)
-    resume_schedule = _sync(Calls.resume_schedule)
-    trigger_schedule = _sync(Calls.trigger_schedule)
-    delete_schedule = _sync(Calls.delete_schedule)
+
+    @functools.cached_property
+    def worker(self) -> WorkerCalls:
+        """The lease protocol: lease, ack, nack, extend, release and their batch forms."""
+        return WorkerCalls(self)
+
+    @functools.cached_property
+    def admin(self) -> AdminCalls:
+        """Operating the service: jobs, dead jobs, queues, keys, schedules, workers."""
+        return AdminCalls(self)
+
+    # Before the calls were grouped: each warns, and calls the group's method (`_moved`).
+    lease = _moved("worker", WorkerCalls.lease)
+    ack = _moved("worker", WorkerCalls.ack)
+    ack_many = _moved("worker", WorkerCalls.ack_many)
+    nack = _moved("worker", WorkerCalls.nack)
+    nack_many = _moved("worker", WorkerCalls.nack_many)
+    extend = _moved("worker", WorkerCalls.extend)
+    release = _moved("worker", WorkerCalls.release)
+    jobs = _moved("admin", AdminCalls.jobs)
+    run_now = _moved("admin", AdminCalls.run_now)
+    workers = _moved("admin", AdminCalls.workers)
+    dead_jobs = _moved("admin", AdminCalls.dead_jobs)
+    retry_dead = _moved("admin", AdminCalls.retry_dead)
+    purge_dead = _moved("admin", AdminCalls.purge_dead)
+    queues = _moved("admin", AdminCalls.queues)
+    queue = _moved("admin", AdminCalls.queue)
+    configure_queue = _moved("admin", AdminCalls.configure_queue)
+    pause = _moved("admin", AdminCalls.pause)
+    resume = _moved("admin", AdminCalls.resume)
+    keys = _moved("admin", AdminCalls.keys)
+    key = _moved("admin", AdminCalls.key)
+    set_key = _moved("admin", AdminCalls.set_key)
+    delete_key = _moved("admin", AdminCalls.delete_key)
+    schedules = _moved("admin", AdminCalls.schedules)
+    schedule = _moved("admin", AdminCalls.schedule)
+    set_schedule = _moved("admin", AdminCalls.set_schedule)
+    pause_schedule = _moved("admin", AdminCalls.pause_schedule)
+    resume_schedule = _moved("admin", AdminCalls.resume_schedule)
+    trigger_schedule = _moved("admin", AdminCalls.trigger_schedule)
+    delete_schedule = _moved("admin", AdminCalls.delete_schedule)
 
 
 def _env_proxy(url: str) -> str | None:
@@ -931,7 +1110,7 @@ def _env_proxy(url: str) -> str | None:
     return urllib.request.getproxies().get(parts.scheme)
 
 
-class AsyncClient(_Transport):
+class AsyncClient(_Transport, _Awaited):
     """The jobq API for asyncio, on aiohttp: the methods of `Client`, awaited; the same arguments, and
     other keyword arguments go to `aiohttp.ClientSession` (made at the first call, in its event loop).
 
@@ -1009,6 +1188,9 @@ class AsyncClient(_Transport):
                 result: T = done.value
                 return result
 
+    def _sender(self) -> AsyncClient:
+        return self
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
@@ -1025,32 +1207,44 @@ class AsyncClient(_Transport):
     get_job = _async(Calls.get_job)
     wait = _async(Calls.wait)
     cancel = _async(Calls.cancel)
-    run_now = _async(Calls.run_now)
-    workers = _async(Calls.workers)
-    lease = _async(Calls.lease)
-    ack = _async(Calls.ack)
-    ack_many = _async(Calls.ack_many)
-    release = _async(Calls.release)
-    nack = _async(Calls.nack)
-    nack_many = _async(Calls.nack_many)
-    extend = _async(Calls.extend)
-    dead_jobs = _async(Calls.dead_jobs)
-    jobs = _async(Calls.jobs)
-    retry_dead = _async(Calls.retry_dead)
-    purge_dead = _async(Calls.purge_dead)
-    queues = _async(Calls.queues)
-    queue = _async(Calls.queue)
-    configure_queue = _async(Calls.configure_queue)
-    keys = _async(Calls.keys)
-    key = _async(Calls.key)
-    set_key = _async(Calls.set_key)
-    delete_key = _async(Calls.delete_key)
-    pause = _async(Calls.pause)
-    resume = _async(Calls.resume)
-    schedules = _async(Calls.schedules)
-    schedule = _async(Calls.schedule)
-    set_schedule = _async(Calls.set_schedule)
-    pause_schedule = _async(Calls.pause_schedule)
-    resume_schedule = _async(Calls.resume_schedule)
-    trigger_schedule = _async(Calls.trigger_schedule)
-    delete_schedule = _async(Calls.delete_schedule)
+
+    @functools.cached_property
+    def worker(self) -> AsyncWorkerCalls:
+        """The lease protocol: lease, ack, nack, extend, release and their batch forms."""
+        return AsyncWorkerCalls(self)
+
+    @functools.cached_property
+    def admin(self) -> AsyncAdminCalls:
+        """Operating the service: jobs, dead jobs, queues, keys, schedules, workers."""
+        return AsyncAdminCalls(self)
+
+    # Before the calls were grouped: each warns, and calls the group's method (`_moved`).
+    lease = _moved("worker", AsyncWorkerCalls.lease)
+    ack = _moved("worker", AsyncWorkerCalls.ack)
+    ack_many = _moved("worker", AsyncWorkerCalls.ack_many)
+    nack = _moved("worker", AsyncWorkerCalls.nack)
+    nack_many = _moved("worker", AsyncWorkerCalls.nack_many)
+    extend = _moved("worker", AsyncWorkerCalls.extend)
+    release = _moved("worker", AsyncWorkerCalls.release)
+    jobs = _moved("admin", AsyncAdminCalls.jobs)
+    run_now = _moved("admin", AsyncAdminCalls.run_now)
+    workers = _moved("admin", AsyncAdminCalls.workers)
+    dead_jobs = _moved("admin", AsyncAdminCalls.dead_jobs)
+    retry_dead = _moved("admin", AsyncAdminCalls.retry_dead)
+    purge_dead = _moved("admin", AsyncAdminCalls.purge_dead)
+    queues = _moved("admin", AsyncAdminCalls.queues)
+    queue = _moved("admin", AsyncAdminCalls.queue)
+    configure_queue = _moved("admin", AsyncAdminCalls.configure_queue)
+    pause = _moved("admin", AsyncAdminCalls.pause)
+    resume = _moved("admin", AsyncAdminCalls.resume)
+    keys = _moved("admin", AsyncAdminCalls.keys)
+    key = _moved("admin", AsyncAdminCalls.key)
+    set_key = _moved("admin", AsyncAdminCalls.set_key)
+    delete_key = _moved("admin", AsyncAdminCalls.delete_key)
+    schedules = _moved("admin", AsyncAdminCalls.schedules)
+    schedule = _moved("admin", AsyncAdminCalls.schedule)
+    set_schedule = _moved("admin", AsyncAdminCalls.set_schedule)
+    pause_schedule = _moved("admin", AsyncAdminCalls.pause_schedule)
+    resume_schedule = _moved("admin", AsyncAdminCalls.resume_schedule)
+    trigger_schedule = _moved("admin", AsyncAdminCalls.trigger_schedule)
+    delete_schedule = _moved("admin", AsyncAdminCalls.delete_schedule)

@@ -1,7 +1,9 @@
 """What the jobq client answers with: the result dataclasses and the errors, one per problem `code`.
 
-Import them from `jobq`, beside the clients. Results are small frozen dataclasses read from the
-answers' JSON; fields the service adds later are ignored, so an older client keeps working.
+Import them from here (`from jobq.types import LeasedJob`); the errors an application catches most
+(`JobqError`, `LeaseLost`, `NotFound`, `Conflict`, `Unavailable`, `ValidationError`) also from `jobq`.
+Results are small frozen dataclasses read from the answers' JSON; fields the service adds later are
+ignored, so an older client keeps working.
 """
 
 from __future__ import annotations
@@ -279,14 +281,14 @@ class NackItemResult(ItemResult):
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """A page of jobs, newest first. A page of `Client.jobs` reads a bounded window of jobs, so with a rare
-    filter it may be short, even empty, and still have a next page."""
+    """A page of jobs, newest first. A page of `client.admin.jobs` reads a bounded window of jobs, so with
+    a rare filter it may be short, even empty, and still have a next page."""
 
     jobs: list[Job]
     next_before_id: int | None  # pass as before_id for the next page; None at the end
 
 
-DeadPage = JobPage  # a page of dead jobs (`Client.dead_jobs`)
+DeadPage = JobPage  # a page of dead jobs (`client.admin.dead_jobs`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +312,7 @@ class Rate:
 
 
 class NoLimit:
-    """`NO_LIMIT`: what `configure_queue` takes to remove a key concurrency or a rate."""
+    """`NO_LIMIT`: what `client.admin.configure_queue` takes to remove a key concurrency or a rate."""
 
     def __repr__(self) -> str:
         return "NO_LIMIT"

@@ -261,12 +261,14 @@ class Worker:
         self._visibility = dict.fromkeys(self.queues, DEFAULT_VISIBILITY_TIMEOUT)
         self._shortest = DEFAULT_VISIBILITY_TIMEOUT
         self._started = time.monotonic()
-        self._acks: Batcher[Completion, ItemResult] = Batcher(self.client.ack_many, self._acked, self._unsent)
+        self._acks: Batcher[Completion, ItemResult] = Batcher(
+            self.client.worker.ack_many, self._acked, self._unsent
+        )
         self._nacks: Batcher[Failure, NackItemResult] = Batcher(
-            self.client.nack_many, self._nacked, self._unsent
+            self.client.worker.nack_many, self._nacked, self._unsent
         )
         self._releases: Batcher[LeasedJob, ItemResult] = Batcher(
-            self.client.release, self._given_back, self._unsent
+            self.client.worker.release, self._given_back, self._unsent
         )
 
     @property
@@ -343,7 +345,7 @@ class Worker:
     async def _queue_visibility_timeout(self, queue: str, missing: list[str]) -> float:
         """The queue's visibility timeout; a queue that does not exist yet is added to `missing`."""
         try:
-            return (await self.client.queue(queue)).settings.visibility_timeout
+            return (await self.client.admin.queue(queue)).settings.visibility_timeout
         except NotFound:  # a queue nobody configured yet has the defaults
             missing.append(queue)
             return DEFAULT_VISIBILITY_TIMEOUT
@@ -362,7 +364,7 @@ class Worker:
         of those the token may list, the closest names first as a guess), and work on, since the queue
         may yet get its first job."""
         try:
-            names = sorted(row.queue for row in await self.client.queues())
+            names = sorted(row.queue for row in await self.client.admin.queues())
         except Forbidden:
             names, there = [], "this token may not list the queues"
         except JobqError as exc:
@@ -426,7 +428,7 @@ class Worker:
             self._asking += room
             try:
                 finished, task = await self._until_stopped(
-                    self.client.lease(
+                    self.client.worker.lease(
                         queue,
                         max_jobs=room,
                         visibility_timeout=self._visibility[queue],
@@ -649,7 +651,7 @@ class Worker:
         reported = held.reported  # before the value: a report made meanwhile goes next time
         progress = held.progress if reported != held.sent else None
         try:
-            await self.client.extend(held.job, held.visibility_timeout, progress=progress)
+            await self.client.worker.extend(held.job, held.visibility_timeout, progress=progress)
             held.sent = reported
         except LeaseLost:
             held.lost = True
@@ -707,7 +709,9 @@ class Worker:
         for start in range(0, len(jobs), MAX_BATCH):
             batch = jobs[start : start + MAX_BATCH]
             try:
-                results = await self.client.nack_many([Failure(job, f"released: {why}", 0) for job in batch])
+                results = await self.client.worker.nack_many(
+                    [Failure(job, f"released: {why}", 0) for job in batch]
+                )
             except JobqError as exc:
                 log.error(
                     "could not release %d jobs (%s); they come back when their leases expire", len(batch), exc

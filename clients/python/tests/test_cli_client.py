@@ -80,10 +80,10 @@ async def test_job(service, db):
     with Client(service.url) as client:
         done = client.enqueue("emails", {"to": "ada"}, kind="send_email")
         leased = client.enqueue("emails", [1, "ü"], priority=-1)
-        (held,) = client.lease("emails")
+        (held,) = client.worker.lease("emails")
         assert held.id == leased.id
-        client.extend(held, 30, progress={"step": 1})
-        client.ack(held, {"sent": True, "note": "ünïcode"})
+        client.worker.extend(held, 30, progress={"step": 1})
+        client.worker.ack(held, {"sent": True, "note": "ünïcode"})
     shown = jobq("job", str(leased.id), url=service.url)
     assert shown.exit_code == 0, shown.output
     lines = shown.stdout.splitlines()
@@ -115,11 +115,11 @@ def answering(url: str, jobs: int) -> threading.Thread:
     def work() -> None:
         with Client(url) as client:
             for _ in range(jobs):
-                (job,) = client.lease("calc", wait=10)
+                (job,) = client.worker.lease("calc", wait=10)
                 if isinstance(job.payload, int):
-                    client.ack(job, job.payload * 2)
+                    client.worker.ack(job, job.payload * 2)
                 else:
-                    client.nack(job, f"not a number: {job.payload!r}", dead=True)
+                    client.worker.nack(job, f"not a number: {job.payload!r}", dead=True)
 
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
@@ -153,9 +153,9 @@ async def test_stats(service, db):
     with Client(url) as client:
         client.enqueue_many([{"queue": "emails", "payload": i} for i in range(3)])
         client.enqueue("emails", "later", delay=600)
-        client.ack(client.lease("emails")[0])
+        client.worker.ack(client.worker.lease("emails")[0])
         client.enqueue("reports", 1)
-        client.lease("reports")
+        client.worker.lease("reports")
 
     table = jobq("stats", url=url).stdout.splitlines()
     assert table[0].split() == [
@@ -189,10 +189,10 @@ async def test_stats(service, db):
 async def test_dead_list_retry_purge(service, db):
     url = service.url
     with Client(url) as client:
-        client.configure_queue("q", max_attempts=1)
+        client.admin.configure_queue("q", max_attempts=1)
         ids = [j.id for j in client.enqueue_many([{"queue": "q", "payload": i} for i in range(4)])]
-        for job in client.lease("q", max_jobs=4):
-            client.nack(job, f"Error: broke on {job.payload}\nTraceback: ...")
+        for job in client.worker.lease("q", max_jobs=4):
+            client.worker.nack(job, f"Error: broke on {job.payload}\nTraceback: ...")
         alive = client.enqueue("q", "alive").id
 
     listed = jobq("dead", "list", "--queue", "q", "--limit", "3", url=url).stdout.splitlines()
@@ -239,20 +239,20 @@ async def test_dead_list_retry_purge(service, db):
 async def test_jobs_lists_filters_and_searches(service):
     url = service.url
     with Client(url) as client:
-        client.configure_queue("mail", max_attempts=1)
+        client.admin.configure_queue("mail", max_attempts=1)
         first = client.enqueue("mail", {"to": "ada@example.com"}, kind="send").id
         failed = client.enqueue("mail", {"to": "bob@example.com"}, kind="send", priority=-1).id
-        (job,) = client.lease("mail", max_jobs=1)
+        (job,) = client.worker.lease("mail", max_jobs=1)
         assert job.id == failed
-        client.nack(job, "SMTP refused\nTraceback: ...")
+        client.worker.nack(job, "SMTP refused\nTraceback: ...")
         other = client.enqueue("reports", "r").id
         # The client's own call: filters, search and pages.
-        assert [j.id for j in client.jobs().jobs] == [other, failed, first]
-        assert [j.id for j in client.jobs("mail", status="dead").jobs] == [failed]
-        assert [j.id for j in client.jobs(search="ADA@").jobs] == [first]
-        page = client.jobs(kind="send", limit=1)
+        assert [j.id for j in client.admin.jobs().jobs] == [other, failed, first]
+        assert [j.id for j in client.admin.jobs("mail", status="dead").jobs] == [failed]
+        assert [j.id for j in client.admin.jobs(search="ADA@").jobs] == [first]
+        page = client.admin.jobs(kind="send", limit=1)
         assert [j.id for j in page.jobs] == [failed] and page.next_before_id == failed
-        assert [j.id for j in client.jobs(kind="send", before_id=failed).jobs] == [first]
+        assert [j.id for j in client.admin.jobs(kind="send", before_id=failed).jobs] == [first]
 
     listed = jobq("jobs", "--queue", "mail", url=url).stdout.splitlines()
     assert listed[0].split() == ["ID", "QUEUE", "KIND", "STATUS", "ATTEMPTS", "UPDATED", "LAST", "ERROR"]
@@ -316,8 +316,8 @@ async def test_workers(start_service, db):
     assert jobq("workers", url=service.url).stdout == "no worker has leased in the last hour\n"
     jobq("enqueue", "emails", "1", url=service.url)
     with Client(service.url) as client:
-        (held,) = client.lease("emails", worker_id="host-a:9")
-        seen = {w.worker_id: w for w in client.workers()}
+        (held,) = client.worker.lease("emails", worker_id="host-a:9")
+        seen = {w.worker_id: w for w in client.admin.workers()}
         assert seen["host-a:9"].held == 1 and seen["host-a:9"].queues == ["emails"]
     for _ in range(300):  # the replica writes what it saw every metrics interval (0.1 s here)
         listed = json.loads(jobq("workers", "--json", url=service.url).stdout)

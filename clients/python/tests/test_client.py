@@ -15,26 +15,20 @@ import pytest
 import uvicorn
 
 from app.main import create_app
-from jobq import (
-    AsyncClient,
+from jobq import AsyncClient, Client, Conflict, JobqError, LeaseLost, NotFound, Unavailable, ValidationError
+from jobq.client import (
     Calls,
-    Client,
-    Conflict,
-    Forbidden,
-    Job,
-    JobqError,
-    LeasedJob,
-    LeaseLost,
-    NotFound,
-    PayloadTooLarge,
+    Completion,
+    Failure,
     RetryPolicy,
-    Unauthorized,
-    Unavailable,
-    Unreachable,
-    ValidationError,
+    _Answer,
+    _decode,
+    _exchange,
+    _Failed,
+    _item_results,
+    _leased,
 )
-from jobq.client import Completion, Failure, _Answer, _decode, _exchange, _Failed, _item_results, _leased
-from jobq.types import ItemResult, load
+from jobq.types import Forbidden, ItemResult, Job, LeasedJob, PayloadTooLarge, Unauthorized, Unreachable, load
 from tests.fixtures import test_settings as settings_for
 from tests.sent import recording
 from tests.service_process import free_port
@@ -72,10 +66,10 @@ async def test_producer_calls(service, db):
         assert [j.duplicate for j in many] == [False, False, False, True]
 
         assert jobq.get_job(job.id) == jobq.get_job(job.id)
-        ready = jobq.run_now(later.id)
+        ready = jobq.admin.run_now(later.id)
         assert ready.status == "pending" and ready.run_at < later.run_at - timedelta(minutes=59)
         with pytest.raises(Conflict):
-            jobq.run_now(later.id)  # due already
+            jobq.admin.run_now(later.id)  # due already
         assert jobq.cancel(later.id).status == "cancelled"
         with pytest.raises(Conflict) as refused:
             jobq.cancel(later.id)
@@ -96,7 +90,7 @@ async def test_leased_jobs_and_ack_results_read_as_load_reads_them(service):
     async with AsyncClient(service.url) as jobq:
         await jobq.enqueue("read", {"n": 1})
         await jobq.enqueue("read", [1, "two"], kind="send", key="k", priority=-3)
-        await jobq.nack(*await jobq.lease("read", max_jobs=1), error="boom", retry_after=0)
+        await jobq.worker.nack(*await jobq.worker.lease("read", max_jobs=1), error="boom", retry_after=0)
         async with httpx.AsyncClient(base_url=service.url) as http:
             answer = (await http.post("/lease", json={"queue": "read", "max_jobs": 2})).json()
             first, second = answer["jobs"]
@@ -120,10 +114,10 @@ async def test_answers_read_exactly_as_the_json_module_reads_them(service):
         for payload in (huge, plain):
             job = await jobq.enqueue("exact", payload)
             assert (await jobq.get_job(job.id)).payload == payload
-            (leased,) = await jobq.lease("exact")
+            (leased,) = await jobq.worker.lease("exact")
             assert leased.payload == payload
             assert type(leased.payload["n" if payload is plain else "big"]) is int
-            await jobq.ack(leased)
+            await jobq.worker.ack(leased)
     assert _decode(b'{"n":12345678901234567890}') == json.loads(b'{"n":12345678901234567890}')
     assert type(_decode(b"[123456789012345678901]")[0]) is int
     assert _decode(b'{"a":1e400}') == {"a": float("inf")}  # orjson refuses it; json reads infinity
@@ -131,35 +125,36 @@ async def test_answers_read_exactly_as_the_json_module_reads_them(service):
 
 async def test_worker_calls(service, db):
     async with AsyncClient(service.url) as jobq:
-        assert await jobq.lease("work") == []
-        waiting = asyncio.create_task(jobq.lease("work", max_jobs=5, wait=10, worker_id="w1"))
+        assert await jobq.worker.lease("work") == []
+        waiting = asyncio.create_task(jobq.worker.lease("work", max_jobs=5, wait=10, worker_id="w1"))
         await asyncio.sleep(0.1)
         ids = [j.id for j in await jobq.enqueue_many([{"queue": "work", "payload": i} for i in range(4)])]
         first = await waiting
         assert first and all(isinstance(j, LeasedJob) and j.attempts == 1 for j in first)
-        rest = await jobq.lease("work", max_jobs=10, visibility_timeout=60)
+        rest = await jobq.worker.lease("work", max_jobs=10, visibility_timeout=60)
         leased = {j.id: j for j in first + rest}
         assert sorted(leased) == ids
         a, b, c, d = (leased[i] for i in ids)
 
-        assert (await jobq.ack(a)).status == "completed"
-        assert (await jobq.ack(a.id, lease_token=a.lease_token)).status == "completed"  # repeat: harmless
+        assert (await jobq.worker.ack(a)).status == "completed"
+        repeat = await jobq.worker.ack(a.id, lease_token=a.lease_token)
+        assert repeat.status == "completed"  # a repeat is harmless
 
-        nacked = await jobq.nack(b, "it broke", retry_after=600)
+        nacked = await jobq.worker.nack(b, "it broke", retry_after=600)
         assert nacked.status == "pending" and nacked.run_at > datetime.now().astimezone()
         with pytest.raises(LeaseLost):
-            await jobq.ack(b)  # a nack ends the lease
+            await jobq.worker.ack(b)  # a nack ends the lease
 
-        extended = await jobq.extend(c, 3600)
+        extended = await jobq.worker.extend(c, 3600)
         assert extended.lease_expires_at > c.lease_expires_at
-        assert (await jobq.nack(c, "hopeless", dead=True)).status == "dead"
+        assert (await jobq.worker.nack(c, "hopeless", dead=True)).status == "dead"
 
-        results = await jobq.ack_many([d, b])
+        results = await jobq.worker.ack_many([d, b])
         assert [(r.id, r.ok, r.code) for r in results] == [(d.id, True, None), (b.id, False, "lease_lost")]
         with pytest.raises(NotFound):
-            await jobq.extend(10**12, 10, lease_token=d.lease_token)
+            await jobq.worker.extend(10**12, 10, lease_token=d.lease_token)
         with pytest.raises(ValueError):
-            await jobq.ack(d.id)  # an id alone needs its token
+            await jobq.worker.ack(d.id)  # an id alone needs its token
 
     rows = await db.fetch("SELECT id, status, attempts, last_error FROM jobq.all_jobs ORDER BY id")
     assert [(r["status"], r["attempts"], r["last_error"]) for r in rows] == [
@@ -193,7 +188,7 @@ async def test_key_on_every_job(service, db):
             cli, ["enqueue", "mail", "5", "--key", "cli", "--json", "--url", service.url]
         )
         assert json.loads(done.stdout)["key"] == "cli"
-        leased = jobq.lease("mail", max_jobs=10)
+        leased = jobq.worker.lease("mail", max_jobs=10)
         assert sorted(j.key or "-" for j in leased) == ["-", "b", "cli", "customer-42", "tenant-7"]
     assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE key IS NOT NULL") == 4
 
@@ -211,12 +206,12 @@ async def test_kind_on_every_job(service, db):
             ]
         )
         assert [j.kind for j in many] == ["resize", None, "send.sms:v2"]
-        leased = jobq.lease("mail", max_jobs=10)
+        leased = jobq.worker.lease("mail", max_jobs=10)
         assert {j.payload: j.kind for j in leased} == {
             1: "send_email", 2: None, 3: "resize", 4: None, 5: "send.sms:v2",
         }  # fmt: skip
-        jobq.nack(leased[0], "poison", dead=True)
-        (dead,) = jobq.dead_jobs("mail").jobs
+        jobq.worker.nack(leased[0], "poison", dead=True)
+        (dead,) = jobq.admin.dead_jobs("mail").jobs
         assert dead.kind == leased[0].kind
         with pytest.raises(ValidationError) as invalid:
             jobq.enqueue("mail", 6, kind="x" * 129)
@@ -250,7 +245,7 @@ JOB_WITHOUT_KIND = {
 async def test_nack_many_items_override_the_calls_options(service, db, blocking):
     async with AsyncClient(service.url) as jobq:
         await jobq.enqueue_many([{"queue": "work", "payload": i} for i in range(5)])
-        a, b, c, d, e = sorted(await jobq.lease("work", max_jobs=5), key=lambda j: j.payload)
+        a, b, c, d, e = sorted(await jobq.worker.lease("work", max_jobs=5), key=lambda j: j.payload)
     # (job, error) as before, then each item's own retry_after and dead, as a tuple or a Failure.
     failures = [
         (a, "default"),
@@ -261,10 +256,10 @@ async def test_nack_many_items_override_the_calls_options(service, db, blocking)
     ]
     if blocking:
         with Client(service.url) as sync:
-            results = sync.nack_many(failures, retry_after=3600)
+            results = sync.worker.nack_many(failures, retry_after=3600)
     else:
         async with AsyncClient(service.url) as jobq:
-            results = await jobq.nack_many(failures, retry_after=3600)
+            results = await jobq.worker.nack_many(failures, retry_after=3600)
     assert [(r.ok, r.status) for r in results] == [
         (True, "pending"), (True, "pending"), (True, "dead"), (True, "pending"), (True, "pending"),
     ]  # fmt: skip
@@ -310,26 +305,26 @@ async def test_results_and_progress(start_service, db, blocking):
     async with AsyncClient(service.url) as jobq:
         ids = [j.id for j in await jobq.enqueue_many([{"queue": "work", "payload": i} for i in range(6)])]
         a, b, c, d, e, f = sorted(
-            await jobq.lease("work", max_jobs=6, visibility_timeout=60), key=lambda j: j.payload
+            await jobq.worker.lease("work", max_jobs=6, visibility_timeout=60), key=lambda j: j.payload
         )
 
     def calls(client):  # the same calls, sync or async
-        yield client.extend(a, 60, progress={"done": 1, "of": 2})
-        yield client.ack(a, {"rows": 2})
-        yield client.ack(b.id, False, lease_token=b.lease_token)  # false is a result, not "none"
-        yield client.ack_many([c, Completion(d, [1, 2]), (e, "x" * 200), (f, None)])
+        yield client.worker.extend(a, 60, progress={"done": 1, "of": 2})
+        yield client.worker.ack(a, {"rows": 2})
+        yield client.worker.ack(b.id, False, lease_token=b.lease_token)  # false is a result, not "none"
+        yield client.worker.ack_many([c, Completion(d, [1, 2]), (e, "x" * 200), (f, None)])
 
     if blocking:
         with Client(service.url) as sync:
             answers = list(calls(sync))
             with pytest.raises(PayloadTooLarge) as too_large:
-                sync.ack(e, "x" * 200)
+                sync.worker.ack(e, "x" * 200)
             shown = [sync.get_job(i) for i in ids]
     else:
         async with AsyncClient(service.url) as jobq:
             answers = [await call for call in calls(jobq)]
             with pytest.raises(PayloadTooLarge) as too_large:
-                await jobq.ack(e, "x" * 200)
+                await jobq.worker.ack(e, "x" * 200)
             shown = [await jobq.get_job(i) for i in ids]
     assert "ack again without the result" in too_large.value.detail
     assert answers[0].id == a.id and answers[1].status == answers[2].status == "completed"
@@ -348,7 +343,7 @@ async def test_results_and_progress(start_service, db, blocking):
         ("completed", None, None),
     ]
     with Client(service.url) as sync:
-        assert sync.ack(e).status == "completed"
+        assert sync.worker.ack(e).status == "completed"
     assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE status = 'completed'") == 6
 
 
@@ -374,31 +369,31 @@ def test_result_and_progress_are_none_in_answers_without_them():
 async def test_operator_calls(service, db):
     async with AsyncClient(service.url) as jobq:
         with pytest.raises(NotFound):
-            await jobq.queue("reports")
-        detail = await jobq.configure_queue("reports", max_attempts=1, visibility_timeout=12.5)
+            await jobq.admin.queue("reports")
+        detail = await jobq.admin.configure_queue("reports", max_attempts=1, visibility_timeout=12.5)
         assert (detail.settings.max_attempts, detail.settings.visibility_timeout) == (1, 12.5)
         for i in range(5):
             await jobq.enqueue("reports", i)
-        for job in await jobq.lease("reports", max_jobs=5):
-            await jobq.nack(job, f"failed {job.payload}")
+        for job in await jobq.worker.lease("reports", max_jobs=5):
+            await jobq.worker.nack(job, f"failed {job.payload}")
 
-        page = await jobq.dead_jobs("reports", limit=3)
+        page = await jobq.admin.dead_jobs("reports", limit=3)
         assert [j.payload for j in page.jobs] == [4, 3, 2] and page.jobs[0].last_error == "failed 4"
-        page = await jobq.dead_jobs("reports", limit=3, before_id=page.next_before_id)
+        page = await jobq.admin.dead_jobs("reports", limit=3, before_id=page.next_before_id)
         assert [j.payload for j in page.jobs] == [1, 0] and page.next_before_id is None
 
-        assert (await jobq.purge_dead(page.jobs[0].id)).purged
+        assert (await jobq.admin.purge_dead(page.jobs[0].id)).purged
         with pytest.raises(Conflict):
-            await jobq.purge_dead((await jobq.enqueue("reports", "alive")).id)
-        retried = await jobq.retry_dead([page.jobs[1].id])
+            await jobq.admin.purge_dead((await jobq.enqueue("reports", "alive")).id)
+        retried = await jobq.admin.retry_dead([page.jobs[1].id])
         assert (retried.retried, retried.skipped) == (1, [])
-        assert (await jobq.retry_dead(queue="reports")).retried == 3
+        assert (await jobq.admin.retry_dead(queue="reports")).retried == 3
 
-        paused = await jobq.pause("reports")
+        paused = await jobq.admin.pause("reports")
         assert paused.paused and paused.pending == 5 and paused.dead == 0
-        assert await jobq.lease("reports") == []
-        assert not (await jobq.resume("reports")).paused
-        (row,) = await jobq.queues()
+        assert await jobq.worker.lease("reports") == []
+        assert not (await jobq.admin.resume("reports")).paused
+        (row,) = await jobq.admin.queues()
         assert (row.queue, row.pending, row.running, row.dead) == ("reports", 5, 0, 0)
         assert row.oldest_pending_age_seconds >= 0
 
@@ -445,7 +440,7 @@ async def test_retries_connection_errors_until_the_service_is_up(database_url, d
 
     with Client(f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(attempts=3, backoff=0.01)) as nobody:
         with pytest.raises(Unreachable) as unreachable:
-            nobody.queues()
+            nobody.admin.queues()
         assert isinstance(unreachable.value, Unavailable) and unreachable.value.status is None
 
 
@@ -467,11 +462,11 @@ async def test_retries_503_but_never_4xx(start_service, db):
         with pytest.raises(NotFound):
             await jobq.get_job(10**12)
         with pytest.raises(ValidationError):
-            await jobq.lease("locked", max_jobs=0)
-        (leased,) = await jobq.lease("locked")
-        await jobq.ack(leased)
+            await jobq.worker.lease("locked", max_jobs=0)
+        (leased,) = await jobq.worker.lease("locked")
+        await jobq.worker.ack(leased)
         with pytest.raises(LeaseLost):
-            await jobq.nack(leased, "too late")
+            await jobq.worker.nack(leased, "too late")
         assert len(sent) == 5  # one request per call: 4xx answers are not retried
 
     # With retries exhausted, the 503 itself comes out.
@@ -544,16 +539,16 @@ async def test_bearer_token(start_service, db, monkeypatch):
     with Client(service.url, token="producer-token") as producer:
         job = producer.enqueue("secret", 1)
         with pytest.raises(Forbidden) as forbidden:
-            producer.lease("secret")
+            producer.worker.lease("secret")
         assert forbidden.value.status == 403 and forbidden.value.code == "forbidden"
     monkeypatch.setenv("JOBQ_TOKEN", "worker-token")
     monkeypatch.setenv("JOBQ_URL", service.url)
-    async with AsyncClient() as worker:
-        assert worker.url == service.url
-        (leased,) = await worker.lease("secret")
-        await worker.ack(leased)
+    async with AsyncClient() as client:
+        assert client.url == service.url
+        (leased,) = await client.worker.lease("secret")
+        await client.worker.ack(leased)
         with pytest.raises(Forbidden):
-            await worker.queues()
+            await client.admin.queues()
     assert leased.id == job.id
     assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job.id) == "completed"
 
@@ -611,9 +606,9 @@ async def test_the_async_client_goes_through_the_proxy_the_environment_names(sta
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
         async with AsyncClient(service.url, retry=FAST) as client:
-            await client.queues()
+            await client.admin.queues()
         assert seen == [f"GET {service.url}/queues HTTP/1.1".encode()]
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
         async with AsyncClient(service.url, retry=FAST) as client:
-            await client.queues()
+            await client.admin.queues()
         assert len(seen) == 1

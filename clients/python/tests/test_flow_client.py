@@ -8,15 +8,18 @@ import json
 
 from typer.testing import CliRunner
 
-from jobq import NO_LIMIT, Client, KeyView, NotFound, Rate
+from jobq import Client, NotFound
 from jobq.cli import cli
+from jobq.types import NO_LIMIT, KeyView, Rate
 
 KEY = "tenant/42 ü"  # quoted in the path
 
 
 def test_settings_keys_and_the_limit_through_the_client(service):
     with Client(service.url) as jobq:
-        settings = jobq.configure_queue("f", key_concurrency=1, fair=True, key_rate=Rate(100, 60)).settings
+        settings = jobq.admin.configure_queue(
+            "f", key_concurrency=1, fair=True, key_rate=Rate(100, 60)
+        ).settings
         assert (settings.key_concurrency, settings.fair, settings.rate, settings.key_rate) == (
             1,
             True,
@@ -26,18 +29,20 @@ def test_settings_keys_and_the_limit_through_the_client(service):
         for _ in range(3):
             jobq.enqueue("f", {}, key=KEY)
         jobq.enqueue("f", {}, key="other")
-        assert sorted(j.key or "" for j in jobq.lease("f", max_jobs=10)) == ["other", KEY]
-        assert jobq.set_key("f", KEY, concurrency=2) == KeyView("f", KEY, 2, None, 2, 1)
-        assert [j.key for j in jobq.lease("f", max_jobs=10)] == [KEY]
-        assert [k.key for k in jobq.keys("f", limit=1)] == [KEY]
-        assert jobq.key("f", KEY).running == 2
-        assert jobq.delete_key("f", KEY).deleted is True
+        assert sorted(j.key or "" for j in jobq.worker.lease("f", max_jobs=10)) == ["other", KEY]
+        assert jobq.admin.set_key("f", KEY, concurrency=2) == KeyView("f", KEY, 2, None, 2, 1)
+        assert [j.key for j in jobq.worker.lease("f", max_jobs=10)] == [KEY]
+        assert [k.key for k in jobq.admin.keys("f", limit=1)] == [KEY]
+        assert jobq.admin.key("f", KEY).running == 2
+        assert jobq.admin.delete_key("f", KEY).deleted is True
         try:
-            jobq.delete_key("f", KEY)
+            jobq.admin.delete_key("f", KEY)
             raise AssertionError("a second delete should be NotFound")
         except NotFound:
             pass
-        cleared = jobq.configure_queue("f", key_concurrency=NO_LIMIT, fair=False, key_rate=NO_LIMIT).settings
+        cleared = jobq.admin.configure_queue(
+            "f", key_concurrency=NO_LIMIT, fair=False, key_rate=NO_LIMIT
+        ).settings
         assert (cleared.key_concurrency, cleared.fair, cleared.key_rate) == (None, False, None)
 
 

@@ -12,17 +12,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from typer.testing import CliRunner
 
-from jobq import (
-    AsyncClient,
-    Calls,
-    CatchUp,
-    Client,
-    Forbidden,
-    NotFound,
-    Schedule,
-    ValidationError,
-)
+from jobq import AsyncClient, Client, NotFound, ValidationError
 from jobq.cli import cli
+from jobq.client import Calls
+from jobq.types import CatchUp, Forbidden, Schedule
 from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
@@ -32,8 +25,8 @@ NAME = "reports:nightly.v2"  # ":" is quoted in the paths
 
 def test_set_get_list_pause_resume_trigger_delete(service):
     with Client(service.url) as jobq:
-        assert jobq.schedules() == []
-        made = jobq.set_schedule(
+        assert jobq.admin.schedules() == []
+        made = jobq.admin.set_schedule(
             NAME,
             "0 3 * * *",
             "reports",
@@ -59,22 +52,22 @@ def test_set_get_list_pause_resume_trigger_delete(service):
         assert now < made.next_run_at <= now + timedelta(days=1)
         berlin = made.next_run_at.astimezone(ZoneInfo("Europe/Berlin"))
         assert (berlin.hour, berlin.minute, berlin.second) == (3, 0, 0)
-        assert jobq.schedule(NAME) == made
+        assert jobq.admin.schedule(NAME) == made
 
-        plain = jobq.set_schedule("a-first", "*/5 * * * *", "reports", None)  # the service's defaults
+        plain = jobq.admin.set_schedule("a-first", "*/5 * * * *", "reports", None)  # the service's defaults
         assert (plain.timezone, plain.catch_up, plain.priority, plain.paused) == ("UTC", "once", 0, False)
         assert (plain.payload, plain.kind, plain.max_attempts, plain.key) == (None, None, None, None)
         assert plain.next_run_at.minute % 5 == 0 and plain.next_run_at.second == 0
-        assert [s.name for s in jobq.schedules()] == ["a-first", NAME]
+        assert [s.name for s in jobq.admin.schedules()] == ["a-first", NAME]
 
-        paused = jobq.pause_schedule(NAME)
+        paused = jobq.admin.pause_schedule(NAME)
         assert paused.paused and paused.next_run_at is None
-        assert jobq.schedule(NAME).paused
-        resumed = jobq.resume_schedule(NAME)
+        assert jobq.admin.schedule(NAME).paused
+        resumed = jobq.admin.resume_schedule(NAME)
         assert not resumed.paused
         assert resumed.next_run_at.astimezone(ZoneInfo("Europe/Berlin")).hour == 3
 
-        triggered = jobq.trigger_schedule(NAME)
+        triggered = jobq.admin.trigger_schedule(NAME)
         job = jobq.get_job(triggered.job_id)
         assert (job.queue, job.payload, job.kind, job.priority, job.max_attempts, job.status) == (
             "reports", {"month": "2026-11"}, "build_report", -2, 3, "pending",
@@ -82,79 +75,79 @@ def test_set_get_list_pause_resume_trigger_delete(service):
         assert (job.schedule, job.schedule_slot) == (NAME, None)  # a trigger has no slot
         assert triggered.last_job_id == job.id and triggered.last_run_at is not None
         assert not triggered.paused and triggered.next_run_at == resumed.next_run_at
-        assert jobq.schedule(NAME).last_job_id == job.id
+        assert jobq.admin.schedule(NAME).last_job_id == job.id
         assert jobq.get_job(job.id).schedule == NAME
 
-        replaced = jobq.set_schedule(NAME, "30 4 * * 1", "other", [1])
+        replaced = jobq.admin.set_schedule(NAME, "30 4 * * 1", "other", [1])
         assert (replaced.cron, replaced.queue, replaced.payload) == ("30 4 * * 1", "other", [1])
         assert (replaced.timezone, replaced.kind, replaced.priority, replaced.catch_up) == (
             "UTC", None, 0, "once",
         )  # fmt: skip
         assert replaced.next_run_at.weekday() == 0 and replaced.next_run_at.hour == 4
 
-        deleted = jobq.delete_schedule(NAME)
+        deleted = jobq.admin.delete_schedule(NAME)
         assert (deleted.name, deleted.deleted) == (NAME, True)
         with pytest.raises(NotFound):
-            jobq.schedule(NAME)
-        assert [s.name for s in jobq.schedules()] == ["a-first"]
+            jobq.admin.schedule(NAME)
+        assert [s.name for s in jobq.admin.schedules()] == ["a-first"]
         assert jobq.get_job(job.id).status == "pending"  # the jobs it enqueued stay
 
 
 def test_unknown_names_and_bad_schedules_are_refused(service):
     with Client(service.url) as jobq:
-        jobq.set_schedule("known", "0 * * * *", "q", 1)
+        jobq.admin.set_schedule("known", "0 * * * *", "q", 1)
         for call in (
-            jobq.schedule,
-            jobq.pause_schedule,
-            jobq.resume_schedule,
-            jobq.trigger_schedule,
-            jobq.delete_schedule,
+            jobq.admin.schedule,
+            jobq.admin.pause_schedule,
+            jobq.admin.resume_schedule,
+            jobq.admin.trigger_schedule,
+            jobq.admin.delete_schedule,
         ):
             with pytest.raises(NotFound) as missing:
                 call("unknown")
             assert missing.value.status == 404
         for cron, timezone in (("not a cron", None), ("61 * * * *", None), ("0 3 * * *", "Mars/Olympus")):
             with pytest.raises(ValidationError) as invalid:
-                jobq.set_schedule("known", cron, "q", 1, timezone=timezone)
+                jobq.admin.set_schedule("known", cron, "q", 1, timezone=timezone)
             assert invalid.value.status == 422
         with pytest.raises(ValidationError):
-            jobq.set_schedule("no spaces", "0 * * * *", "q", 1)
+            jobq.admin.set_schedule("no spaces", "0 * * * *", "q", 1)
         with pytest.raises(ValidationError):
-            jobq.set_schedule("known", "0 * * * *", "q", 1, catch_up="never")
-        (known,) = jobq.schedules()  # nothing refused changed anything
+            jobq.admin.set_schedule("known", "0 * * * *", "q", 1, catch_up="never")
+        (known,) = jobq.admin.schedules()  # nothing refused changed anything
         assert (known.name, known.cron, known.timezone) == ("known", "0 * * * *", "UTC")
 
 
 async def test_async_client_and_the_jobs_a_schedule_enqueues_at_its_times(service, db):
     async with AsyncClient(service.url) as jobq:
-        made = await jobq.set_schedule("every-second", "* * * * * *", "ticks", "tick", paused=True)
+        made = await jobq.admin.set_schedule("every-second", "* * * * * *", "ticks", "tick", paused=True)
         assert made.paused and made.next_run_at is None
-        assert [s.name for s in await jobq.schedules()] == ["every-second"]
+        assert [s.name for s in await jobq.admin.schedules()] == ["every-second"]
         assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
-        resumed = await jobq.resume_schedule("every-second")
+        resumed = await jobq.admin.resume_schedule("every-second")
         assert not resumed.paused and resumed.next_run_at is not None
         first = await until(lambda: db.fetchval("SELECT min(id) FROM jobq.all_jobs WHERE queue = 'ticks'"))
         job = await jobq.get_job(first)
         assert (job.payload, job.schedule) == ("tick", "every-second")
         assert job.schedule_slot is not None and job.schedule_slot.microsecond == 0
-        assert (await jobq.schedule("every-second")).last_run_at >= job.schedule_slot
+        assert (await jobq.admin.schedule("every-second")).last_run_at >= job.schedule_slot
 
-        assert (await jobq.pause_schedule("every-second")).next_run_at is None
-        triggered = await jobq.trigger_schedule("every-second")
+        assert (await jobq.admin.pause_schedule("every-second")).next_run_at is None
+        triggered = await jobq.admin.trigger_schedule("every-second")
         assert (await jobq.get_job(triggered.job_id)).schedule_slot is None
-        assert (await jobq.delete_schedule("every-second")).deleted
+        assert (await jobq.admin.delete_schedule("every-second")).deleted
         with pytest.raises(NotFound):
-            await jobq.trigger_schedule("every-second")
-        assert await jobq.schedules() == []
+            await jobq.admin.trigger_schedule("every-second")
+        assert await jobq.admin.schedules() == []
 
 
 async def test_only_admins_set_schedules(start_service):
     service = start_service(tokens={"p": "producer", "a": "admin"})
     with Client(service.url, token="p") as producer, pytest.raises(Forbidden):
-        producer.set_schedule("nightly", "0 3 * * *", "q", 1)
-    with Client(service.url, token="a") as admin:
-        assert admin.set_schedule("nightly", "0 3 * * *", "q", 1).name == "nightly"
+        producer.admin.set_schedule("nightly", "0 3 * * *", "q", 1)
+    with Client(service.url, token="a") as operator:
+        assert operator.admin.set_schedule("nightly", "0 3 * * *", "q", 1).name == "nightly"
 
 
 def test_calls_as_sent():
@@ -254,7 +247,7 @@ def test_commands(service):
     with Client(url) as client:
         job = client.get_job(job_id)
         assert (job.schedule, job.payload, job.kind) == ("nightly", {"month": "2026-11"}, "build_report")
-        assert client.schedule("nightly").last_job_id == job_id
+        assert client.admin.schedule("nightly").last_job_id == job_id
     as_json = json.loads(jobq("trigger", "nightly", "--json", url=url).stdout)
     assert as_json["job_id"] == job_id + 1 and as_json["last_job_id"] == job_id + 1
 

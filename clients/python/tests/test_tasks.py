@@ -15,6 +15,7 @@ import pytest
 
 import jobq
 from jobq import AsyncClient, Client, Tasks, Worker, current_job
+from jobq.worker import Stats
 from tests.sent import recording
 from tests.service_process import JOBQ, jobq_env
 from tests.waiting import equals, states, until
@@ -107,7 +108,7 @@ def test_enqueue_checks_the_arguments_against_the_function_before_sending():
         tasks.task(name="resize")(lambda: None)
 
 
-async def run_until(worker: Worker, condition) -> jobq.Stats:
+async def run_until(worker: Worker, condition) -> Stats:
     run = asyncio.create_task(worker.run())
     await until(condition)
     worker.stop()
@@ -126,7 +127,7 @@ async def test_retry_after_fail_and_unknown_kinds(service, db):
         raise jobq.Fail("the address does not exist")
 
     async with AsyncClient(service.url) as client:
-        await client.configure_queue("q", backoff_base=3600)
+        await client.admin.configure_queue("q", backoff_base=3600)
         await client.enqueue_many(
             [
                 later.job(1),
@@ -174,7 +175,7 @@ async def test_a_task_s_visibility_timeout_is_its_lease_while_it_runs(service, d
         await release.wait()
 
     async with AsyncClient(service.url) as client:
-        await client.configure_queue("slow", visibility_timeout=30)
+        await client.admin.configure_queue("slow", visibility_timeout=30)
         job = await client.enqueue("slow", None, kind="crunch")
         worker = Worker(tasks, client=client, wait=0.2)
         run = asyncio.create_task(worker.run())
@@ -216,7 +217,7 @@ async def test_jobq_worker_runs_the_functions_of_a_module_as_tasks(service, db, 
                 {"queue": "b", "kind": "_helper", "payload": None},
             ]
         )
-        await client.configure_queue("b", backoff_base=3600)
+        await client.admin.configure_queue("b", backoff_base=3600)
     command = [*JOBQ, "worker", "chores", "--queue", "a", "--queue", "b", "--wait", "0.2", "-c", "2"]
     process = subprocess.Popen(
         command, cwd=tmp_path, env=jobq_env(JOBQ_URL=service.url), stdout=subprocess.PIPE, text=True

@@ -1,5 +1,6 @@
 """The client is typed: its package passes `mypy --strict`, and code using it is checked against it (a
-task's `enqueue` takes the function's own arguments)."""
+task's `enqueue` takes the function's own arguments; the groups' calls and the spellings they replace
+have the calls' own signatures)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jobq"
 USER_CODE = """
 import asyncio
 import jobq
+from jobq import QueueRow as OldQueueRow  # an import of old, typed as before
+from jobq.types import Job, LeasedJob, QueueRow
 
 tasks = jobq.Tasks(queue="emails")
 
@@ -24,15 +27,21 @@ async def build_report(month: str) -> int:
     return 1
 
 send_email.enqueue("ada@example.com", subject="Hi")
-job: jobq.Job = send_email.enqueue(to="ada@example.com")
+job: Job = send_email.enqueue(to="ada@example.com")
 asyncio.run(build_report.aenqueue(month="2026-11"))
 count: int = asyncio.run(build_report("2026-11"))
-leased: list[jobq.LeasedJob] = jobq.Client().lease("emails", max_jobs=10)
+leased: list[LeasedJob] = jobq.Client().worker.lease("emails", max_jobs=10)
 worker = jobq.Worker(tasks, concurrency=16)
+rows: list[QueueRow] = jobq.Client().admin.queues()
+old_rows: list[OldQueueRow] = jobq.Client().queues()  # the spelling of old, typed as before
+
+async def lease(client: jobq.AsyncClient) -> list[LeasedJob]:
+    return await client.worker.lease("emails") + await client.lease("emails")
 
 send_email.enqueue(3)                      # error: not a str
 send_email.enqueue("a", subjekt="x")       # error: no such argument
 build_report.enqueue()                     # error: month missing
+jobq.Client().admin.pause(7)               # error: a queue's name
 """
 
 
@@ -63,7 +72,9 @@ def test_a_task_s_arguments_are_checked_as_a_call_s(tmp_path):
         "error: not a str",
         "error: no such argument",
         "error: month missing",
+        "error: a queue's name",
     ], done.stdout
     assert 'incompatible type "int"; expected "str"' in errors[0]
     assert 'Unexpected keyword argument "subjekt"' in errors[1]
     assert 'Missing positional argument "month"' in errors[2]
+    assert 'incompatible type "int"; expected "str"' in errors[3]

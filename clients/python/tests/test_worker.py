@@ -4,6 +4,7 @@ the concurrency limit, lease extension for long jobs, graceful stops, outages, s
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import pty
@@ -18,8 +19,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from jobq import AsyncClient, RetryPolicy, ValidationError, Worker
+from jobq import AsyncClient, ValidationError, Worker
 from jobq.cli import cli
+from jobq.client import AsyncWorkerCalls, RetryPolicy
 from jobq.worker import ERROR_CHARS, describe
 from tests.helpers import assert_nothing_stranded
 from tests.sent import recording
@@ -65,7 +67,7 @@ async def test_acks_successes_and_nacks_failures_with_their_error(service, db, k
             raise ValueError(job.payload["fail"])
 
     async with AsyncClient(service.url) as client:
-        await client.configure_queue("q", backoff_base=3600)  # a failed job waits: each runs once here
+        await client.admin.configure_queue("q", backoff_base=3600)  # a failed job waits: each runs once here
         payloads = [{"n": i, "fail": f"bad {i}"} if i % 10 == 0 else {"n": i} for i in range(60)]
         await client.enqueue_many([{"queue": "q", "payload": p} for p in payloads])
         worker = Worker(
@@ -130,7 +132,7 @@ async def test_stop_lets_running_jobs_finish_within_grace_and_releases_the_rest(
             await asyncio.sleep(0.05 if job.payload == "quick" else 0.3)
 
     async with AsyncClient(service.url) as client:
-        await client.configure_queue("g", visibility_timeout=7)
+        await client.admin.configure_queue("g", visibility_timeout=7)
         jobs = await client.enqueue_many([{"queue": "g", "payload": p} for p in ("quick", "medium", "stuck")])
         handler = plain_handler if kind == "plain" else async_handler
         worker = Worker(handler, "g", client=client, concurrency=3, grace=0.8, wait=0.2)
@@ -185,7 +187,7 @@ async def test_an_ack_after_the_lease_moved_on_counts_as_lost(service, db):
     async with AsyncClient(service.url) as client:
 
         async def gives_its_job_away(job):
-            await client.nack(job, "taken away", retry_after=3600)  # the lease ends under the worker
+            await client.worker.nack(job, "taken away", retry_after=3600)  # the lease ends under the worker
 
         job = await client.enqueue("away", 1)
         worker = Worker(gives_its_job_away, "away", client=client, wait=0.2)
@@ -202,8 +204,8 @@ async def test_a_worker_token_is_enough(start_service, db, caplog):
     """A worker token reads its queue's settings: the worker leases for the queue's visibility timeout."""
     service = start_service(tokens={"w": "worker", "p": "producer", "a": "admin"})
     caplog.set_level(logging.WARNING, logger="jobq.worker")
-    async with AsyncClient(service.url, token="a") as admin:
-        await admin.configure_queue("tokens", visibility_timeout=45)
+    async with AsyncClient(service.url, token="a") as operator:
+        await operator.admin.configure_queue("tokens", visibility_timeout=45)
     async with AsyncClient(service.url, token="p") as producer:
         job = await producer.enqueue("tokens", "x")
     async with AsyncClient(service.url, token="w") as client:
@@ -335,7 +337,7 @@ def _worker_process(tmp_path: Path, url: str, *args: str, **popen) -> subprocess
 
 async def test_jobq_worker_command_logs_status_and_stops_on_signals(service, db, tmp_path):
     async with AsyncClient(service.url) as client:
-        await client.configure_queue("cli", backoff_base=3600)
+        await client.admin.configure_queue("cli", backoff_base=3600)
         await client.enqueue_many([{"queue": "cli", "payload": p} for p in ["ok"] * 20 + ["fail", "block"]])
     process = _worker_process(
         tmp_path, service.url, "-c", "4", "--status-interval", "0.2", stderr=subprocess.PIPE, text=True
@@ -438,14 +440,24 @@ async def test_prefetched_jobs_are_given_back_on_stop_their_attempt_not_counted(
     assert {(r["status"], r["attempts"]): r["n"] for r in rows} == {("completed", 1): 4, ("pending", 0): 6}
 
 
-class AskingClient(AsyncClient):
+class AskingCalls(AsyncWorkerCalls):
     """Records how many jobs each lease asks for."""
 
-    asked: list[int]
+    def __init__(self, client: AsyncClient) -> None:
+        super().__init__(client)
+        self.asked: list[int] = []
 
     async def lease(self, queue, **options):  # type: ignore[no-untyped-def, override]
         self.asked.append(options["max_jobs"])
         return await super().lease(queue, **options)
+
+
+class AskingClient(AsyncClient):
+    """A client whose `worker` calls are `AskingCalls`."""
+
+    @functools.cached_property
+    def worker(self) -> AskingCalls:
+        return AskingCalls(self)
 
 
 @pytest.mark.parametrize("seconds", [0.0, 0.2])
@@ -457,7 +469,6 @@ async def test_the_buffer_grows_for_fast_handlers_and_stays_small_for_slow_ones(
         await asyncio.sleep(seconds)
 
     async with AskingClient(service.url) as client:
-        client.asked = []
         for start in range(0, count, 1000):
             await client.enqueue_many(
                 [{"queue": "buf", "payload": n} for n in range(start, min(count, start + 1000))]
@@ -467,10 +478,11 @@ async def test_the_buffer_grows_for_fast_handlers_and_stays_small_for_slow_ones(
         await until(lambda: worker.stats.done == count, timeout=60)
         worker.stop()
         await run
+    asked = client.worker.asked
     if seconds == 0:
-        assert max(client.asked) >= 300, client.asked  # a no-op takes microseconds: full half-leases
+        assert max(asked) >= 300, asked  # a no-op takes microseconds: full half-leases
     else:
-        assert max(client.asked) <= 2, client.asked  # 2 running and 2 buffered, asked for half at a time
+        assert max(asked) <= 2, asked  # 2 running and 2 buffered, asked for half at a time
     assert await states(db, "buf")() == {"completed": count}
 
 
@@ -510,7 +522,7 @@ async def test_acks_and_nacks_go_in_batches(service, db):
             raise ValueError("bad")
 
     async with AsyncClient(service.url, **requests.client_options) as client:
-        await client.configure_queue("b", backoff_base=3600)
+        await client.admin.configure_queue("b", backoff_base=3600)
         await client.enqueue_many([{"queue": "b", "payload": n} for n in range(300)])
         requests.clear()
         worker = Worker(handler, "b", client=client, concurrency=16, wait=0.2, visibility_timeout=30)
@@ -592,11 +604,11 @@ async def test_warns_at_start_of_a_queue_that_does_not_exist_naming_those_that_d
     (as many as the token may list), and works on (the queue may yet get its first job)."""
     service = start_service(tokens={"w": "worker", "v": {"roles": ["worker", "viewer"]}, "a": "admin"})
     caplog.set_level(logging.INFO, logger="jobq.worker")
-    async with AsyncClient(service.url, token="a") as admin:
-        await admin.enqueue("emails", {"to": "ada@example.com"})
-        await admin.configure_queue("reports", visibility_timeout=60)  # settings, no jobs
+    async with AsyncClient(service.url, token="a") as operator:
+        await operator.enqueue("emails", {"to": "ada@example.com"})
+        await operator.admin.configure_queue("reports", visibility_timeout=60)  # settings, no jobs
         for n in range(30):
-            await admin.enqueue(f"other-{n:02}", {})
+            await operator.enqueue(f"other-{n:02}", {})
 
     async def started(token: str, *queues: str, **options) -> str:
         caplog.clear()
