@@ -5,99 +5,147 @@
 
     with Client() as jobq:  # JOBQ_URL, else http://127.0.0.1:8000
         jobq.enqueue("emails", {"to": "ada@example.com"})
+        for leased in jobq.worker.lease("emails", wait=5):
+            jobq.worker.ack(leased)
 
-Every public name is importable from here; the modules behind them are `jobq.client` (the calls and the
-retry policy), `jobq.types` (results and errors), `jobq.tasks` (tasks, `Retry` and `Fail`), `jobq.worker`
-(the runner; `jobq.pools` and `jobq.serving` hold its parts) and `jobq.cli` (the `jobq` command).
+Here is what an application uses every day: the clients, tasks and what a handler raises or asks
+(`Retry`, `Fail`, `current_job`, `progress`), the runner, and the errors worth catching one by one (every
+error is a `JobqError`; `Unavailable` covers no answer at all). A client's own methods are a producer's
+(`enqueue`, `get_job`, `wait`, `cancel`); `client.worker` holds the lease protocol and `client.admin`
+the operator's calls (see `jobq.client`).
+
+The rest is imported from the module it lives in:
+- `jobq.types`: the results (`Job`, `LeasedJob`, `JobStatus`, `AckResult`, `NackResult`, `ExtendResult`,
+  `ItemResult`, `JobPage`, `DeadPage`, `RetryDeadResult`, `PurgeResult`, `QueueRow`, `QueueDetail`,
+  `QueueSettings`, `Rate`, `NO_LIMIT`, `KeyView`, `DeleteKeyResult`, `WorkerSeen`, `Schedule`, `CatchUp`,
+  `DeleteScheduleResult`) and the other errors (`Unreachable`, `Unauthorized`, `Forbidden`,
+  `PayloadTooLarge`);
+- `jobq.client`: the calls (`Call`, `Calls`), the retry policy (`RetryPolicy`), the batch items
+  (`Completion`, `Failure`) and the groups of calls (`WorkerCalls`, `AdminCalls` and their async forms);
+- `jobq.tasks`: `UnknownTask`; `jobq.worker`: the runner's `Stats` (`jobq.pools` and `jobq.serving` hold
+  its parts); `jobq.cli`: the `jobq` command.
+
+Those names were importable from here too, and still are for one release, with a DeprecationWarning
+naming their module (`__getattr__`).
 """
 
-from jobq.client import AsyncClient, Call, Calls, Client, Completion, Failure, RetryPolicy
-from jobq.tasks import Fail, Retry, Task, Tasks, UnknownTask, current_job, progress
-from jobq.types import (
-    NO_LIMIT,
-    AckResult,
-    CatchUp,
-    Conflict,
-    DeadPage,
-    DeleteKeyResult,
-    DeleteScheduleResult,
-    ExtendResult,
-    Forbidden,
-    ItemResult,
-    Job,
-    JobPage,
-    JobqError,
-    JobStatus,
-    KeyView,
-    LeasedJob,
-    LeaseLost,
-    NackResult,
-    NotFound,
-    PayloadTooLarge,
-    PurgeResult,
-    QueueDetail,
-    QueueRow,
-    QueueSettings,
-    Rate,
-    RetryDeadResult,
-    Schedule,
-    Unauthorized,
-    Unavailable,
-    Unreachable,
-    ValidationError,
-    WorkerSeen,
-)
-from jobq.worker import Stats, Worker
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from jobq.client import AsyncClient, Client
+from jobq.tasks import Fail, Retry, Task, Tasks, current_job, progress
+from jobq.types import Conflict, JobqError, LeaseLost, NotFound, Unavailable, ValidationError
+from jobq.worker import Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AckResult",
     "AsyncClient",
-    "Call",
-    "Calls",
-    "CatchUp",
     "Client",
-    "Completion",
     "Conflict",
-    "DeadPage",
-    "JobPage",
-    "DeleteScheduleResult",
-    "ExtendResult",
     "Fail",
-    "Failure",
-    "Forbidden",
-    "ItemResult",
-    "Job",
     "JobqError",
-    "JobStatus",
     "LeaseLost",
-    "LeasedJob",
-    "NackResult",
     "NotFound",
-    "PayloadTooLarge",
-    "PurgeResult",
-    "QueueDetail",
-    "QueueRow",
-    "QueueSettings",
-    "Rate",
-    "NO_LIMIT",
-    "KeyView",
-    "DeleteKeyResult",
     "Retry",
-    "RetryDeadResult",
-    "RetryPolicy",
-    "Schedule",
-    "Stats",
     "Task",
     "Tasks",
-    "Unauthorized",
     "Unavailable",
-    "UnknownTask",
-    "Unreachable",
     "ValidationError",
     "Worker",
-    "WorkerSeen",
     "current_job",
     "progress",
 ]
+
+# The names this package exported before, each with the module it lives in: `from jobq import Job` goes
+# on working for a release, with a warning that says where to import it from.
+_MOVED = {
+    **dict.fromkeys(("Call", "Calls", "Completion", "Failure", "RetryPolicy"), "jobq.client"),
+    "UnknownTask": "jobq.tasks",
+    "Stats": "jobq.worker",
+    **dict.fromkeys(
+        (
+            "NO_LIMIT",
+            "AckResult",
+            "CatchUp",
+            "DeadPage",
+            "DeleteKeyResult",
+            "DeleteScheduleResult",
+            "ExtendResult",
+            "Forbidden",
+            "ItemResult",
+            "Job",
+            "JobPage",
+            "JobStatus",
+            "KeyView",
+            "LeasedJob",
+            "NackResult",
+            "PayloadTooLarge",
+            "PurgeResult",
+            "QueueDetail",
+            "QueueRow",
+            "QueueSettings",
+            "Rate",
+            "RetryDeadResult",
+            "Schedule",
+            "Unauthorized",
+            "Unreachable",
+            "WorkerSeen",
+        ),
+        "jobq.types",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jobq' has no attribute {name!r}")
+    warnings.warn(
+        f"importing {name} from jobq is deprecated, import it from {module} (from {module} import {name}); "
+        "the old import will be removed in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(module), name)
+
+
+if TYPE_CHECKING:
+    # The same names, for type checkers, which do not run `__getattr__`: code importing them from here
+    # keeps its types while it moves.
+    from jobq.client import Call as Call
+    from jobq.client import Calls as Calls
+    from jobq.client import Completion as Completion
+    from jobq.client import Failure as Failure
+    from jobq.client import RetryPolicy as RetryPolicy
+    from jobq.tasks import UnknownTask as UnknownTask
+    from jobq.types import NO_LIMIT as NO_LIMIT
+    from jobq.types import AckResult as AckResult
+    from jobq.types import CatchUp as CatchUp
+    from jobq.types import DeadPage as DeadPage
+    from jobq.types import DeleteKeyResult as DeleteKeyResult
+    from jobq.types import DeleteScheduleResult as DeleteScheduleResult
+    from jobq.types import ExtendResult as ExtendResult
+    from jobq.types import Forbidden as Forbidden
+    from jobq.types import ItemResult as ItemResult
+    from jobq.types import Job as Job
+    from jobq.types import JobPage as JobPage
+    from jobq.types import JobStatus as JobStatus
+    from jobq.types import KeyView as KeyView
+    from jobq.types import LeasedJob as LeasedJob
+    from jobq.types import NackResult as NackResult
+    from jobq.types import PayloadTooLarge as PayloadTooLarge
+    from jobq.types import PurgeResult as PurgeResult
+    from jobq.types import QueueDetail as QueueDetail
+    from jobq.types import QueueRow as QueueRow
+    from jobq.types import QueueSettings as QueueSettings
+    from jobq.types import Rate as Rate
+    from jobq.types import RetryDeadResult as RetryDeadResult
+    from jobq.types import Schedule as Schedule
+    from jobq.types import Unauthorized as Unauthorized
+    from jobq.types import Unreachable as Unreachable
+    from jobq.types import WorkerSeen as WorkerSeen
+    from jobq.worker import Stats as Stats
