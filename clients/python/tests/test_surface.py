@@ -5,12 +5,15 @@ that method does against a real service."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
 import importlib
+import re
 import warnings
 from collections.abc import Callable, Generator
 from datetime import datetime
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -22,6 +25,8 @@ from jobq.client import AdminCalls, AsyncAdminCalls, AsyncWorkerCalls, WorkerCal
 from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[3]
 
 EVERYDAY = {
     "Client",
@@ -344,3 +349,29 @@ async def test_the_runner_and_the_command_use_the_new_spellings(service):
             assert done.exit_code == 0, done.output
     assert (stats.done, stats.failed) == (2, 1)
     assert deprecations(caught) == []
+
+
+def python_blocks(readme: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+
+
+@pytest.mark.parametrize("readme", ["README.md", "clients/python/README.md"])
+def test_the_readmes_python_uses_the_new_spellings(readme):
+    """No call of a grouped method but through its group, and no name of old imported from jobq."""
+    grouped = group_methods(WorkerCalls) | group_methods(AdminCalls)
+    blocks = python_blocks(ROOT / readme)
+    assert blocks
+    stale = []
+    for block in blocks:
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                through_group = isinstance(owner, ast.Attribute) and owner.attr in ("worker", "admin")
+                if node.func.attr in grouped and not through_group:
+                    stale.append(ast.unparse(node))
+            elif isinstance(node, ast.ImportFrom) and node.module == "jobq":
+                stale += [alias.name for alias in node.names if alias.name in MOVED]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id == "jobq" and node.attr in MOVED:
+                    stale.append(ast.unparse(node))
+    assert stale == []
