@@ -2,7 +2,8 @@
 
 from opentelemetry import trace
 
-from jobq import Fail, LeasedJob, Retry
+from jobq import Fail, Retry
+from jobq.types import LeasedJob
 
 
 def handle(job: LeasedJob) -> dict[str, str]:

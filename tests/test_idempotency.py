@@ -22,8 +22,9 @@ from waiting import until
 from app import service
 from app.db.queries import QUEUE_LOCK_CLASS
 from app.service.idempotency import keyed
-from jobq import AsyncClient, RetryPolicy, Unavailable
+from jobq import AsyncClient, Unavailable
 from jobq.cli import cli
+from jobq.client import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -399,7 +400,7 @@ async def test_a_503_saying_nothing_was_done_is_retried_even_for_a_nack(start_se
 
 
 def test_every_client_enqueue_call_carries_a_fresh_key():
-    from jobq import Calls
+    from jobq.client import Calls
 
     one, two = Calls.enqueue("q", 1), Calls.enqueue("q", 1)
     assert one.headers["Idempotency-Key"] != two.headers["Idempotency-Key"]

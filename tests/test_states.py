@@ -370,6 +370,6 @@ def test_the_header_table_says_what_the_statements_do():
 
 
 def test_the_client_knows_the_same_statuses():
-    import jobq
+    import jobq.types
 
-    assert {status.value for status in jobq.JobStatus} == {status.value for status in JobStatus}
+    assert {status.value for status in jobq.types.JobStatus} == {status.value for status in JobStatus}

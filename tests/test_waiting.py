@@ -190,7 +190,8 @@ async def test_a_token_for_other_queues_waits_for_nothing(start_service, databas
 
 
 async def test_client_wait_and_enqueue_with_wait(replicas):
-    from jobq import AsyncClient, JobStatus
+    from jobq import AsyncClient
+    from jobq.types import JobStatus
 
     async with AsyncClient(replicas[0].url) as waiter, AsyncClient(replicas[1].url) as worker:
 
