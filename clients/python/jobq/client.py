@@ -5,7 +5,7 @@
         for job in jobq.worker.lease("emails", wait=5):
             ...
             jobq.worker.ack(job)
-        jobq.admin.pause("emails")
+        print(jobq.admin.queue("emails").pending)
 
 A client's own methods are a producer's: `enqueue`, `enqueue_many`, `get_job`, `wait` and `cancel`. The
 other calls are in two groups, by who makes them: `client.worker` the lease protocol (`WorkerCalls`:
@@ -990,7 +990,9 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 class Client(_Transport, _Blocking):
     """The jobq API, blocking, on httpx. `url` defaults to $JOBQ_URL, else http://127.0.0.1:8000; `token`
     to $JOBQ_TOKEN (sent as a bearer token). `timeout` is per request, in seconds (a long-poll gets its
-    `wait` on top). `retry` is the retry policy; other keyword arguments go to `httpx.Client`."""
+    `wait` on top). `retry` is the retry policy; other keyword arguments go to `httpx.Client`.
+
+    Its own methods are a producer's; `worker` holds the lease protocol, `admin` the operator's calls."""
 
     def _open(self, httpx_options: dict[str, Any]) -> None:
         if self.url.startswith("http://") and "verify" not in httpx_options:
@@ -1111,8 +1113,9 @@ def _env_proxy(url: str) -> str | None:
 
 
 class AsyncClient(_Transport, _Awaited):
-    """The jobq API for asyncio, on aiohttp: the methods of `Client`, awaited; the same arguments, and
-    other keyword arguments go to `aiohttp.ClientSession` (made at the first call, in its event loop).
+    """The jobq API for asyncio, on aiohttp: the methods of `Client` and its groups, awaited; the same
+    arguments, and other keyword arguments go to `aiohttp.ClientSession` (made at the first call, in its
+    event loop).
 
     aiohttp rather than httpx here: a worker's requests are its overhead per job, and aiohttp's take a
     sixth of httpx's time (its parser is C), a millisecond less between a job's enqueue and its handler."""
