@@ -1,14 +1,16 @@
 """The job state machine, table-driven: every statement that changes a job's status, run against a job in
-every status on a real database, lands where the table at the head of app/db/queries.py says, and no other
-statement changes a status.
+every status on a real database, lands where the table at the head of app/db/sql/__init__.py says, and no
+other statement changes a status.
 
 ``MOVES`` is the table in data: for each statement (and variant), the statuses it moves a job out of and
 where to (GONE: the row is deleted); a status it does not list, it must leave alone. A statement added to
-app/db/queries.py that writes a status fails ``test_every_status_change_is_in_the_table`` until it is here,
+app/db/sql that writes a status fails ``test_every_status_change_is_in_the_table`` until it is here,
 and the module's header table must say the same as ``MOVES``."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,8 +24,8 @@ from helpers import front_claim_statements
 
 from app.core.limits import MAX_JOB_ID
 from app.core.states import JobStatus
-from app.db import queries as q
-from app.db import sqs_queries as sqs_queries
+from app.db import sql as q
+from app.db.sql import sqs as sqs_queries
 
 pytestmark = pytest.mark.anyio
 
@@ -316,12 +318,29 @@ def test_every_status_change_is_in_the_table():
         query.name for name, query in defined(q).items() if name in ENQUEUES
     }
     assert changing == tabled - {q.EXTEND.name, q.RUN_NOW.name, q.RETURN_DEAD_LETTERS.name}
-    # ...and none outside app/db/queries.py.
+    # ...and none among the SQS API's own.
     assert not [
         name
         for name, query in defined(sqs_queries).items()
         if changes_status(query) and query not in defined(q).values()
     ]
+
+
+def test_the_package_exports_every_statement():
+    """Callers, and the checks above, see the statements through the package (`from app.db import sql as
+    q`): every statement of every topic module is there, under its name. The SQS API's own are not."""
+    for module in pkgutil.iter_modules(q.__path__):
+        topic = importlib.import_module(f"{q.__name__}.{module.name}")
+        statements = {
+            name: value
+            for name, value in vars(topic).items()
+            if isinstance(value, q.Query)
+            or (isinstance(value, dict) and value and all(isinstance(v, q.Query) for v in value.values()))
+        }
+        if module.name == "sqs":
+            assert not [name for name, value in statements.items() if vars(q).get(name) is value]
+        else:
+            assert {name: vars(q).get(name) for name in statements} == statements, module.name
 
 
 def test_every_status_written_in_the_sql_is_a_job_status():
@@ -338,7 +357,7 @@ def test_every_status_written_in_the_sql_is_a_job_status():
 
 
 def header_table() -> dict[JobStatus, tuple[set[str], set[str]]]:
-    """The header of app/db/queries.py: status -> (led in by, led out by), notes in parentheses dropped."""
+    """The header of app/db/sql: status -> (led in by, led out by), notes in parentheses dropped."""
     lines = q.__doc__.splitlines()
     rules = [i for i, line in enumerate(lines) if line.startswith("=========")]
     widths = [len(column) for column in lines[rules[0]].split("  ")]

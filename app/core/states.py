@@ -1,5 +1,5 @@
 """A job's statuses, the one definition: the `status` column and its CHECK constraint (app/db/tables.py),
-the API's `status` fields, and the statements that move a job between them (app/db/queries.py).
+the API's `status` fields, and the statements that move a job between them (app/db/sql).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import enum
 
 # A job's status: the `status` column and its CHECK constraint, the API's `status` fields (openapi.json
 # lists them from here). Which statement moves a job from one status to another is the table at the head
-# of app/db/queries.py; tests/test_states.py runs every statement against every status and checks it.
+# of app/db/sql/__init__.py; tests/test_states.py runs every statement against every status and checks it.
 class JobStatus(enum.StrEnum):
     """A job's status: pending (waiting to run, now or at its run_at), running (leased to a worker),
     completed (acked), dead (out of attempts, or nacked as dead; kept until retried or purged) or
