@@ -24,36 +24,11 @@ asyncpg's positional ``$n`` and binds arguments by name, so a long statement nev
 order. Each state change names the state it expects (and the lease token, where one fences it) in its
 ``WHERE`` and uses ``RETURNING``: no row back means the job was not in that state, which is an answer.
 
-The job state machine. A job's status (app/db/tables.py ``JobStatus``) changes only through the statements
-of this package, and through ``jobq.enqueue()``, the SQL function producers call in their own transaction
-(alembic revision 0004). tests/test_states.py runs each of them against a job in each status and checks
-the result against this table, and that no other statement here changes a status.
-
-=========  ==================================================  ============================================
-status     led in by                                           led out by
-=========  ==================================================  ============================================
-pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED,
-           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(), NACK,        LEASE_FLOW_FRONT, CANCEL, CANCEL_JOBS, ACK
-           RELEASE, EXPIRE_LEASES, RETRY_DEAD, FIRE_SCHEDULE,  (the last holder, late), PURGE_QUEUE,
-           REDRIVE_DEAD (into another queue),                  DELETE_QUEUE, REVIVE_LEASE (the last
-           FIRE_DUE_SCHEDULES                                  holder, late)
-running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, EXPIRE_LEASES,
-           LEASE_FLOW_FRONT, REVIVE_LEASE                      PURGE_QUEUE, DELETE_QUEUE, EXPIRE_MESSAGES
-completed  ACK                                                 PRUNE_HISTORY_DEFAULT (and partitions
-                                                               dropped: retention), DELETE_QUEUE
-dead       NACK (dead, or out of attempts), EXPIRE_LEASES      RETRY_DEAD, PURGE_DEAD, PURGE_DEAD_JOBS,
-           (out of attempts)                                   ACK (the last holder, late), DELETE_QUEUE,
-                                                               REDRIVE_DEAD
-cancelled  CANCEL, CANCEL_JOBS                                 PRUNE_HISTORY_DEFAULT (and partitions
-                                                               dropped: retention), DELETE_QUEUE
-=========  ==================================================  ============================================
-
-Completed and cancelled jobs live in jobq.jobs_history (see JOB_COLUMNS), the others in jobq.jobs.
-Led out by a DELETE (PURGE_*, PRUNE_HISTORY_DEFAULT, DELETE_QUEUE, EXPIRE_MESSAGES), or when retention
-drops a day's partition of jobs_history (app/service/history.py), the row is gone; MOVE_FINISHED moves
-finished rows that are still in jobq.jobs and changes no status. EXTEND keeps a running job running,
-RUN_NOW a pending job pending, RETURN_DEAD_LETTERS a pending job pending (in another queue). Statuses are
-written in the SQL as literals ('pending'): the test checks each is a ``JobStatus``.
+A job's status changes only through the statements of this package, and through ``jobq.enqueue()``, the
+SQL function producers call in their own transaction (app/db/alembic). Which statement moves a job
+from which status to which is app/core/states.py (``MOVES``); tests/test_states.py runs each statement
+against a job in each status and checks it lands there, and that no other statement here changes a
+status. Statuses are written in the SQL as literals ('pending'): the test checks each is a ``JobStatus``.
 """
 
 # ruff: noqa: F401 (every import here is a re-export; tests/test_states.py checks none is missing)

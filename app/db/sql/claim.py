@@ -1,4 +1,4 @@
-"""Claims: ready jobs leased to workers, pending to running. LEASE claims a queue
+"""Claims: ready jobs leased to workers, pending to running (app/core/states.py). LEASE claims a queue
 without flow control; a queue under flow control is claimed by FLOW_KEYS then LEASE_FLOW (or
 LEASE_FLOW_RATED), or from its front by LEASE_FLOW_FRONT (app/service/flow.py chooses).
 """

@@ -1,7 +1,6 @@
 """The end of a lease, each fenced by the lease token its holder was given: acked (completed), nacked
 (pending again or dead), released, extended, revived (SQS), or expired; and SQS retention, which deletes
-the messages of a receive under the lease it took. Where each leaves a job: the state table in
-app/db/sql/__init__.py.
+the messages of a receive under the lease it took. Where each leaves a job: app/core/states.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The statements only the SQS API needs, none of which changes a job's status: those (PurgeQueue's,
 DeleteQueue's, redrive's, retention's) are with the others of their topic in this package, where
-the state table in app/db/sql/__init__.py names them. Everything else goes through ``app.service``.
+app/core/states.py names them. Everything else goes through ``app.service``.
 
 Same conventions as the rest of the package: named parameters, one purpose each. The package does not
 re-export these: ``from app.db.sql import sqs as sq``.
