@@ -3,7 +3,7 @@
 (``MOVES``).
 
 A job's status changes only through the statements of app/db/sql, and through ``jobq.enqueue()``, the SQL
-function producers call in their own transaction (app/db/alembic). tests/test_states.py runs each of
+function producers call in their own transaction (app/db/functions.sql). tests/test_states.py runs each of
 them against a job in each status and checks that it lands where ``MOVES`` says, that a status ``MOVES``
 does not name for it stays as it was, that no other statement changes a status, and that this table says
 the same as ``MOVES`` (a note in parentheses: the case in which the statement makes that move):

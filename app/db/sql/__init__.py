@@ -25,7 +25,7 @@ order. Each state change names the state it expects (and the lease token, where 
 ``WHERE`` and uses ``RETURNING``: no row back means the job was not in that state, which is an answer.
 
 A job's status changes only through the statements of this package, and through ``jobq.enqueue()``, the
-SQL function producers call in their own transaction (app/db/alembic). Which statement moves a job
+SQL function producers call in their own transaction (app/db/functions.sql). Which statement moves a job
 from which status to which is app/core/states.py (``MOVES``); tests/test_states.py runs each statement
 against a job in each status and checks it lands there, and that no other statement here changes a
 status. Statuses are written in the SQL as literals ('pending'): the test checks each is a ``JobStatus``.

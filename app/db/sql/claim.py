@@ -317,9 +317,10 @@ LEASE_FLOW_RATED = Query.define("lease_flow_rated", _lease_flow(rated=True))
 # than LEASE (statement bench, 100 jobs over 1,000 keys: 2.9 ms against 2.1 for LEASE and 3.9 for the
 # walk). A claim that finds the front held (full keys, keys another claim holds) walks the keys for the
 # slots left (app/service/flow.py).
-# The claim is jobq.lease_flow_front() (alembic 0021, where its two statements are, FRONT and LEASE): the
-# first locks the first :lookahead ready jobs in lease order and tries their keys' locks, the second,
-# whose snapshot begins once the locks are held (as LEASE_FLOW's), leases those within their key's room.
+# The claim is jobq.lease_flow_front() (app/db/functions.sql; its two statements are FRONT and LEASE of
+# alembic 0021, where tests read them): the first locks the first :lookahead ready jobs in lease order
+# and tries their keys' locks, the second, whose snapshot begins once the locks are held (as
+# LEASE_FLOW's), leases those within their key's room.
 # One call in one round trip, where the two statements in a transaction of their own took four: the
 # keyed drain went from 24,662 to 27,100 jobs/s. Rows as LEASE's, each with its slot, and on every row
 # (on one row of NULL jobs when nothing was leased) how many jobs it `looked` at, and how many it

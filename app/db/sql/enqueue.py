@@ -2,8 +2,8 @@
 active jobs a duplicate dedup_key is answered with.
 
 The enqueues that keep their answer under an idempotency key are in idempotency.py, the scheduler's in
-schedules.py; jobq.enqueue(), the SQL function producers call in their own transaction, is defined by
-the alembic revisions (0001, last changed in 0015). Each makes a pending job.
+schedules.py; jobq.enqueue(), the SQL function producers call in their own transaction, is in
+app/db/functions.sql. Each makes a pending job (app/core/states.py).
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def _notify_done(job: str = "j", finished: str = "true") -> str:
 # transaction; shared locks do not block each other, so enqueues stay concurrent. DeleteQueue takes the
 # same lock exclusively in a statement of its own before deleting (LOCK_QUEUE), so its delete's
 # snapshot sees every enqueue that got in first, and an enqueue that comes later waits for it and then
-# creates the queue row again. jobq.enqueue() takes it too (alembic 0003, with the same numbers).
+# creates the queue row again. jobq.enqueue() takes it too (app/db/functions.sql, with the same numbers).
 # The two-key form keeps these locks apart from the one-key locks of migrations and maintenance; two
 # queue names with the same hashtext merely serialise with each other's deletes.
 QUEUE_LOCK_CLASS = 1785684593  # 'jobq' in ASCII
