@@ -20,7 +20,7 @@ import asyncpg
 import served
 from common import Service, fresh_database, summary_ms, write_results
 
-from app.db import queries
+from app.db import sql as queries
 from jobq import AsyncClient, LeasedJob, Worker
 
 

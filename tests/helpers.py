@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database, create_pool
 from jobq import AsyncClient
 from tests.fixtures import test_settings
@@ -32,7 +32,8 @@ ADVISORY_LOCKS_HERE = (
 
 # A test-only trigger that records every status change of every job, in the order the statements ran
 # (`seq`), with the start of the statement that made it (`at`, statement_timestamp(): the clock a claim's
-# rate windows use, app/db/queries.py WINDOW_CLOCK). Installed in a test's database; read from public.history.
+# rate windows use, app/db/sql/fragments.py WINDOW_CLOCK). Installed in a test's database; read from
+# public.history.
 # A job that leaves jobq.jobs (completed or cancelled, moved to jobs_history; or deleted) is recorded
 # with `new` = 'gone'.
 STATUS_HISTORY = """

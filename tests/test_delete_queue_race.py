@@ -1,6 +1,6 @@
 """SQS DeleteQueue racing enqueues: a job never outlives its queue row (lease, expiry and pruning all
 join it, so such a job would never be seen again). Enqueues take a shared advisory lock on their queue,
-DeleteQueue the exclusive one before it deletes (app/db/queries.py `queue_lock`)."""
+DeleteQueue the exclusive one before it deletes (app/db/sql/queues.py, LOCK_QUEUE)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from helpers import ADVISORY_LOCKS_HERE, STATUS_HISTORY, assert_problem, front_claim_statements
 
-from app.db import queries as q
+from app.db import sql as q
 
 pytestmark = pytest.mark.anyio
 
@@ -511,7 +511,7 @@ def test_the_front_and_the_walk_lock_a_key_alike():
     """A claim from the front (jobq.lease_flow_front(), its statements frozen in alembic 0021) and a walk
     of the keys (FLOW_KEYS) exclude each other only if they take the same lock for a key: a change to one
     lock and not the other would let both lease the same key's jobs at once."""
-    from app.db.queries import _KEY_LOCK
+    from app.db.sql.claim import _KEY_LOCK
 
     revision = importlib.import_module("app.db.alembic.versions.0021_lease_flow_front")
     assert _KEY_LOCK.format(key="key") in " ".join(revision.FRONT.split())

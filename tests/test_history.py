@@ -17,7 +17,7 @@ from test_jobs import ack, enqueue, held, lease, lease_one, nack
 
 from app import service
 from app.core.errors import NotFound
-from app.db import queries as q
+from app.db import sql as q
 from app.db.migrations import downgrade, upgrade
 from app.db.pool import Database, pool_options
 from app.service import history

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from waiting import until
 
 from app import service
-from app.db.queries import QUEUE_LOCK_CLASS
+from app.db.sql import QUEUE_LOCK_CLASS
 from app.service.idempotency import keyed
 from jobq import AsyncClient, Unavailable
 from jobq.cli import cli
@@ -172,7 +172,8 @@ async def test_concurrent_requests_with_one_key_insert_once(client, db):
 
 
 # Park every enqueue into "mail" before it inserts anything: the queue's lock held exclusively, as SQS
-# DeleteQueue takes it (app/db/queries.py, QUEUE_LOCK_CLASS), so each enqueue statement waits at its start.
+# DeleteQueue takes it (app/db/sql/fragments.py, QUEUE_LOCK_CLASS), so each enqueue statement waits at its
+# start.
 # Counted by their wait event, which pg_stat_activity reads live (its other columns are a snapshot taken
 # once per transaction).
 PARK = f"SELECT pg_advisory_xact_lock({QUEUE_LOCK_CLASS}, hashtext('mail'))"

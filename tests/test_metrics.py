@@ -423,7 +423,7 @@ def plan_nodes(plan: dict) -> list[dict]:
 async def test_gauge_query_reads_no_finished_jobs(db):
     """Every replica reads the gauges every few seconds: with many completed jobs kept, the query walks
     the partial indexes of waiting, running and dead jobs, never the whole table."""
-    from app.db.queries import QUEUE_GAUGES
+    from app.db.sql import QUEUE_GAUGES
 
     await db.execute("INSERT INTO jobq.queues (name) VALUES ('q')")
     await db.execute(

@@ -9,7 +9,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from app.db import migrations, queries
+from app.db import migrations, sql
 from app.db.tables import metadata
 from app.main import create_app
 from app.settings import Settings
@@ -104,8 +104,8 @@ async def test_claim_uses_the_partial_index(db):
     await db.execute("INSERT INTO jobq.jobs (queue, payload) SELECT 'q', '{}' FROM generate_series(1, 50)")
     await db.execute("ANALYZE jobq.jobs")
     plan = await db.fetchval(
-        "EXPLAIN (FORMAT JSON) " + queries.LEASE.text,
-        *queries.LEASE.args(queue="q", visibility_timeouts=[None] * 10, worker_ids=[None] * 10),
+        "EXPLAIN (FORMAT JSON) " + sql.LEASE.text,
+        *sql.LEASE.args(queue="q", visibility_timeouts=[None] * 10, worker_ids=[None] * 10),
     )
     plan_text = json.dumps(plan)
     assert "ix_jobs_claim" in plan_text, plan_text

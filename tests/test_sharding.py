@@ -10,7 +10,7 @@ import json
 import pytest
 from helpers import front_claim_statements, index_columns
 
-from app.db import queries as q
+from app.db import sql as q
 
 pytestmark = pytest.mark.anyio
 
@@ -113,7 +113,7 @@ async def test_a_claim_reads_one_queue_by_equality(name, db):
         column = BY_QUEUE[node["Relation Name"]]
         # A job found by a scan of its queue may be looked up again by id in the same statement (to lock
         # it, to update it): a lookup of one row, on the shard the statement is routed to. Naming its
-        # queue there too lets PostgreSQL plan the claims badly (app/db/queries.py, LEASE).
+        # queue there too lets PostgreSQL plan the claims badly (app/db/sql/claim.py, LEASE).
         looked_up = node.get("Index Cond", "").startswith("(id = ")
         where = f"{node['Node Type']} on {node['Relation Name']}: {conds}"
         assert f"{column} = " in conds or looked_up, where
@@ -130,7 +130,7 @@ async def test_every_unique_index_of_a_table_split_by_queue_holds_the_queue(db):
     lacking = [
         (r["table_name"], r["index_name"]) for r in rows if DISTRIBUTED[r["table_name"]] not in r["columns"]
     ]
-    # jobs' primary key stays on id on one server, since the claims' plans rely on it (app/db/queries.py,
+    # jobs' primary key stays on id on one server, since the claims' plans rely on it (app/db/sql/claim.py,
     # LEASE); uq_jobs_queue_id is the key a distributed table would have.
     assert lacking == [("jobs", "pk_jobs")]
     keys = {

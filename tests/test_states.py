@@ -1,18 +1,22 @@
 """The job state machine, table-driven: every statement that changes a job's status, run against a job in
-every status on a real database, lands where the table at the head of app/db/queries.py says, and no other
-statement changes a status.
+every status on a real database, lands where app/core/states.py ``MOVES`` says, and no other statement
+changes a status.
 
-``MOVES`` is the table in data: for each statement (and variant), the statuses it moves a job out of and
-where to (GONE: the row is deleted); a status it does not list, it must leave alone. A statement added to
-app/db/queries.py that writes a status fails ``test_every_status_change_is_in_the_table`` until it is here,
-and the module's header table must say the same as ``MOVES``."""
+``CASES`` runs each statement of ``MOVES`` (some more than once: a case of each way it moves a status), and
+its expected outcome is read from ``MOVES``: for each status, where the statement moves a job of it (GONE:
+the row is deleted); a status ``MOVES`` does not name for it, it must leave alone. Every move of ``MOVES``
+must be run by some case. A statement added to app/db/sql that writes a status fails
+``test_every_status_change_is_in_the_table`` until ``MOVES`` has it, and the table in app/core/states.py's
+docstring must say the same as ``MOVES``."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,10 +24,11 @@ import asyncpg
 import pytest
 from helpers import front_claim_statements
 
+from app.core import states
 from app.core.limits import MAX_JOB_ID
 from app.core.states import JobStatus
-from app.db import queries as q
-from app.db import sqs_queries as sqs_queries
+from app.db import sql as q
+from app.db.sql import sqs as sq
 
 pytestmark = pytest.mark.anyio
 
@@ -63,11 +68,13 @@ async def delete_queue(conn: asyncpg.Connection, job_id: int) -> None:
 
 
 @dataclass
-class Move:
+class Case:
     query: q.Query
     run: Run
-    moves: dict[JobStatus, JobStatus | str] = field(default_factory=dict)
-    # Run first, against the job: what the variant needs of it (a last attempt, an expired lease).
+    # Which of the statement's moves this case makes, where it moves a status more than one way (the
+    # `when` of those moves); None: every move of the statement.
+    when: str | None = None
+    # Run first, against the job: what the case needs of it (a last attempt, an expired lease).
     given: str | None = None
 
 
@@ -95,115 +102,116 @@ FINISHED_IN_JOBS = f"""
     INSERT INTO jobq.jobs ({COLUMNS}) SELECT {COLUMNS} FROM moved
 """
 
-MOVES: dict[str, Move] = {
-    "LEASE": Move(
-        q.LEASE,
-        statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"]),
-        {PENDING: RUNNING},
+CASES: dict[str, Case] = {
+    "LEASE": Case(q.LEASE, statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"])),
+    "LEASE_FLOW": Case(q.LEASE_FLOW, lease_flow(q.FLOW_KEYS, q.LEASE_FLOW), given=FLOW),
+    "LEASE_FLOW with a key": Case(
+        q.LEASE_FLOW, lease_flow(q.FLOW_KEYS, q.LEASE_FLOW), given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'"
     ),
-    "LEASE_FLOW": Move(q.LEASE_FLOW, lease_flow(q.FLOW_KEYS, q.LEASE_FLOW), {PENDING: RUNNING}, given=FLOW),
-    "LEASE_FLOW with a key": Move(
-        q.LEASE_FLOW,
-        lease_flow(q.FLOW_KEYS, q.LEASE_FLOW),
-        {PENDING: RUNNING},
-        given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'",
+    "LEASE_FLOW_FRONT": Case(q.LEASE_FLOW_FRONT, LEASE_FLOW_FRONT, given=FLOW),
+    "LEASE_FLOW_FRONT with a key": Case(
+        q.LEASE_FLOW_FRONT, LEASE_FLOW_FRONT, given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'"
     ),
-    "LEASE_FLOW_FRONT": Move(q.LEASE_FLOW_FRONT, LEASE_FLOW_FRONT, {PENDING: RUNNING}, given=FLOW),
-    "LEASE_FLOW_FRONT with a key": Move(
-        q.LEASE_FLOW_FRONT,
-        LEASE_FLOW_FRONT,
-        {PENDING: RUNNING},
-        given=f"{FLOW}; UPDATE jobq.jobs SET key = 'k'",
-    ),
-    "LEASE_FLOW_RATED with a key": Move(
+    "LEASE_FLOW_RATED with a key": Case(
         q.LEASE_FLOW_RATED,
         lease_flow(q.FLOW_KEYS_RATED, q.LEASE_FLOW_RATED),
-        {PENDING: RUNNING},
         given=f"{FLOW}, rate_limit = 5, rate_period = 1, key_rate_limit = 1, key_rate_period = 1;"
         " UPDATE jobq.jobs SET key = 'k'",
     ),
-    "ACK": Move(
-        q.ACK, statement(q.ACK, results=None), {RUNNING: COMPLETED, PENDING: COMPLETED, DEAD: COMPLETED}
+    "ACK": Case(q.ACK, statement(q.ACK, results=None)),
+    "ACK with a result": Case(q.ACK, statement(q.ACK, results=['{"n": 1}'])),
+    "NACK": Case(
+        q.NACK, statement(q.NACK, errors=["e"], retry_afters=[0.0], deads=[False]), when="attempts left"
     ),
-    "ACK with a result": Move(
-        q.ACK,
-        statement(q.ACK, results=['{"n": 1}']),
-        {RUNNING: COMPLETED, PENDING: COMPLETED, DEAD: COMPLETED},
+    "NACK dead": Case(
+        q.NACK,
+        statement(q.NACK, errors=["e"], retry_afters=[None], deads=[True]),
+        when="dead, or out of attempts",
     ),
-    "NACK": Move(
-        q.NACK, statement(q.NACK, errors=["e"], retry_afters=[0.0], deads=[False]), {RUNNING: PENDING}
-    ),
-    "NACK dead": Move(
-        q.NACK, statement(q.NACK, errors=["e"], retry_afters=[None], deads=[True]), {RUNNING: DEAD}
-    ),
-    "NACK out of attempts": Move(
+    "NACK out of attempts": Case(
         q.NACK,
         statement(q.NACK, errors=["e"], retry_afters=[None], deads=[False]),
-        {RUNNING: DEAD},
+        when="dead, or out of attempts",
         given="UPDATE jobq.jobs SET max_attempts = attempts",
     ),
-    "RELEASE": Move(q.RELEASE, statement(q.RELEASE), {RUNNING: PENDING}),
-    "EXTEND": Move(q.EXTEND, statement(q.EXTEND, visibility_timeout=60.0, progress=None)),
-    "EXTEND with progress": Move(q.EXTEND, statement(q.EXTEND, visibility_timeout=60.0, progress="0.5")),
-    "EXPIRE_LEASES": Move(
+    "RELEASE": Case(q.RELEASE, statement(q.RELEASE)),
+    "EXTEND": Case(q.EXTEND, statement(q.EXTEND, visibility_timeout=60.0, progress=None)),
+    "EXTEND with progress": Case(q.EXTEND, statement(q.EXTEND, visibility_timeout=60.0, progress="0.5")),
+    "EXPIRE_LEASES": Case(
         q.EXPIRE_LEASES,
         statement(q.EXPIRE_LEASES, batch=10),
-        {RUNNING: PENDING},
+        when="attempts left",
         given="UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 second'",
     ),
-    "EXPIRE_LEASES out of attempts": Move(
+    "EXPIRE_LEASES out of attempts": Case(
         q.EXPIRE_LEASES,
         statement(q.EXPIRE_LEASES, batch=10),
-        {RUNNING: DEAD},
+        when="out of attempts",
         given="UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 second', max_attempts = attempts",
     ),
-    "REVIVE_LEASE": Move(
-        q.REVIVE_LEASE, statement(q.REVIVE_LEASE, visibility_timeout=30.0), {PENDING: RUNNING}
-    ),
-    "REDRIVE_DEAD": Move(
+    "REVIVE_LEASE": Case(q.REVIVE_LEASE, statement(q.REVIVE_LEASE, visibility_timeout=30.0)),
+    "REDRIVE_DEAD": Case(
         q.REDRIVE_DEAD,
         statement(q.REDRIVE_DEAD, batch=10),
-        {DEAD: PENDING},
         given=f"""INSERT INTO jobq.queues (name) VALUES ('dlq');
                   UPDATE jobq.queues SET sqs_attributes = jsonb_build_object('RedrivePolicy', '{REDRIVE}')
                   WHERE name = '{QUEUE}'""",
     ),
-    "RETURN_DEAD_LETTERS": Move(
+    "RETURN_DEAD_LETTERS": Case(
         q.RETURN_DEAD_LETTERS,
         statement(q.RETURN_DEAD_LETTERS, dlq=QUEUE, sources=["elsewhere"], batch=10),
         given="INSERT INTO jobq.sqs_dead_letters (job_id, source) SELECT id, 'elsewhere' FROM jobq.jobs",
     ),
-    "CANCEL": Move(q.CANCEL, statement(q.CANCEL, scope=None), {PENDING: CANCELLED}),
-    "CANCEL_JOBS": Move(q.CANCEL_JOBS, statement(q.CANCEL_JOBS, scope=None), {PENDING: CANCELLED}),
-    "RUN_NOW": Move(
+    "CANCEL": Case(q.CANCEL, statement(q.CANCEL, scope=None)),
+    "CANCEL_JOBS": Case(q.CANCEL_JOBS, statement(q.CANCEL_JOBS, scope=None)),
+    "RUN_NOW": Case(
         q.RUN_NOW,
         statement(q.RUN_NOW, scope=None),
         given="UPDATE jobq.jobs SET run_at = now() + interval '1 hour'",
     ),
-    "RETRY_DEAD": Move(
-        q.RETRY_DEAD,
-        statement(q.RETRY_DEAD, queue=None, before_id=MAX_JOB_ID + 1, batch=10, scope=None),
-        {DEAD: PENDING},
+    "RETRY_DEAD": Case(
+        q.RETRY_DEAD, statement(q.RETRY_DEAD, queue=None, before_id=MAX_JOB_ID + 1, batch=10, scope=None)
     ),
-    "PURGE_DEAD": Move(q.PURGE_DEAD, statement(q.PURGE_DEAD, scope=None), {DEAD: GONE}),
-    "PURGE_DEAD_JOBS": Move(q.PURGE_DEAD_JOBS, statement(q.PURGE_DEAD_JOBS, scope=None), {DEAD: GONE}),
-    "MOVE_FINISHED": Move(q.MOVE_FINISHED, statement(q.MOVE_FINISHED, batch=10), given=FINISHED_IN_JOBS),
-    "PRUNE_HISTORY_DEFAULT": Move(
+    "PURGE_DEAD": Case(q.PURGE_DEAD, statement(q.PURGE_DEAD, scope=None)),
+    "PURGE_DEAD_JOBS": Case(q.PURGE_DEAD_JOBS, statement(q.PURGE_DEAD_JOBS, scope=None)),
+    "MOVE_FINISHED": Case(
+        q.MOVE_FINISHED,
+        statement(q.MOVE_FINISHED, batch=10),
+        when="into jobq.jobs_history",
+        given=FINISHED_IN_JOBS,
+    ),
+    "MOVE_FINISHED past its retention": Case(
+        q.MOVE_FINISHED,
+        statement(q.MOVE_FINISHED, batch=10),
+        when="past its retention already",
+        given=f"{FINISHED_IN_JOBS}; UPDATE jobq.jobs SET completed_at = now() - interval '2 days'",
+    ),
+    "PRUNE_HISTORY_DEFAULT": Case(
         q.PRUNE_HISTORY_DEFAULT,
         statement(q.PRUNE_HISTORY_DEFAULT, batch=10),
-        {COMPLETED: GONE, CANCELLED: GONE},
         # Past its purge_after, the row moves to the default partition (no day's partition takes it).
         given="UPDATE jobq.jobs_history SET purge_after = now() - interval '1 second'",
     ),
-    "PURGE_QUEUE": Move(q.PURGE_QUEUE, statement(q.PURGE_QUEUE, queue=QUEUE), {PENDING: GONE, RUNNING: GONE}),
-    "EXPIRE_MESSAGES": Move(
+    "PURGE_QUEUE": Case(q.PURGE_QUEUE, statement(q.PURGE_QUEUE, queue=QUEUE)),
+    "EXPIRE_MESSAGES": Case(
         q.EXPIRE_MESSAGES,
         statement(q.EXPIRE_MESSAGES, retention=60.0),
-        {RUNNING: GONE},
         given="UPDATE jobq.jobs SET created_at = now() - interval '61 seconds'",
     ),
-    "DELETE_QUEUE": Move(q.DELETE_QUEUE, delete_queue, dict.fromkeys(JobStatus, GONE)),
+    "DELETE_QUEUE": Case(q.DELETE_QUEUE, delete_queue),
 }
+
+
+def expected(name: str) -> dict[JobStatus, JobStatus | str]:
+    """Where the case `name` moves a job of each status, from MOVES (a status not named: left alone)."""
+    case = CASES[name]
+    moves: dict[JobStatus, JobStatus | str] = {}
+    for move in states.MOVES:
+        if move.statement == name.split()[0] and move.before is not None and case.when in (None, move.when):
+            assert move.before not in moves, f"{name}: which way it moves {move.before} is for `when` to say"
+            moves[move.before] = move.after or GONE
+    return moves
+
 
 # The statements that create jobs: each makes a pending one.
 NO = [None]
@@ -265,17 +273,31 @@ EVERY_ROW = "(SELECT id, status FROM jobq.all_jobs UNION ALL SELECT id, status F
 
 
 @pytest.mark.parametrize("status", list(JobStatus))
-@pytest.mark.parametrize("name", list(MOVES))
+@pytest.mark.parametrize("name", list(CASES))
 async def test_each_statement_moves_each_status_as_the_table_says(db, name: str, status: JobStatus):
-    move = MOVES[name]
+    case = CASES[name]
     job_id = await job_in(db, status)
-    if move.given:
-        await db.execute(move.given)
-    await move.run(db, job_id)
+    if case.given:
+        await db.execute(case.given)
+    await case.run(db, job_id)
     now = await db.fetchval(f"SELECT status FROM {EVERY_ROW} j WHERE id = $1", job_id)
-    assert (now or GONE) == move.moves.get(status, status)
+    assert (now or GONE) == expected(name).get(status, status)
     # Nothing else was created or touched.
     assert await db.fetchval(f"SELECT count(*) FROM {EVERY_ROW} j WHERE id <> $1", job_id) == 0
+
+
+def test_every_move_is_run_by_a_case():
+    """Each move of MOVES out of a status is made by some case above (and no case runs a statement under
+    another's name); each that creates a job, by an enqueue below."""
+    made = set()
+    for name, case in CASES.items():
+        assert getattr(q, name.split()[0]) is case.query, name
+        made |= {
+            (name.split()[0], before, None if after == GONE else after)
+            for before, after in expected(name).items()
+        }
+    assert made == {(m.statement, m.before, m.after) for m in states.MOVES if m.before is not None}
+    assert set(ENQUEUES) == {m.statement for m in states.MOVES if m.before is None}
 
 
 @pytest.mark.parametrize("name", list(ENQUEUES))
@@ -312,16 +334,34 @@ def defined(module: Any) -> dict[str, q.Query]:
 
 def test_every_status_change_is_in_the_table():
     changing = {query.name for query in defined(q).values() if changes_status(query)}
-    tabled = {move.query.name for move in MOVES.values()} | {
-        query.name for name, query in defined(q).items() if name in ENQUEUES
-    }
-    assert changing == tabled - {q.EXTEND.name, q.RUN_NOW.name, q.RETURN_DEAD_LETTERS.name}
-    # ...and none outside app/db/queries.py.
+    tabled = {move.statement for move in states.MOVES if move.statement in vars(q)}
+    # Statements that only ever keep a job's status write none.
+    keeping = tabled - {move.statement for move in states.MOVES if move.before != move.after}
+    assert keeping == {"EXTEND", "RUN_NOW", "RETURN_DEAD_LETTERS"}
+    assert changing == {getattr(q, name).name for name in tabled - keeping}
+    # ...and none among the SQS API's own.
     assert not [
         name
-        for name, query in defined(sqs_queries).items()
+        for name, query in defined(sq).items()
         if changes_status(query) and query not in defined(q).values()
     ]
+
+
+def test_the_package_exports_every_statement():
+    """Callers, and the checks above, see the statements through the package (`from app.db import sql as
+    q`): every statement of every topic module is there, under its name. The SQS API's own are not."""
+    for module in pkgutil.iter_modules(q.__path__):
+        topic = importlib.import_module(f"{q.__name__}.{module.name}")
+        statements = {
+            name: value
+            for name, value in vars(topic).items()
+            if isinstance(value, q.Query)
+            or (isinstance(value, dict) and value and all(isinstance(v, q.Query) for v in value.values()))
+        }
+        if module.name == "sqs":
+            assert not [name for name, value in statements.items() if vars(q).get(name) is value]
+        else:
+            assert {name: vars(q).get(name) for name in statements} == statements, module.name
 
 
 def test_every_status_written_in_the_sql_is_a_job_status():
@@ -337,9 +377,10 @@ def test_every_status_written_in_the_sql_is_a_job_status():
     assert {"pending", "running", "completed", "dead", "cancelled"} <= literals <= set(JobStatus)
 
 
-def header_table() -> dict[JobStatus, tuple[set[str], set[str]]]:
-    """The header of app/db/queries.py: status -> (led in by, led out by), notes in parentheses dropped."""
-    lines = q.__doc__.splitlines()
+def states_table() -> dict[JobStatus, tuple[set[str], set[str]]]:
+    """The table in app/core/states.py's docstring: status -> (led in by, led out by), each statement with
+    its note in parentheses, if any."""
+    lines = states.__doc__.splitlines()
     rules = [i for i, line in enumerate(lines) if line.startswith("=========")]
     widths = [len(column) for column in lines[rules[0]].split("  ")]
     starts = [sum(widths[:i]) + 2 * i for i in range(3)]
@@ -352,21 +393,28 @@ def header_table() -> dict[JobStatus, tuple[set[str], set[str]]]:
         row[0], row[1] = f"{row[0]} {cells[1]}", f"{row[1]} {cells[2]}"
 
     def names(cell: str) -> set[str]:
-        return {name.strip() for name in re.sub(r"\s\([^)]*\)", "", cell).split(",") if name.strip()}
+        # Commas outside parentheses part the statements.
+        return {" ".join(name.split()) for name in re.split(r",(?![^(]*\))", cell) if name.strip()}
 
     return {JobStatus(status): (names(into), names(out)) for status, (into, out) in rows.items()}
 
 
-def test_the_header_table_says_what_the_statements_do():
-    expected: dict[JobStatus, tuple[set[str], set[str]]] = {status: (set(), set()) for status in JobStatus}
-    expected[PENDING][0].update(ENQUEUES)
-    for name, move in MOVES.items():
-        statement_name = name.split()[0]
-        for before, after in move.moves.items():
-            expected[before][1].add(statement_name)
-            if after != GONE:
-                expected[after][0].add(statement_name)
-    assert header_table() == expected
+def labels(moves: tuple[states.Move, ...]) -> set[str]:
+    """Each statement of `moves` once, with the case of its moves when they all have the same one."""
+    cases: dict[str, set[str]] = {}
+    for move in moves:
+        cases.setdefault(move.statement, set()).add(move.when)
+    labelled = set()
+    for name, whens in cases.items():
+        (when,) = whens if len(whens) == 1 else {""}
+        labelled.add(f"{name} ({when})" if when else name)
+    return labelled
+
+
+def test_the_states_table_says_what_moves_says():
+    assert states_table() == {
+        status: (labels(states.led_in(status)), labels(states.led_out(status))) for status in JobStatus
+    }
 
 
 def test_the_client_knows_the_same_statuses():

@@ -9,7 +9,7 @@ import pytest
 from helpers import assert_problem
 from waiting import until
 
-from app.db.queries import CHANNEL
+from app.db.sql import CHANNEL
 from app.service.wakeups import Wakeups
 
 pytestmark = pytest.mark.anyio

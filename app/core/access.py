@@ -90,7 +90,7 @@ class Grant:
     def __init__(self, roles: Iterable[Role], queues: Iterable[str] | None = None) -> None:
         self.roles = frozenset(Role(role) for role in roles)
         self.queues = None if queues is None else tuple(queues)
-        # The patterns as SQL statements take them (`:scope`, app/db/queries.py): NULL for every queue.
+        # The patterns as SQL statements take them (`:scope`, app/db/sql/fragments.py): NULL for every queue.
         self.like = None if self.queues is None else [like(p) for p in self.queues]
         self._pattern = (
             None

@@ -1,15 +1,53 @@
-"""A job's statuses, the one definition: the `status` column and its CHECK constraint (app/db/tables.py),
-the API's `status` fields, and the statements that move a job between them (app/db/queries.py).
+"""A job's statuses and the state machine, the one definition: the `status` column and its CHECK constraint
+(app/db/tables.py), the API's `status` fields, and which statement moves a job from which status to which
+(``MOVES``).
+
+A job's status changes only through the statements of app/db/sql, and through ``jobq.enqueue()``, the SQL
+function producers call in their own transaction (app/db/functions.sql). tests/test_states.py runs each of
+them against a job in each status and checks that it lands where ``MOVES`` says, that a status ``MOVES``
+does not name for it stays as it was, that no other statement changes a status, and that this table says
+the same as ``MOVES`` (a note in parentheses: the case in which the statement makes that move):
+
+=========  ==================================================  ============================================
+status     led in by                                           led out by
+=========  ==================================================  ============================================
+pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED,
+           ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(),              LEASE_FLOW_FRONT, REVIVE_LEASE (the last
+           FIRE_SCHEDULE, FIRE_DUE_SCHEDULES, NACK (attempts   holder, late), ACK (the last holder, late),
+           left), RELEASE, EXPIRE_LEASES (attempts left),      CANCEL, CANCEL_JOBS, PURGE_QUEUE,
+           RETRY_DEAD, REDRIVE_DEAD (into another queue)       DELETE_QUEUE
+running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, EXPIRE_LEASES,
+           LEASE_FLOW_FRONT, REVIVE_LEASE (the last holder,    EXPIRE_MESSAGES, PURGE_QUEUE, DELETE_QUEUE
+           late)
+completed  ACK                                                 MOVE_FINISHED (past its retention already),
+                                                               PRUNE_HISTORY_DEFAULT (past its
+                                                               purge_after), DELETE_QUEUE
+dead       NACK (dead, or out of attempts), EXPIRE_LEASES      ACK (the last holder, late), RETRY_DEAD,
+           (out of attempts)                                   PURGE_DEAD, PURGE_DEAD_JOBS, REDRIVE_DEAD
+                                                               (into another queue), DELETE_QUEUE
+cancelled  CANCEL, CANCEL_JOBS                                 MOVE_FINISHED (past its retention already),
+                                                               PRUNE_HISTORY_DEFAULT (past its
+                                                               purge_after), DELETE_QUEUE
+=========  ==================================================  ============================================
+
+Completed and cancelled jobs live in jobq.jobs_history (app/db/sql/fragments.py, JOB_COLUMNS), the others
+in jobq.jobs. Led out by a DELETE (PURGE_*, PRUNE_HISTORY_DEFAULT, DELETE_QUEUE, EXPIRE_MESSAGES, and
+MOVE_FINISHED for a job past its retention), or when retention drops a day's partition of jobs_history
+(app/service/history.py), the row is gone. Some statements act on a job and keep its status (a move from
+a status to itself in ``MOVES``): EXTEND keeps a running job running, RUN_NOW a pending job pending,
+RETURN_DEAD_LETTERS a pending job pending (in another queue), MOVE_FINISHED a finished job finished (moved
+from jobq.jobs, where an older release left it, to jobq.jobs_history). Statuses are written in the SQL
+as literals ('pending'): the test checks each is a ``JobStatus``.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 # A job's status: the `status` column and its CHECK constraint, the API's `status` fields (openapi.json
-# lists them from here). Which statement moves a job from one status to another is the table at the head
-# of app/db/queries.py; tests/test_states.py runs every statement against every status and checks it.
+# lists them from here). Which statement moves a job from one status to another is MOVES below.
 class JobStatus(enum.StrEnum):
     """A job's status: pending (waiting to run, now or at its run_at), running (leased to a worker),
     completed (acked), dead (out of attempts, or nacked as dead; kept until retried or purged) or
@@ -35,3 +73,82 @@ FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
 def status_in(*statuses: JobStatus) -> str:
     """`status IN ('a', 'b')`: the SQL test for these statuses."""
     return f"status IN ({', '.join(repr(str(s)) for s in statuses)})"
+
+
+@dataclass(frozen=True)
+class Move:
+    """`statement` (its name in app/db/sql, or an SQL function) moves a job from `before` (None: the
+    statement creates it) to `after` (None: it deletes the row), in the case `when` (empty: always)."""
+
+    statement: str
+    before: JobStatus | None
+    after: JobStatus | None
+    when: str = ""
+
+
+PENDING, RUNNING, COMPLETED, DEAD, CANCELLED = JobStatus
+
+# Every move of a job, in the order of a job's life. A statement that moves one status two ways names
+# the case of each (`when`); a status it does not name, it leaves alone.
+MOVES: tuple[Move, ...] = (
+    # Enqueued: every statement that creates a job makes it pending (app/db/sql/enqueue.py,
+    # idempotency.py, schedules.py).
+    Move("ENQUEUE_NEW", None, PENDING),
+    Move("ENQUEUE", None, PENDING),
+    Move("ENQUEUE_NEW_ONCE", None, PENDING),
+    Move("ENQUEUE_NEW_EACH_ONCE", None, PENDING),
+    Move("jobq.enqueue()", None, PENDING),
+    Move("FIRE_SCHEDULE", None, PENDING),
+    Move("FIRE_DUE_SCHEDULES", None, PENDING),
+    # Claimed (app/db/sql/claim.py), and an SQS message whose visibility ran out made visible again by the
+    # receive that had it (ends.py).
+    Move("LEASE", PENDING, RUNNING),
+    Move("LEASE_FLOW", PENDING, RUNNING),
+    Move("LEASE_FLOW_RATED", PENDING, RUNNING),
+    Move("LEASE_FLOW_FRONT", PENDING, RUNNING),
+    Move("REVIVE_LEASE", PENDING, RUNNING, "the last holder, late"),
+    # A lease's end (app/db/sql/ends.py). An ack by the holder of the job's last lease token completes it
+    # even after the lease expired (the work was done).
+    Move("ACK", RUNNING, COMPLETED),
+    Move("ACK", PENDING, COMPLETED, "the last holder, late"),
+    Move("ACK", DEAD, COMPLETED, "the last holder, late"),
+    Move("NACK", RUNNING, PENDING, "attempts left"),
+    Move("NACK", RUNNING, DEAD, "dead, or out of attempts"),
+    Move("RELEASE", RUNNING, PENDING),
+    Move("EXTEND", RUNNING, RUNNING, "its lease's deadline moved"),
+    Move("EXPIRE_LEASES", RUNNING, PENDING, "attempts left"),
+    Move("EXPIRE_LEASES", RUNNING, DEAD, "out of attempts"),
+    Move("EXPIRE_MESSAGES", RUNNING, None),
+    # Operators (app/db/sql/jobs.py, dead.py).
+    Move("CANCEL", PENDING, CANCELLED),
+    Move("CANCEL_JOBS", PENDING, CANCELLED),
+    Move("RUN_NOW", PENDING, PENDING, "ready now"),
+    Move("RETRY_DEAD", DEAD, PENDING),
+    Move("PURGE_DEAD", DEAD, None),
+    Move("PURGE_DEAD_JOBS", DEAD, None),
+    # Retention (app/db/sql/history.py); and a day's partition of jobq.jobs_history dropped whole
+    # (app/service/history.py), which is no statement's.
+    Move("MOVE_FINISHED", COMPLETED, COMPLETED, "into jobq.jobs_history"),
+    Move("MOVE_FINISHED", CANCELLED, CANCELLED, "into jobq.jobs_history"),
+    Move("MOVE_FINISHED", COMPLETED, None, "past its retention already"),
+    Move("MOVE_FINISHED", CANCELLED, None, "past its retention already"),
+    Move("PRUNE_HISTORY_DEFAULT", COMPLETED, None, "past its purge_after"),
+    Move("PRUNE_HISTORY_DEFAULT", CANCELLED, None, "past its purge_after"),
+    # SQS: redrive into a dead-letter queue and back (app/db/sql/dead.py), PurgeQueue and DeleteQueue
+    # (queues.py).
+    Move("REDRIVE_DEAD", DEAD, PENDING, "into another queue"),
+    Move("RETURN_DEAD_LETTERS", PENDING, PENDING, "back into the queue it came from"),
+    Move("PURGE_QUEUE", PENDING, None),
+    Move("PURGE_QUEUE", RUNNING, None),
+    *(Move("DELETE_QUEUE", status, None) for status in JobStatus),
+)
+
+
+def led_in(status: JobStatus) -> tuple[Move, ...]:
+    """The moves that bring a job into `status` from another (or create it there)."""
+    return tuple(move for move in MOVES if move.after == status and move.before != status)
+
+
+def led_out(status: JobStatus) -> tuple[Move, ...]:
+    """The moves that take a job out of `status`, into another or out of the tables."""
+    return tuple(move for move in MOVES if move.before == status and move.after != status)

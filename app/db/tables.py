@@ -2,7 +2,7 @@
 constraints hold are app/core's (states.py, limits.py).
 
 These models and the Alembic chain in ``app/db/alembic/versions`` are the single definition of the schema; a
-test compares them. The hot paths run the hand-written SQL in ``app/db/queries.py`` against these tables."""
+test compares them. The hot paths run the hand-written SQL in ``app/db/sql/`` against these tables."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ class Queue(Base):
 class JobColumns:
     """A job's columns, as both tables that hold jobs have them: `jobs` (waiting, running and dead jobs)
     and `jobs_history` (completed and cancelled ones, moved there by the statement that finished them:
-    app/db/queries.py, JOB_COLUMNS). A column added here is added to both tables, and to the `all_jobs`
+    app/db/sql/fragments.py, JOB_COLUMNS). A column added here is added to both tables, and to the `all_jobs`
     view that unites them, in the same revision."""
 
     queue: Mapped[str] = mapped_column(Text)
@@ -150,7 +150,7 @@ class JobColumns:
     # What the worker last sent with an extend (same limit), kept after the job ends; NULL: none yet.
     progress: Mapped[object | None] = mapped_column(JSONB)
     # Someone waits for the job to finish (GET /jobs/{id}?wait=N): the statement that finishes it then
-    # notifies its id (queries.DONE_CHANNEL). Set by the waiter, never cleared.
+    # notifies its id (DONE_CHANNEL, app/db/sql/fragments.py). Set by the waiter, never cleared.
     awaited: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     # What flow control groups the job by (a tenant, a customer, an SQS MessageGroupId); NULL: none.
     key: Mapped[str | None] = mapped_column(Text)
@@ -203,7 +203,7 @@ class Job(JobColumns, Base):
         Index("ix_jobs_dead", "queue", "id", postgresql_where=text("status = 'dead'")),
         # A queue's jobs of every status, newest first (GET /jobs?queue=). Unique, as the primary key
         # of a jobs table distributed by queue would be (README: Scaling out). The primary key stays on
-        # id alone on one server: the claims' plans rely on a unique index on id (app/db/queries.py, LEASE).
+        # id alone on one server: the claims' plans rely on a unique index on id (app/db/sql/claim.py, LEASE).
         Index("uq_jobs_queue_id", "queue", "id", unique=True),
         # One job per schedule slot, however many replicas fire (app/service/schedules.py).
         Index(
@@ -399,9 +399,9 @@ class SqsDeletedQueue(Base):
 
 
 class SqsDeadLetter(Base):
-    """A job the SQS redrive moved into a dead-letter queue (jobq.queries REDRIVE_DEAD), and the queue it
-    came from, where StartMessageMoveTask takes it back. Dropped when it goes back, or once the job has
-    left the dead-letter queue otherwise (FORGET_DEAD_LETTERS)."""
+    """A job the SQS redrive moved into a dead-letter queue (app/db/sql/dead.py, REDRIVE_DEAD), and the
+    queue it came from, where StartMessageMoveTask takes it back. Dropped when it goes back, or once the job
+    has left the dead-letter queue otherwise (FORGET_DEAD_LETTERS)."""
 
     __tablename__ = "sqs_dead_letters"
 

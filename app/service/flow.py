@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.core.errors import NotFound
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.service.rows import Row
 

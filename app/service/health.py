@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 
 

@@ -30,7 +30,7 @@ from datetime import date, timedelta
 
 import asyncpg
 
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.service.upkeep import prune_in_batches
 

@@ -16,7 +16,7 @@ import orjson
 
 from app.core.errors import Conflict, JobqError, PayloadTooLarge, Unavailable
 from app.core.jsontext import WRITE_OPTIONS, JSONText
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import NewJobLike
 from app.service.inserts import encode_payloads, insert_deduplicated, insert_new, new_job

@@ -21,7 +21,7 @@ from app.core.jsontext import (
     written_out,
     written_size,
 )
-from app.db import queries as q
+from app.db import sql as q
 from app.http.fastpath.bodies import any_may_write_out_past, payload_text
 from app.service.arguments import NewJobLike
 from app.service.rows import Row, as_job

@@ -11,7 +11,7 @@ import asyncpg
 
 from app.core.errors import NotFound
 from app.core.limits import MAX_JOB_ID
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import QueueSettingsLike
 from app.service.rows import Row, Scope, as_job, run_guarded

@@ -12,7 +12,7 @@ import asyncpg
 
 from app.core.errors import JobqError, NotFound
 from app.core.states import FINISHED
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import NewJobLike
 from app.service.coalesce import Batcher

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.service.rows import Row, Scope
 

@@ -10,7 +10,7 @@ import asyncpg
 from app.core.errors import Conflict, NotFound
 from app.core.jsontext import JSONText
 from app.core.tokens import token_text
-from app.db import queries as q
+from app.db import sql as q
 
 Row = dict[str, Any]
 # The queues a caller may see, as LIKE patterns (app/core/access.py Grant.like); None: every queue. Queries

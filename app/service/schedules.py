@@ -29,7 +29,7 @@ import asyncpg
 from app.core.cron import Cron, CronError
 from app.core.errors import Forbidden, Invalid, NotFound, PayloadTooLarge
 from app.core.jsontext import JSONText, NumberOutOfRange, encode_json, written_out, written_size
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.db.tables import CatchUp
 from app.service.rows import Row, Scope

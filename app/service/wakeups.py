@@ -41,7 +41,7 @@ from contextlib import contextmanager
 import asyncpg
 
 from app.core.errors import Unavailable
-from app.db.queries import CHANNEL, DONE_CHANNEL
+from app.db.sql import CHANNEL, DONE_CHANNEL
 
 log = logging.getLogger("jobq.wakeups")
 

@@ -20,7 +20,7 @@ import asyncpg
 from app.core.errors import Invalid, JobqError, LeaseLost, NotFound, PayloadTooLarge
 from app.core.jsontext import NumberOutOfRange, encode_json, written_out, written_size
 from app.core.tokens import parse_token
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import AckLike, JobLease, JobLeaseLike, NackLike
 from app.service.coalesce import Batcher

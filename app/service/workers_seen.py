@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from app.db import queries as q
+from app.db import sql as q
 from app.db.pool import Database
 from app.service.rows import Row, Scope
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from app.core.access import OPEN, Grant
-from app.db import sqs_queries as sq
 from app.db.pool import Database
+from app.db.sql import sqs as sq
 from app.http.middleware.access_log import note
 from app.service.wakeups import Wakeups
 from app.sqs.protocol import queue_does_not_exist

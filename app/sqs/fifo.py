@@ -52,9 +52,9 @@ import asyncpg
 from app import service
 from app.core.errors import Unavailable
 from app.core.tokens import parse_token
-from app.db import queries as q
-from app.db import sqs_queries as sq
+from app.db import sql as q
 from app.db.pool import Database
+from app.db.sql import sqs as sq
 from app.service.rows import Row, as_job
 from app.service.upkeep import prune_in_batches
 from app.sqs.protocol import invalid_parameter

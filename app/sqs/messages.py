@@ -28,8 +28,8 @@ from app.core.errors import Invalid, LeaseLost, NotFound
 from app.core.limits import MAX_LEASE_TOKEN
 from app.core.states import FINISHED
 from app.core.tokens import parse_token
-from app.db import queries as q
-from app.db import sqs_queries as sq
+from app.db import sql as q
+from app.db.sql import sqs as sq
 from app.http.middleware.access_log import note
 from app.service.rows import Row
 from app.sqs import fifo as fifo_queues

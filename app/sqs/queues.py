@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from app import service
-from app.db import queries as q
-from app.db import sqs_queries as sq
+from app.db import sql as q
+from app.db.sql import sqs as sq
 from app.http.middleware.access_log import note
 from app.sqs import auth
 from app.sqs.attributes import (

@@ -21,9 +21,9 @@ import uuid
 from dataclasses import dataclass
 
 from app import service
-from app.db import queries as q
-from app.db import sqs_queries as sq
+from app.db import sql as q
 from app.db.pool import Database
+from app.db.sql import sqs as sq
 from app.sqs import auth
 from app.sqs.context import Context, queue_row
 from app.sqs.params import Body, integer, string

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from app.db import sqs_queries as sq
+from app.db.sql import sqs as sq
 from app.http.middleware.access_log import note
 from app.sqs.context import Context
 from app.sqs.params import Body, string

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from app.db.pool import Database
-from app.db.queries import Query
+from app.db.sql import Query
 
 log = logging.getLogger("jobq.maintenance")
 

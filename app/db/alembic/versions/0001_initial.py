@@ -22,7 +22,7 @@ SCHEMA = "jobq"
 # Enqueue inside the caller's own transaction: the job exists exactly when the caller's writes commit.
 # Returns the new job's id, or the id of the pending/running job already holding `dedup_key`.
 # A new job wakes waiting workers with the same NOTIFY the service's own statements send
-# (app/db/queries.py), delivered when the caller commits; a duplicate sends none.
+# (app/db/sql/), delivered when the caller commits; a duplicate sends none.
 ENQUEUE_FUNCTION = """
 CREATE FUNCTION jobq.enqueue(
     queue text,

@@ -24,8 +24,8 @@ compatible_from = "0002"
 SCHEMA = "jobq"
 
 # jobq.enqueue() as 0001 made it, with one line more (marked): the shared lock on its queue that every
-# enqueue takes and DeleteQueue takes exclusively (app/db/queries.py, QUEUE_LOCK; 1785684593 is 'jobq' in
-# ASCII, the lock class jobq's queue locks use). Held until the caller's transaction ends, so a
+# enqueue takes and DeleteQueue takes exclusively (app/db/sql/fragments.py, QUEUE_LOCK_CLASS; 1785684593
+# is 'jobq' in ASCII, the lock class jobq's queue locks use). Held until the caller's transaction ends, so a
 # DeleteQueue of this queue waits for the caller to commit, and then deletes this job with the others.
 ENQUEUE_FUNCTION = """
 CREATE OR REPLACE FUNCTION jobq.enqueue(

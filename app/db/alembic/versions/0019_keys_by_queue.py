@@ -13,7 +13,7 @@ Nothing is built under a lock, and the table keeps as many indexes as before:
   since 0014, is dropped: a contract. Code before 0014 names it as its insert's arbiter, so the floor
   rises to 0014.
 
-jobs keeps its primary key on id: the claims' plans rely on a unique index on id (app/db/queries.py, LEASE).
+jobs keeps its primary key on id: the claims' plans rely on a unique index on id (app/db/sql/claim.py, LEASE).
 
 Revision ID: 0019
 Revises: 0018

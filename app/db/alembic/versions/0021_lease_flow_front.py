@@ -2,7 +2,7 @@
 (app/service/flow.py), its two statements in one function, so that a claim is one round trip instead of four
 
 The claim locks the front's jobs and their keys in one statement (FRONT) and leases, in a second whose
-snapshot begins once the locks are held, those within their key's room (LEASE); see app/db/queries.py,
+snapshot begins once the locks are held, those within their key's room (LEASE); see app/db/sql/claim.py,
 "flow control", for why two statements. Sent one by one in a transaction, with its BEGIN and COMMIT, that
 is four round trips, where the plain LEASE is one: in a drain of 100,000 keyed jobs (lease 100 +
 /ack/batch, 4 workers, 1,000 keys, key_concurrency 2) the service spent 1.83 s of CPU against 1.54 as
@@ -38,8 +38,8 @@ SCHEMA = "jobq"
 # The first :lookahead ready jobs in lease order, each locked (SKIP LOCKED: two claims at once take
 # consecutive stretches of the front), and the advisory lock of each of their keys, tried once per key
 # (`locked` false: another claim holds it; NULL for a job without a key), the same lock as the walk's
-# (app/db/queries.py, _KEY_LOCK). Each job is given its key's answer by a window over the jobs, not by a join
-# of jobs to keys: planned once for any claim, on estimates of one row, such a join was a nested loop,
+# (app/db/sql/claim.py, _KEY_LOCK). Each job is given its key's answer by a window over the jobs, not by a
+# join of jobs to keys: planned once for any claim, on estimates of one row, such a join was a nested loop,
 # quadratic in the claim (5.4 of a claim's 5.8 ms for 216 jobs, in a drain).
 FRONT = """
     WITH front AS (
@@ -63,7 +63,7 @@ FRONT = """
 """
 
 # Of the jobs FRONT locked whose keys it holds (:ids and their :keys, in lease order), lease those within
-# their key's room, in lease order, one per slot, as LEASE leases them (app/db/queries.py). A key whose jobs
+# their key's room, in lease order, one per slot, as LEASE leases them (app/db/sql/claim.py). A key whose jobs
 # run in order (concurrency 1) gets a job only if it is the key's first (its retry when one waits, else its
 # first ready job by lease order, whatever the locks): a first job another statement held back is not
 # overtaken. Nothing is leased when the queue has become fair or rated since (the caller claims it the

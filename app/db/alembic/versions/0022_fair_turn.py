@@ -1,5 +1,5 @@
 """queues.fair_last_key: the key a `fair` queue's last claim served, so that the next claim, on any
-replica, begins its turn with the key after it (app/db/queries.py, FLOW_KEYS and LEASE_FLOW)
+replica, begins its turn with the key after it (app/db/sql/claim.py, FLOW_KEYS and LEASE_FLOW)
 
 Kept per replica, the turn started again with the same keys on every replica, and a claim of one job
 from two keys always served the first: one key's backlog held the other's jobs back whatever its place.

@@ -1,13 +1,15 @@
-"""The statements only the SQS API needs, none of which changes a job's status (those, PurgeQueue's and
-DeleteQueue's included, are in ``app/db/queries.py`` with the state machine); everything else goes through
-``app.service``.
+"""The statements only the SQS API needs, none of which changes a job's status: those (PurgeQueue's,
+DeleteQueue's, redrive's, retention's) are with the others of their topic in this package, where
+app/core/states.py names them. Everything else goes through ``app.service``.
 
-Same conventions as ``app/db/queries.py``: named parameters, one purpose each.
+Same conventions as the rest of the package: named parameters, one purpose each. The package does not
+re-export these: ``from app.db.sql import sqs as sq``.
 """
 
 from __future__ import annotations
 
-from app.db.queries import LEASED_JOB, Query
+from app.db.sql.fragments import LEASED_JOB
+from app.db.sql.query import Query
 
 # A queue as SQS shows it: jobq's settings, the attributes SQS set, and when it was made and changed.
 QUEUE = Query.define(
@@ -20,7 +22,7 @@ QUEUE = Query.define(
 )
 
 # Queue names in order, from just after :after, for ListQueues' pages; only those matching the key's
-# queue patterns (:scope, LIKE patterns as in app/db/queries.py; NULL for every queue).
+# queue patterns (:scope, LIKE patterns as _in_scope in fragments.py takes them; NULL for every queue).
 LIST_QUEUES = Query.define(
     "sqs_list_queues",
     """
