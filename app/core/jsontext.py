@@ -13,9 +13,9 @@ read by ``read_json``, which reads every number with a fraction or an exponent a
 ``encode_json`` writes a Decimal as its digits and exponent ("2.50", "1E+999"), which jsonb reads as
 the same value and scale. Both are msgspec's, in C: a float subclass keeping its text, made by a Python
 hook and written by another, cost about 1 us more per number. The models' number fields take a Decimal
-as the float it stands for (app/http/schemas.py ``Number``). A number jsonb cannot hold (``NumberOutOfRange``:
-more than 131,072 digits before the decimal point or 16,383 after) is refused when it is encoded,
-before anything is sent to the database.
+as the float it stands for (app/http/schemas/common.py ``Number``). A number jsonb cannot hold
+(``NumberOutOfRange``: more than 131,072 digits before the decimal point or 16,383 after) is refused when
+it is encoded, before anything is sent to the database.
 
 jsonb writes a number out in full, with no exponent: 1e131071, 8 characters sent, is 131,072 written
 out, on every read and every lease of its job. So a value's size, held to its limit (the payload's,

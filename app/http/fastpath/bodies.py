@@ -7,7 +7,7 @@ service's 14 ms of CPU per request, as long as the database's insert itself. msg
 in about 0.6 ms and keeps each payload as the JSON text it came in (``msgspec.Raw``), which PostgreSQL
 parses into jsonb in any case. An ack batch of 1,000 items is read in 0.17 ms instead of 2.8.
 
-One definition of a valid body stays, the model's (app/http/schemas.py). A reader here may refuse more than
+One definition of a valid body stays, the model's (app/http/schemas/). A reader here may refuse more than
 the model, never less, and what it accepts it reads as the model does; a body it refuses goes on to the
 model, which accepts it or words the refusal (tests/test_fast_bodies.py holds the two to this, field by
 field, at every edge). So the rarer shapes are simply left to the model:
