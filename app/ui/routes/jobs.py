@@ -16,6 +16,7 @@ from app.core.limits import KIND_PATTERN, MAX_JOB_ID, MAX_KEY, MAX_KIND, MAX_QUE
 from app.core.states import JobStatus
 from app.http.auth import Caller
 from app.http.deps import DB
+from app.http.problems import status_of
 from app.ui import pages
 from app.ui.routes.common import (
     Flash,
@@ -78,7 +79,7 @@ async def jobs_page(
             scope=caller.like,
         )
     except NotFound as exc:
-        return html(request, pages.not_found_page(exc.detail), status=404)
+        return html(request, pages.not_found_page(exc.detail), status=status_of(exc))
     return html(
         request,
         pages.jobs_page(
@@ -97,7 +98,7 @@ async def job_page(id: JobIdPath, db: DB, request: Request, caller: Caller, flas
     try:
         job = await service.get_job(db, id, caller.like)
     except NotFound as exc:
-        return html(request, pages.not_found_page(exc.detail), status=404)
+        return html(request, pages.not_found_page(exc.detail), status=status_of(exc))
     return html(request, pages.job_page(job, flash=flash, actions=caller.has(Role.ADMIN)))
 
 

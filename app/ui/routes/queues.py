@@ -15,6 +15,7 @@ from app.core.access import Role
 from app.core.errors import NotFound
 from app.http.auth import Caller
 from app.http.deps import DB
+from app.http.problems import status_of
 from app.http.schemas import QueueSettingsPatch
 from app.service import flow
 from app.ui import pages
@@ -56,7 +57,7 @@ async def queue_page(
     try:
         row = await service.queue(db, queue)
     except NotFound as exc:
-        return html(request, pages.not_found_page(exc.detail), status=404)
+        return html(request, pages.not_found_page(exc.detail), status=status_of(exc))
     row["cancelled"] = await service.queue_cancelled(db, queue)
     charts = pages.queue_charts(queue, await service.rollup_series(db, queue, span), span, datetime.now(UTC))
     return html(request, pages.queue_page(row, charts=charts, flash=flash, actions=caller.has(Role.ADMIN)))
