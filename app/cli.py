@@ -62,7 +62,7 @@ def serve(
     if settings.schedules_file is not None:
         # A mistake in the schedules file stops the start in one line naming the schedule, before
         # anything starts (the app checks it again, for servers that run it without this command).
-        from app.service.loops.scheduler import declared
+        from app.http.routers.schedules import declared
 
         try:
             declared(settings.schedules_file)

@@ -26,7 +26,6 @@ from app.http.routers import schedules as schedule_routes
 from app.http.web import BodyLimit
 from app.service import schedules
 from app.service.loops import background
-from app.service.loops import scheduler as scheduling
 from app.service.loops.scheduler import Scheduler
 from app.service.wakeups import Wakeups
 from app.settings import Settings
@@ -85,7 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # A schedules file with a mistake stops the start, before anything else, saying what is wrong.
         try:
-            declared = scheduling.declared(settings.schedules_file) if settings.schedules_file else {}
+            declared = schedule_routes.declared(settings.schedules_file) if settings.schedules_file else {}
         except ValueError as mistake:
             raise startup.StartupFailed(str(mistake)) from mistake
         dsn = await resolve_database_url(settings)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from app.core.jsontext import read_json
+from app.core.jsontext import payload_text, read_json
 from app.core.limits import MAX_JOB_ID, MAX_LEASE_TOKEN
 from app.http.fastpath import bodies as fast_bodies
 from app.http.schemas import AckBatchRequest, AckRequest, EnqueueBatchRequest, EnqueueRequest, ReleaseRequest
@@ -132,8 +132,8 @@ def test_a_payload_over_the_limit_is_measured_as_compact_json():
     """The limit counts the payload's compact encoding, as it did before the fast reader: spaces a
     client put in do not make a payload too large."""
     spaced = fast_bodies.read(JOB, b'{"queue": "q", "payload": [1,     2,     3]}').payload
-    assert fast_bodies.payload_text(spaced, 100) == (b"[1,     2,     3]", 17)
-    assert fast_bodies.payload_text(spaced, 10) == (b"[1,2,3]", 7)
+    assert payload_text(spaced, 100) == (b"[1,     2,     3]", 17)
+    assert payload_text(spaced, 10) == (b"[1,2,3]", 7)
 
 
 def test_a_payload_is_measured_with_its_numbers_written_out_where_that_may_pass_the_limit():
@@ -141,11 +141,11 @@ def test_a_payload_is_measured_with_its_numbers_written_out_where_that_may_pass_
     A payload whose exponents cannot take it past the limit is kept as sent and not read again, spaces
     counted, as is one whose "exponents" are in strings."""
     two = fast_bodies.read(JOB, b'{"queue": "q", "payload": [1e131071, 1e131071]}').payload
-    assert fast_bodies.payload_text(two, 262147) == (b"[1e131071, 1e131071]", 262147)
-    assert fast_bodies.payload_text(two, 262146) == (b"[1e131071, 1e131071]", 262147)
+    assert payload_text(two, 262147) == (b"[1e131071, 1e131071]", 262147)
+    assert payload_text(two, 262146) == (b"[1e131071, 1e131071]", 262147)
     small = fast_bodies.read(JOB, b'{"queue": "q", "payload": [1e3,  1e-7, "3e4f", 2E+2]}').payload
-    assert fast_bodies.payload_text(small, 1000) == (b'[1e3,  1e-7, "3e4f", 2E+2]', 26)
-    assert fast_bodies.payload_text(small, 25)[1] == len('[1000,0.0000001,"3e4f",200]')
+    assert payload_text(small, 1000) == (b'[1e3,  1e-7, "3e4f", 2E+2]', 26)
+    assert payload_text(small, 25)[1] == len('[1000,0.0000001,"3e4f",200]')
 
 
 # Acks and releases: a job id and its lease token (and, for an ack, no result).

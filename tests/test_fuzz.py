@@ -51,7 +51,8 @@ def fuzz_service(server_dsn, template_db):
 
 
 def _run_ats_in_range(body) -> bool:
-    """Whether every run_at of an enqueue body that has any is one the service takes (app/http/schemas.py)."""
+    """Whether every run_at of an enqueue body that has any is one the service takes
+    (app/http/schemas/common.py)."""
     jobs = body.get("jobs") if isinstance(body, dict) else None
     for job in jobs if isinstance(jobs, list) else [body]:
         run_at = job.get("run_at") if isinstance(job, dict) else None

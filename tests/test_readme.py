@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 from waiting import until
 
-from app.service.loops.scheduler import declared
+from app.http.routers.schedules import declared
 from jobq import AsyncClient
 from tests.fixtures import tool_missing
 

@@ -395,7 +395,7 @@ async def test_schedules_declared_in_a_file_at_start(start_service, db, tmp_path
     ],
 )
 def test_a_bad_schedules_file_stops_the_start_saying_why(tmp_path, text, words):
-    from app.service.loops.scheduler import declared
+    from app.http.routers.schedules import declared
 
     path = tmp_path / "schedules.toml"
     path.write_text(text)

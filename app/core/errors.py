@@ -4,10 +4,11 @@ The service layer (app/service/) raises these; it knows nothing of HTTP, and nei
 web framework is imported here. app/http/problems.py turns them into RFC 9457 problem details for the HTTP
 API, and app/sqs/router.py into SQS errors.
 
-Each error carries its `status` and `code` as class attributes: they are part of what the error means in
-jobq's contract (a lost lease is 409 ``lease_lost`` however it is reached, and the SQS API maps errors
-by them too), so they are defined once, with the error, rather than in a table beside it that would have
-to be kept in step. `status` is a number here; only app/http/problems.py makes it an HTTP answer.
+Each error carries its `code` as a class attribute: it is part of what the error means in jobq's contract
+(a lost lease is ``lease_lost`` however it is reached), so it is defined once, with the error. What the
+code is in HTTP, its status, is the HTTP layer's to say: app/http/problems.py ``STATUSES``, one table that
+problems, the fast path, the SQS API and the dashboard all read. What the layers below need to know of an
+error, whether it refuses the request or the service failed it, is its class (``Refusal``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import asyncpg
 
 
 class JobqError(Exception):
-    status: int = 500
     code: str = "internal"
 
     def __init__(self, detail: str, **extra: Any) -> None:
@@ -28,44 +28,51 @@ class JobqError(Exception):
         self.extra = extra
 
 
-class Unauthorized(JobqError):
-    status, code = 401, "unauthorized"
+class Refusal(JobqError):
+    """The request refused for what it asks or who asks it (its input, its token, the state of the job it
+    names): nothing of it was done. Any other error is the service failing the request, or unable to
+    serve it now; app/service/coalesce.py retries a shared statement's items one by one after a refusal
+    only."""
 
 
-class Forbidden(JobqError):
-    status, code = 403, "forbidden"
+class Unauthorized(Refusal):
+    code = "unauthorized"
 
 
-class NotFound(JobqError):
-    status, code = 404, "not_found"
+class Forbidden(Refusal):
+    code = "forbidden"
 
 
-class LeaseLost(JobqError):
+class NotFound(Refusal):
+    code = "not_found"
+
+
+class LeaseLost(Refusal):
     """The lease token is not the job's current one: the lease expired and moved on, or was ended."""
 
-    status, code = 409, "lease_lost"
+    code = "lease_lost"
 
 
-class Conflict(JobqError):
+class Conflict(Refusal):
     """The job's status does not allow this (cancel a running job, purge a live one)."""
 
-    status, code = 409, "conflict"
+    code = "conflict"
 
 
-class PayloadTooLarge(JobqError):
-    status, code = 413, "payload_too_large"
+class PayloadTooLarge(Refusal):
+    code = "payload_too_large"
 
 
-class Invalid(JobqError):
+class Invalid(Refusal):
     """A request that is well-formed JSON but asks for something impossible (e.g. both run_at and delay)."""
 
-    status, code = 422, "validation_error"
+    code = "validation_error"
 
 
 class Unavailable(JobqError):
     """Not now, try again: answered with `Retry-After: <retry_after>` (seconds)."""
 
-    status, code = 503, "unavailable"
+    code = "unavailable"
 
     def __init__(self, detail: str, *, retry_after: int = 1, **extra: Any) -> None:
         super().__init__(detail, **extra)

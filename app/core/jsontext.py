@@ -13,9 +13,9 @@ read by ``read_json``, which reads every number with a fraction or an exponent a
 ``encode_json`` writes a Decimal as its digits and exponent ("2.50", "1E+999"), which jsonb reads as
 the same value and scale. Both are msgspec's, in C: a float subclass keeping its text, made by a Python
 hook and written by another, cost about 1 us more per number. The models' number fields take a Decimal
-as the float it stands for (app/http/schemas.py ``Number``). A number jsonb cannot hold (``NumberOutOfRange``:
-more than 131,072 digits before the decimal point or 16,383 after) is refused when it is encoded,
-before anything is sent to the database.
+as the float it stands for (app/http/schemas/common.py ``Number``). A number jsonb cannot hold
+(``NumberOutOfRange``: more than 131,072 digits before the decimal point or 16,383 after) is refused when
+it is encoded, before anything is sent to the database.
 
 jsonb writes a number out in full, with no exponent: 1e131071, 8 characters sent, is 131,072 written
 out, on every read and every lease of its job. So a value's size, held to its limit (the payload's,
@@ -251,3 +251,29 @@ def _check_numbers(value: Any) -> None:
             _check_numbers(item)
     elif type(value) is Decimal or type(value) is HugeNumber:
         _exact(value)
+
+
+# Payloads kept as the JSON text they came in (``msgspec.Raw``: app/http/fastpath/bodies.py reads them so),
+# which PostgreSQL parses into jsonb in any case: held to the payload limit as the values ``read_json``
+# reads are, and read only when their size may come near it.
+
+
+def payload_text(payload: msgspec.Raw, limit: int, look: bool = True) -> tuple[bytes, int]:
+    """The text to store of a payload kept as text: as sent, or compact when that is over `limit`; and its
+    size as held to `limit` (``written_size``), read and counted only when its numbers may write out past
+    the limit (``exponent_growth``; not looked for if not `look`)."""
+    text = bytes(payload)
+    if len(text) <= limit and not (look and len(text) + exponent_growth(text) > limit):
+        return text, len(text)
+    value = read_json(text)
+    compact = encode_json(value)
+    return (text if len(text) <= limit else compact), written_size(compact, value)
+
+
+def any_may_write_out_past(payloads: list[msgspec.Raw], limit: int) -> bool:
+    """Whether any of the payloads kept as text may be over `limit` once their numbers are written out,
+    looked for in all of them at once: one pass over their text, where a look at each payload would
+    cost a call and a copy more per job."""
+    text = payloads[0] if len(payloads) == 1 else b" ".join(payloads)
+    growth = exponent_growth(bytes(text))
+    return growth > 0 and max(map(len, payloads)) + growth > limit

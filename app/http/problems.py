@@ -2,7 +2,8 @@
 
 Every error body carries a stable machine-readable ``code``. Nothing a client sends can produce a 500 with
 a stack trace: validation, database data errors and encoding errors are 4xx; an unreachable database is
-503 ``unavailable``. The errors themselves, and what status and code each has, are in app/core/errors.py.
+503 ``unavailable``. The errors themselves, and the code of each, are in app/core/errors.py; the status of
+each code is here (``STATUSES``), and nowhere else.
 """
 
 from __future__ import annotations
@@ -57,6 +58,27 @@ class ProblemCode(enum.StrEnum):
     ERROR = "error"
 
 
+# The HTTP status of each error's code (app/core/errors.py): the one table every answer of an error reads,
+# a problem here (the fast path's too, through `answer`), an SQS error (app/sqs/router.py), a dashboard
+# page (app/ui/routes/). tests/unit/test_problems.py holds every error class to a status.
+STATUSES: dict[str, int] = {
+    ProblemCode.UNAUTHORIZED: 401,
+    ProblemCode.FORBIDDEN: 403,
+    ProblemCode.NOT_FOUND: 404,
+    ProblemCode.CONFLICT: 409,
+    ProblemCode.LEASE_LOST: 409,
+    ProblemCode.PAYLOAD_TOO_LARGE: 413,
+    ProblemCode.VALIDATION_ERROR: 422,
+    ProblemCode.INTERNAL: 500,
+    ProblemCode.UNAVAILABLE: 503,
+}
+
+
+def status_of(exc: JobqError) -> int:
+    """The HTTP status that answers `exc`."""
+    return STATUSES[exc.code]
+
+
 def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
     body = {
         "type": f"urn:jobq:problem:{code}",
@@ -80,7 +102,7 @@ def _validation_detail(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str
 
 async def _jobq_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, JobqError)
-    response = problem(exc.status, exc.code, exc.detail, **exc.extra)
+    response = problem(status_of(exc), exc.code, exc.detail, **exc.extra)
     if isinstance(exc, Unauthorized):
         response.headers["WWW-Authenticate"] = 'Bearer realm="jobq"'
     elif isinstance(exc, Unavailable):

@@ -2,7 +2,7 @@
 
 Each is a ``Protocol`` (``...Like``), the shape the service reads, and a plain frozen dataclass of that
 shape. Callers that parsed a request pass what they parsed as it is: the HTTP API's pydantic bodies
-(app/http/schemas.py) have these attributes, so a batch of a thousand is not copied item by item into other
+(app/http/schemas/) have these attributes, so a batch of a thousand is not copied item by item into other
 objects first. Callers with plain values (the SQS API) build the dataclasses. Validation belongs to the
 caller (pydantic for HTTP, app/sqs/ for SQS): the service takes what it is given as valid.
 """

@@ -18,7 +18,7 @@ When a shared statement fails, the error decides (`refused`):
 - The statement provably committed nothing, because of what some item holds: PostgreSQL answered it
   with an ERROR (a data exception such as a NUL character, a unique violation, ...), the driver or the
   service could not encode an argument (a lone surrogate) and so sent nothing, or the service's own
-  checks refused an item (a 4xx ``JobqError``, raised before anything is sent). Then each item is
+  checks refused an item (a ``Refusal``, raised before anything is sent). Then each item is
   retried alone, so one bad item fails only its own call, never the calls it
   happened to share a statement with.
 - Anything else goes to every caller of the batch as it is, and none is retried: a connection lost, a
@@ -42,7 +42,7 @@ from typing import Generic, TypeVar
 
 import asyncpg
 
-from app.core.errors import JobqError
+from app.core.errors import JobqError, Refusal
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -58,7 +58,7 @@ def refused(exc: BaseException) -> bool:
     """Whether `exc`, raised by a shared statement's `run`, proves the statement committed nothing
     because of its input, so that its items may be retried one by one (see the module's docstring)."""
     if isinstance(exc, JobqError):
-        return exc.status < 500
+        return isinstance(exc, Refusal)
     if isinstance(exc, UnicodeEncodeError):  # an item's text, while the service encoded it
         return True
     if not isinstance(exc, asyncpg.PostgresError):

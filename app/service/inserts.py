@@ -16,13 +16,14 @@ from app.core.jsontext import (
     WRITE_OPTIONS,
     JSONText,
     NumberOutOfRange,
+    any_may_write_out_past,
     encode_json,
+    payload_text,
     read_json,
     written_out,
     written_size,
 )
 from app.db import sql as q
-from app.http.fastpath.bodies import any_may_write_out_past, payload_text
 from app.service.arguments import NewJobLike
 from app.service.rows import Row, as_job
 

@@ -45,7 +45,7 @@ FIRE_BATCH = 2000
 @dataclass(frozen=True)
 class ScheduleSpec:
     """A schedule as declared (PUT /schedules/{name}, or JOBQ_SCHEDULES_FILE), checked by
-    app/http/schemas.py."""
+    app/http/schemas/schedules.py."""
 
     cron: str
     queue: str

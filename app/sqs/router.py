@@ -33,6 +33,7 @@ from app.core.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from app.http.problems import status_of
 from app.http.web import disconnected, json_values, read_body
 from app.sqs import auth, query
 from app.sqs.actions import ACTIONS
@@ -101,7 +102,7 @@ async def _serve(request: Request, queue_url: str | None) -> Response:
     except Unavailable as exc:  # e.g. too many long-polls waiting (JOBQ_MAX_WAITERS): SDKs retry it
         return error(SqsError("ServiceUnavailable", exc.detail, 503))
     except JobqError as exc:
-        return error(SqsError("InvalidParameterValue", exc.detail, status=exc.status))
+        return error(SqsError("InvalidParameterValue", exc.detail, status=status_of(exc)))
     except DATABASE_UNAVAILABLE:
         return error(SqsError("ServiceUnavailable", "The database is unreachable; retry shortly.", 503))
     except DATABASE_REJECTED_INPUT as exc:  # a value no check above caught, refused by PostgreSQL

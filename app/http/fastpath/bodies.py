@@ -7,7 +7,7 @@ service's 14 ms of CPU per request, as long as the database's insert itself. msg
 in about 0.6 ms and keeps each payload as the JSON text it came in (``msgspec.Raw``), which PostgreSQL
 parses into jsonb in any case. An ack batch of 1,000 items is read in 0.17 ms instead of 2.8.
 
-One definition of a valid body stays, the model's (app/http/schemas.py). A reader here may refuse more than
+One definition of a valid body stays, the model's (app/http/schemas/). A reader here may refuse more than
 the model, never less, and what it accepts it reads as the model does; a body it refuses goes on to the
 model, which accepts it or words the refusal (tests/test_fast_bodies.py holds the two to this, field by
 field, at every edge). So the rarer shapes are simply left to the model:
@@ -23,8 +23,9 @@ jsonb value either way, and the enqueue's answer echoes that text. Numbers are k
 as jsonb keeps them, and as the model's way keeps them too (app/core/jsontext.py ``read_json``); one past
 jsonb's range is left for PostgreSQL to refuse (app/service/inserts.py ``refuse_unstorable_numbers``), not
 looked for in every body. A payload's size is the size of its text, and of its compact encoding only
-past the limit (``payload_text``), so the limit means what it always meant; its numbers are counted
-written out, as the model's way counts them, only where one with an exponent may make it matter.
+past the limit (app/core/jsontext.py ``payload_text``), so the limit means what it always meant; its
+numbers are counted written out, as the model's way counts them, only where one with an exponent may
+make it matter.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from typing import Annotated
 
 import msgspec
 
-from app.core.jsontext import encode_json, exponent_growth, read_json, written_size
 from app.core.limits import MAX_JOB_ID, MAX_KEY, MAX_KIND, MAX_LEASE_TOKEN, MAX_QUEUE_NAME, QUEUE_NAME_CHARS
 from app.http.schemas import (
     MAX_BATCH,
@@ -158,24 +158,3 @@ def _named_well(jobs: list[FastJob]) -> bool:
     """Whether every queue and kind is made of the characters names may have."""
     names = {job.queue for job in jobs} | {job.kind for job in jobs if job.kind is not None}
     return all(_NAMED.fullmatch(name) for name in names)
-
-
-def payload_text(payload: msgspec.Raw, limit: int, look: bool = True) -> tuple[bytes, int]:
-    """A payload read here as the JSON text to store: as sent, or compact when that is over `limit`; and
-    its size as held to `limit` (app/core/jsontext.py ``written_size``), read and counted only when its
-    numbers may write out past the limit (``exponent_growth``; not looked for if not `look`)."""
-    text = bytes(payload)
-    if len(text) <= limit and not (look and len(text) + exponent_growth(text) > limit):
-        return text, len(text)
-    value = read_json(text)
-    compact = encode_json(value)
-    return (text if len(text) <= limit else compact), written_size(compact, value)
-
-
-def any_may_write_out_past(payloads: list[msgspec.Raw], limit: int) -> bool:
-    """Whether any of the payloads read here may be over `limit` once their numbers are written out,
-    looked for in all of them at once: one pass over their text, where a look at each payload would
-    cost a call and a copy more per job."""
-    text = payloads[0] if len(payloads) == 1 else b" ".join(payloads)
-    growth = exponent_growth(bytes(text))
-    return growth > 0 and max(map(len, payloads)) + growth > limit

@@ -7,7 +7,7 @@ route's dependencies one by one and validating a body that Python's json module 
 half of the service's CPU time on a one-job lease or ack. ``HotRoutes`` dispatches these routes itself,
 and adds no rule of its own: each step of a request has one home, which both ways in use.
 
-- The body's shape and limits: the route's pydantic model (app/http/schemas.py), taken from the endpoint's
+- The body's shape and limits: the route's pydantic model (app/http/schemas/), taken from the endpoint's
   signature. The JSON text is read by app/core/jsontext.py ``read_json`` both here and on FastAPI's way
   (app/http/web.py ``StrictJSONRequest``): numbers kept as sent, NaN and Infinity refused, and nesting past
   `max_json_depth` refused before parsing (``nesting_depth``).
@@ -51,9 +51,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.access import OPEN, Admits, Grant
 from app.core.jsontext import read_json
+from app.core.limits import MAX_JOB_ID
 from app.http import problems
 from app.http.fastpath import bodies as fast_bodies
-from app.http.schemas import MAX_JOB_ID
 from app.http.web import nesting_depth
 
 ARGUMENTS = {"body", "db", "wakeups", "request", "caller"}

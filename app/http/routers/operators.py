@@ -12,6 +12,7 @@ from fastapi import APIRouter, Path, Query
 from app import service
 from app.core.limits import (
     KIND_PATTERN,
+    MAX_JOB_ID,
     MAX_KEY,
     MAX_KIND,
     MAX_QUEUE_NAME,
@@ -23,7 +24,6 @@ from app.core.states import JobStatus
 from app.http.auth import Admin, Caller, QueueReader, Viewer
 from app.http.deps import DB, answers
 from app.http.schemas import (
-    MAX_JOB_ID,
     DeadPage,
     Job,
     JobPage,

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Path, Query, Request
 
 from app import service
 from app.core.errors import Invalid
+from app.core.limits import MAX_JOB_ID
 from app.http.auth import Admin, Caller, Producer, Reader
 from app.http.deps import DB, WakeupsDep, answers
 from app.http.schemas import (
-    MAX_JOB_ID,
     EnqueueBatchRequest,
     EnqueueBatchResponse,
     EnqueuedJob,

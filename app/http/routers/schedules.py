@@ -2,13 +2,17 @@
 
 Reading them is for any role that reads jobs; changing, pausing and triggering them is for admins. A
 token limited to some queues sees and changes only the schedules of those queues, and may not point one
-at another queue."""
+at another queue. The schedules JOBQ_SCHEDULES_FILE declares are checked here too (`declared`), as a PUT
+checks one."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path as FilePath
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from pydantic import ValidationError
 
 from app.core.limits import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import Admin, Caller, Reader
@@ -51,6 +55,28 @@ async def put_schedule(name: ScheduleName, body: ScheduleRequest, db: DB, caller
     return JSONBody(
         await schedules.put_schedule(db, name, schedules.ScheduleSpec(**body.model_dump()), caller.like)
     )
+
+
+def declared(path: FilePath) -> dict[str, schedules.ScheduleSpec]:
+    """The schedules JOBQ_SCHEDULES_FILE declares, checked as PUT /schedules/{name} checks them; a
+    ValueError naming the file, the schedule and what is wrong otherwise."""
+    try:
+        tables = schedules.load_file(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"JOBQ_SCHEDULES_FILE: {exc}") from None
+    specs = {}
+    for name, fields in tables.items():
+        if not re.fullmatch(QUEUE_NAME_PATTERN, name):
+            raise ValueError(f"{path}: schedule name {name!r}: use 1-128 of A-Z a-z 0-9 _ . : -")
+        try:
+            body = ScheduleRequest.model_validate(fields)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'schedule'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValueError(f"{path}: schedule {name!r}: {problems}") from None
+        specs[name] = schedules.ScheduleSpec(**body.model_dump())
+    return specs
 
 
 @router.delete(

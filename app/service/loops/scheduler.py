@@ -18,18 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import socket
 import time
 import uuid
-from pathlib import Path
-
-from pydantic import ValidationError
 
 from app.core.errors import DATABASE_UNAVAILABLE
-from app.core.limits import QUEUE_NAME_PATTERN
 from app.db.pool import Database
-from app.http.schemas import ScheduleRequest
 from app.service import schedules
 
 log = logging.getLogger("jobq.scheduler")
@@ -95,25 +89,3 @@ class Scheduler:
             except DATABASE_UNAVAILABLE:
                 pass
             self._lead_until = 0.0
-
-
-def declared(path: Path) -> dict[str, schedules.ScheduleSpec]:
-    """The schedules JOBQ_SCHEDULES_FILE declares, checked as PUT /schedules/{name} checks them; a
-    ValueError naming the file, the schedule and what is wrong otherwise."""
-    try:
-        tables = schedules.load_file(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"JOBQ_SCHEDULES_FILE: {exc}") from None
-    specs = {}
-    for name, fields in tables.items():
-        if not re.fullmatch(QUEUE_NAME_PATTERN, name):
-            raise ValueError(f"{path}: schedule name {name!r}: use 1-128 of A-Z a-z 0-9 _ . : -")
-        try:
-            body = ScheduleRequest.model_validate(fields)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'schedule'}: {e['msg']}" for e in exc.errors()
-            )
-            raise ValueError(f"{path}: schedule {name!r}: {problems}") from None
-        specs[name] = schedules.ScheduleSpec(**body.model_dump())
-    return specs

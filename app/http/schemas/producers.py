@@ -1,0 +1,237 @@
+"""The bodies of enqueueing and reading jobs (POST /jobs, /jobs/batch, GET /jobs/{id}): the job as it is
+sent, and the job as every answer shows it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.core.states import JobStatus
+from app.http.schemas.common import (
+    EXAMPLE_TRACEPARENT,
+    MAX_BATCH,
+    Body,
+    DedupKey,
+    JobKey,
+    Kind,
+    MaxAttempts,
+    Priority,
+    QueueName,
+    RunAt,
+    Seconds,
+)
+from app.http.schemas.trace import TraceParent, TraceState
+
+# Examples for the document: bodies as a client sends them, answers as the service writes them.
+_PAYLOAD = {"to": "ada@example.com", "template": "welcome"}
+_ENQUEUE_EXAMPLES = [
+    {"queue": "emails", "payload": _PAYLOAD},
+    {
+        "queue": "emails",
+        "payload": _PAYLOAD,
+        "kind": "send_email",
+        "key": "customer-42",
+        "priority": -10,
+        "delay": 60,
+        "max_attempts": 3,
+        "dedup_key": "welcome:ada@example.com",
+    },
+    {
+        "queue": "reports",
+        "payload": {"period": "day"},
+        "kind": "build_report",
+        "run_at": "2025-07-01T03:00:00+02:00",
+    },
+]
+
+
+class EnqueueRequest(Body):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {"required": ["run_at", "delay"]},
+            # A tracestate (not null) needs a traceparent (not null).
+            "if": {"required": ["tracestate"], "properties": {"tracestate": {"type": "string"}}},
+            "then": {"required": ["traceparent"], "properties": {"traceparent": {"type": "string"}}},
+            "examples": _ENQUEUE_EXAMPLES,
+        }
+    )
+
+    queue: QueueName = Field(
+        description="The queue to put the job in: 1-128 of A-Z a-z 0-9 _ . : - (created with its first job)."
+    )
+    # Any: the service only stores the payload, so it is not walked and validated value by value.
+    # Required without a default, and null is a valid payload.
+    payload: Any = Field(description="Any JSON value, null included; at most max_payload_bytes encoded.")
+    priority: Priority = 0
+    run_at: RunAt | None = Field(
+        default=None,
+        strict=False,
+        description="Not before this time (RFC 3339, with its offset), from 1970-01-01T00:00:00Z to"
+        " 9999-12-31T00:00:00Z.",
+    )
+    delay: Seconds | None = Field(default=None, description="Not before now + delay seconds.")
+    max_attempts: MaxAttempts | None = Field(default=None, description="Default: the queue's setting.")
+    dedup_key: DedupKey | None = Field(
+        default=None,
+        description="1-512 characters. While a pending or running job of the queue has it, enqueueing "
+        "another answers that job (200, duplicate: true) instead; in a batch, a repeat is its first "
+        "occurrence. Null: none.",
+    )
+    kind: Kind | None = Field(
+        default=None,
+        description="What the job is, for workers to route it by: 1-128 of A-Z a-z 0-9 _ . : -; the "
+        "service only stores and shows it. Null: none.",
+    )
+    key: JobKey | None = Field(
+        default=None,
+        description="What flow control groups the job by (a tenant, a customer, an SQS MessageGroupId): "
+        "1-256 characters. Null: none.",
+    )
+    traceparent: TraceParent | None = Field(
+        default=None,
+        description="The W3C trace context (traceparent) the job is part of, kept with it and handed to its"
+        " workers; default: the request's `traceparent` header, if any. Version 00 as written, lower case.",
+        examples=["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"],
+    )
+    tracestate: TraceState | None = Field(
+        default=None, description="The W3C tracestate that goes with `traceparent` (never without it)."
+    )
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> EnqueueRequest:
+        if self.run_at is not None and self.delay is not None:
+            raise ValueError("give run_at or delay, not both")
+        if self.tracestate is not None and self.traceparent is None:
+            raise ValueError("tracestate goes with a traceparent: give both, or neither")
+        return self
+
+
+class EnqueueBatchRequest(Body):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"jobs": _ENQUEUE_EXAMPLES[:2]}]})
+
+    jobs: list[EnqueueRequest] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="1-1000 jobs, each as POST /jobs takes it: all are enqueued, or none.",
+    )
+
+
+_JOB_EXAMPLE = {
+    "id": 1042,
+    "queue": "emails",
+    "kind": "send_email",
+    "key": "customer-42",
+    "status": "completed",
+    "payload": _PAYLOAD,
+    "priority": 0,
+    "run_at": "2025-06-30T09:15:02.418211Z",
+    "attempts": 1,
+    "max_attempts": 5,
+    "dedup_key": "welcome:ada@example.com",
+    "last_error": None,
+    "lease_expires_at": None,
+    "created_at": "2025-06-30T09:15:02.418211Z",
+    "updated_at": "2025-06-30T09:15:03.120877Z",
+    "completed_at": "2025-06-30T09:15:03.120877Z",
+    "result": {"message_id": "<1042@mail.example.com>"},
+    "progress": None,
+    "schedule": None,
+    "schedule_slot": None,
+    "worker_id": "mailer-1:4121",
+    "traceparent": EXAMPLE_TRACEPARENT,
+    "tracestate": None,
+}
+_DEAD_JOB_EXAMPLE = _JOB_EXAMPLE | {
+    "id": 1043,
+    "status": "dead",
+    "payload": {"to": "nobody@invalid", "template": "welcome"},
+    "attempts": 5,
+    "dedup_key": None,
+    "last_error": "mailbox does not exist",
+    "run_at": "2025-06-30T09:31:40.006125Z",
+    "updated_at": "2025-06-30T10:02:11.774310Z",
+    "completed_at": None,
+    "result": None,
+    "traceparent": None,
+}
+
+
+class Job(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [_JOB_EXAMPLE, _DEAD_JOB_EXAMPLE]})
+
+    id: int = Field(description="The job's id: an integer below 2^53.")
+    queue: str = Field(description="The queue it is in.")
+    kind: str | None = Field(description="As enqueued; null when none was given.")
+    key: str | None = Field(default=None, description="As enqueued; null when none was given.")
+    status: JobStatus = Field(
+        description="pending (waiting to run, now or at its run_at), running (leased), completed, dead "
+        "(out of attempts, or nacked as dead; kept until retried or purged) or cancelled."
+    )
+    payload: Any = Field(description="As enqueued: any JSON value, null included.")
+    priority: int = Field(description="Lower runs first.")
+    run_at: datetime = Field(
+        description="Not leased before this time: as enqueued, or as a nack's retry, a dead retry or "
+        "POST /jobs/{id}/run set it."
+    )
+    attempts: int = Field(
+        description="Leases so far (a release gives its attempt back); 0 again after a dead retry."
+    )
+    max_attempts: int = Field(
+        description="Leases it gets before it goes dead: its own, else its queue's setting as it is now."
+    )
+    dedup_key: str | None = Field(description="As enqueued; null when none was given.")
+    last_error: str | None = Field(
+        description="Why its latest attempt failed: the latest nack's error (null if it sent none), or the "
+        "expired lease's deadline, attempt and worker. Null until an attempt fails."
+    )
+    lease_expires_at: datetime | None = Field(
+        description="The deadline of its lease while running; null otherwise."
+    )
+    created_at: datetime = Field(description="When it was enqueued.")
+    updated_at: datetime = Field(
+        description="When it last changed (a lease, extend, ack, nack, release, expiry or retry)."
+    )
+    completed_at: datetime | None = Field(
+        description="When it was completed or cancelled (its queue's retention counts from then); null "
+        "otherwise."
+    )
+    result: Any = Field(description="What the ack kept (any JSON value); null when none.")
+    progress: Any = Field(description="What the latest extend sent as `progress`; null when none.")
+    schedule: str | None = Field(default=None, description="The schedule that enqueued it; null: none.")
+    schedule_slot: datetime | None = Field(
+        default=None, description="The cron slot it was enqueued for; null for a trigger or no schedule."
+    )
+    worker_id: str | None = Field(
+        default=None,
+        description="The worker_id its latest lease was taken with (the worker running it, or the last "
+        "one that did); null when never leased, leased without one, or released.",
+    )
+    traceparent: str | None = Field(default=None, description="The trace context it was enqueued under.")
+    tracestate: str | None = Field(default=None, description="With traceparent, as enqueued.")
+
+
+_ENQUEUED_EXAMPLE = _JOB_EXAMPLE | {
+    "status": "pending",
+    "run_at": "2025-06-30T09:16:02.418211Z",
+    "attempts": 0,
+    "priority": -10,
+    "max_attempts": 3,
+    "updated_at": "2025-06-30T09:15:02.418211Z",
+    "completed_at": None,
+    "result": None,
+    "worker_id": None,
+    "duplicate": False,
+}
+
+
+class EnqueuedJob(Job):
+    model_config = ConfigDict(json_schema_extra={"examples": [_ENQUEUED_EXAMPLE]})
+
+    duplicate: bool = Field(description="True when dedup_key matched an active job; this is that job.")
+
+
+class EnqueueBatchResponse(BaseModel):
+    jobs: list[EnqueuedJob] = Field(description="The jobs, in request order.")
