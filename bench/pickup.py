@@ -21,7 +21,8 @@ import served
 from common import Service, fresh_database, summary_ms, write_results
 
 from app.db import sql as queries
-from jobq import AsyncClient, LeasedJob, Worker
+from jobq import AsyncClient, Worker
+from jobq.types import LeasedJob
 
 
 async def jobq_pickup(url: str, rounds: int) -> list[float]:
