@@ -1,9 +1,10 @@
 """The service layer: every jobq operation, in terms of the statements in ``app/db/queries.py``.
 
-No HTTP here. Each function takes the ``Database``, acquires one connection, runs its statements (a
-transaction only where several must commit together) and returns plain dicts, or raises an ``app.core.errors``
-exception. It takes plain values (app/service/arguments.py), never a request. One name from route to service
-to statement: ``POST /ack`` -> ``jobs.ack`` -> ``ACK``.
+No HTTP here. Each function takes the ``Database`` (or, where it needs more than the pool, the
+process's ``Runtime``, app/service/runtime.py), acquires one connection, runs its statements (a
+transaction only where several must commit together) and returns plain dicts, or raises an
+``app.core.errors`` exception. It takes plain values (app/service/arguments.py), never a request. One
+name from route to service to statement: ``POST /ack`` -> ``jobs.ack`` -> ``ACK``.
 
 The modules follow the routers (app/http/routers/): ``producers`` (enqueue, get_job, cancel), ``workers``
 (lease, ack, nack, release, extend), ``operators`` (job lists, dead jobs, jobs picked by hand, queues),
@@ -47,6 +48,7 @@ from app.service.operators import (
 from app.service.producers import cancel, enqueue, enqueue_batch, get_job, wait_for_job
 from app.service.rollups import completed_lately, forget_rollups, rollup_series, write_rollups
 from app.service.rows import Row, Scope
+from app.service.runtime import Runtime
 from app.service.upkeep import database_health, expire_leases, lock_waits, queue_gauges
 from app.service.workers import ack, ack_batch, extend, lease, nack, nack_batch, release, single
 from app.service.workers_seen import forget_workers, list_workers, write_sightings
@@ -64,6 +66,7 @@ __all__ = [
     "QueueSettings",
     "QueueSettingsLike",
     "Row",
+    "Runtime",
     "Scope",
     "ack",
     "ack_batch",

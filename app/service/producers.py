@@ -19,26 +19,26 @@ from app.service.coalesce import Batcher
 from app.service.idempotency import Once, enqueue_once, enqueue_singles_once, keyed
 from app.service.inserts import encode_payloads, insert_deduplicated, insert_new
 from app.service.rows import Row, Scope, as_job, run_guarded
+from app.service.runtime import Runtime
 from app.service.shared import shared
-from app.service.wakeups import Wakeups
 from app.telemetry import tracing
 
 
-async def enqueue(db: Database, job: NewJobLike, once: Once | None = None) -> Row:
+async def enqueue(runtime: Runtime, job: NewJobLike, once: Once | None = None) -> Row:
     """Enqueue one job, sharing its INSERT with concurrent single enqueues. A shared statement PostgreSQL
     refused is retried call by call, so each call still succeeds or fails on its own
     (app/service/coalesce.py). Enqueues with an idempotency key (`once`) share theirs with each other, so the
     others' statement stays ENQUEUE_NEW, with nothing of the keys."""
     if once is None:
-        return await shared(db, "enqueue", enqueue_batch, job)
-    answer = await shared(db, "enqueue_once", enqueue_singles_once, (job, once))
+        return await shared(runtime, "enqueue", enqueue_batch, job)
+    answer = await shared(runtime, "enqueue_once", enqueue_singles_once, (job, once))
     if isinstance(answer, JobqError):
         raise answer
     return answer
 
 
 async def enqueue_batch(
-    db: Database,
+    runtime: Runtime,
     requests: Sequence[NewJobLike],
     *,
     then: Callable[[asyncpg.Connection, Sequence[Row]], Awaitable[None]] | None = None,
@@ -54,35 +54,35 @@ async def enqueue_batch(
     carried out at most once. `payload_limit`: the largest payload in bytes, encoded, for a caller that
     held its payloads to rules of its own (the SQS API: SQS's message size); None: JOBQ_MAX_PAYLOAD_BYTES.
     """
-    limit = db.settings.max_payload_bytes if payload_limit is None else payload_limit
+    limit = runtime.settings.max_payload_bytes if payload_limit is None else payload_limit
     payloads = encode_payloads(requests, limit)
     if once is not None:
         if then is not None:
             raise TypeError("enqueue_batch: `then` and `once` do not go together")
-        (answer,) = await enqueue_once(db, [keyed(requests, payloads, once)])
+        (answer,) = await enqueue_once(runtime, [keyed(requests, payloads, once)])
         if isinstance(answer, JobqError):
             raise answer
         return answer
     started = time.time_ns()
     if all(r.dedup_key is None for r in requests):
-        async with db.acquire() as conn:
+        async with runtime.db.acquire() as conn:
             if then is None:
                 new = await insert_new(conn, requests, payloads)
             else:
                 async with conn.transaction():
                     new = await insert_new(conn, requests, payloads)
                     await then(conn, new)
-        db.metrics.enqueued.count_queues(new.queues)
+        runtime.metrics.enqueued.count_queues(new.queues)
         tracing.record("send", new, started)
         return new
 
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         async with conn.transaction():
             answers, results = await insert_deduplicated(conn, requests, payloads)
             if then is not None:
                 await then(conn, results)
     inserted = [row for row in results if not row["duplicate"]]
-    db.metrics.enqueued.count(inserted)
+    runtime.metrics.enqueued.count(inserted)
     tracing.record("send", inserted, started)
     return answers
 
@@ -96,8 +96,7 @@ async def get_job(db: Database, job_id: int, scope: Scope = None) -> Row:
 
 
 async def wait_for_job(
-    db: Database,
-    wakeups: Wakeups,
+    runtime: Runtime,
     job_id: int,
     wait: float,
     scope: Scope = None,
@@ -111,13 +110,14 @@ async def wait_for_job(
     whichever replica, notifies its id at commit; then it reads the job. A job already finished (or
     unknown: 404) is answered at once. At most `max_waiters` long-polls wait at once per process.
     """
+    db, wakeups = runtime.db, runtime.wakeups
     with wakeups.long_poll():
         gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         deadline = time.monotonic() + wait
         try:
             while not wakeups.closing:
                 with wakeups.watching(job_id) as waiter:
-                    if not await _watch(db, job_id, scope):
+                    if not await _watch(runtime, job_id, scope):
                         break  # finished, or no such job: read it
                     await waiter.wait(deadline - time.monotonic(), gone)
                     if not waiter.woken:
@@ -132,18 +132,20 @@ async def wait_for_job(
     return await get_job(db, job_id, scope)
 
 
-async def _watch(db: Database, job_id: int, scope: Scope) -> bool:
+async def _watch(runtime: Runtime, job_id: int, scope: Scope) -> bool:
     """Mark the job awaited; False when it is finished, unknown or out of scope. Concurrent waiters
     share WATCH_JOBS statements (per scope); a job that one passed over, its row busy, is marked alone."""
-    if db.settings.coalesce:
+    if runtime.settings.coalesce:
         key = ("watch", None if scope is None else tuple(scope))
         make = partial(
-            Batcher, partial(_watch_shared, db, scope), concurrency=db.settings.coalesce_concurrency
+            Batcher,
+            partial(_watch_shared, runtime.db, scope),
+            concurrency=runtime.settings.coalesce_concurrency,
         )
-        with db.sharing(key, make) as batcher:
+        with runtime.sharing(key, make) as batcher:
             if await batcher.submit(job_id):
                 return True
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         return await conn.fetchval(q.WATCH_JOB.text, *q.WATCH_JOB.args(id=job_id, scope=scope)) is not None
 
 

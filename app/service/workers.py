@@ -26,6 +26,7 @@ from app.service.arguments import AckLike, JobLease, JobLeaseLike, NackLike
 from app.service.coalesce import Batcher
 from app.service.flow import BUSY_RETRY, FlowClaim, lease_flow, queue_flow
 from app.service.rows import Row, as_job, job_status
+from app.service.runtime import Runtime
 from app.service.shared import shared
 from app.service.wakeups import Wakeups
 from app.telemetry import tracing
@@ -66,8 +67,7 @@ class LeaseCall:
 
 
 async def lease(
-    db: Database,
-    wakeups: Wakeups,
+    runtime: Runtime,
     *,
     queue: str,
     max_jobs: int,
@@ -87,36 +87,39 @@ async def lease(
     Unavailable (503, Retry-After) before any work, while short leases (`wait` 0) go on.
     """
     call = LeaseCall(max_jobs, visibility_timeout, worker_id)
+    wakeups = runtime.wakeups
     if wakeups.closing:
         return []
     if wait <= 0:
-        leased = await _lease_now(db, wakeups, queue, call)
-        db.sightings.saw(worker_id, queue, len(leased))
+        leased = await _lease_now(runtime, queue, call)
+        runtime.sightings.saw(worker_id, queue, len(leased))
         return leased
-    db.sightings.saw(worker_id, queue, 0)  # seen as it starts waiting, not only once it gets a job
+    runtime.sightings.saw(worker_id, queue, 0)  # seen as it starts waiting, not only once it gets a job
     with wakeups.long_poll():
         gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         try:
-            leased = await _long_poll(db, wakeups, queue, call, wait, gone)
+            leased = await _long_poll(runtime, queue, call, wait, gone)
             if leased and gone is not None and gone.done():
-                await _release_undelivered(db, leased)  # its client left meanwhile: nobody to deliver to
+                # Its client left meanwhile: nobody to deliver to.
+                await _release_undelivered(runtime.db, leased)
                 return []
         finally:
             if gone is not None:
                 gone.cancel()
-    db.sightings.saw(worker_id, queue, len(leased))
+    runtime.sightings.saw(worker_id, queue, len(leased))
     return leased
 
 
 async def _long_poll(
-    db: Database, wakeups: Wakeups, queue: str, call: LeaseCall, wait: float, gone: asyncio.Future | None
+    runtime: Runtime, queue: str, call: LeaseCall, wait: float, gone: asyncio.Future | None
 ) -> list[Row]:
     """Lease, and wait for a wake-up while nothing is leased, until `wait` seconds pass or the client
     goes (`gone` completes). A wake-up this waiter does not act on is passed on (see Wakeups.waiting)."""
     deadline = time.monotonic() + wait
+    wakeups = runtime.wakeups
     while True:
         with wakeups.waiting(queue) as waiter:
-            leased = await _lease_now(db, wakeups, queue, call)
+            leased = await _lease_now(runtime, queue, call)
             remaining = deadline - time.monotonic()
             if leased or remaining <= 0:
                 return leased
@@ -126,28 +129,26 @@ async def _long_poll(
             waiter.used = waiter.woken  # it looks again, next time round
 
 
-async def _lease_now(db: Database, wakeups: Wakeups, queue: str, call: LeaseCall) -> list[Row]:
+async def _lease_now(runtime: Runtime, queue: str, call: LeaseCall) -> list[Row]:
     """The jobs one LEASE statement leases for `call`, a statement it may share with other calls."""
-    if not db.settings.coalesce:
-        (leased,) = await _lease_shared(db, wakeups, queue, [call])
+    if not runtime.settings.coalesce:
+        (leased,) = await _lease_shared(runtime, queue, [call])
         return leased
-    # Per queue, and only while calls are in it: queue names come from clients (see Database.sharing).
-    with db.sharing(
+    # Per queue, and only while calls are in it: queue names come from clients (see Runtime.sharing).
+    with runtime.sharing(
         ("lease", queue),
         lambda: Batcher(
-            partial(_lease_shared, db, wakeups, queue),
+            partial(_lease_shared, runtime, queue),
             max_items=MAX_SHARED_LEASE,
             size=lambda c: c.max_jobs,
-            orphaned=partial(_release_orphans, db),
-            concurrency=db.settings.coalesce_concurrency,
+            orphaned=partial(_release_orphans, runtime.db),
+            concurrency=runtime.settings.coalesce_concurrency,
         ),
     ) as batcher:
         return await batcher.submit(call)
 
 
-async def _lease_shared(
-    db: Database, wakeups: Wakeups, queue: str, calls: list[LeaseCall]
-) -> list[list[Row]]:
+async def _lease_shared(runtime: Runtime, queue: str, calls: list[LeaseCall]) -> list[list[Row]]:
     """One LEASE statement for several calls (LEASE_FLOW for a queue under flow control): each call owns
     max_jobs consecutive slots."""
     owner, timeouts, workers = [], [], []
@@ -155,20 +156,20 @@ async def _lease_shared(
         owner += [k] * call.max_jobs
         timeouts += [call.visibility_timeout] * call.max_jobs
         workers += [call.worker_id] * call.max_jobs
-    flow = await queue_flow(db, queue)
+    flow = await queue_flow(runtime, queue)
     started, began = time.perf_counter(), time.time_ns()
     if flow.flow:
-        claim = await lease_flow(db, queue, flow, timeouts, workers)
+        claim = await lease_flow(runtime, queue, flow, timeouts, workers)
         rows, slots = claim.rows, claim.slots
         if len(rows) < len(workers):
-            _wake_later(wakeups, queue, claim)
+            _wake_later(runtime.wakeups, queue, claim)
     else:
-        async with db.acquire() as conn:
+        async with runtime.db.acquire() as conn:
             rows = await conn.fetch(
                 q.LEASE.text, *q.LEASE.args(queue=queue, visibility_timeouts=timeouts, worker_ids=workers)
             )
         slots = [row["slot"] for row in rows]
-    db.metrics.claimed(queue, time.perf_counter() - started, len(rows))
+    runtime.metrics.claimed(queue, time.perf_counter() - started, len(rows))
     tracing.record("lease", rows, began)
     shares: list[list[tuple[int, Row]]] = [[] for _ in calls]
     for slot, row in zip(slots, rows, strict=True):
@@ -284,27 +285,27 @@ def _result_text(item: JobLeaseLike | AckLike, result: object, limit: int) -> st
 # --- ack -------------------------------------------------------------------------------------------
 
 
-async def ack(db: Database, item: JobLeaseLike | AckLike) -> Row:
+async def ack(runtime: Runtime, item: JobLeaseLike | AckLike) -> Row:
     """One ack, sharing its statement with concurrent acks. Its result is checked first: refused (over
     the limit, PayloadTooLarge), nothing is sent, and the job stays running under its lease."""
     result = getattr(item, "result", None)  # a plain JobLease has none
-    text = None if result is None else _result_text(item, result, db.settings.max_result_bytes)
-    return await shared(db, "ack", _ack_shared, (item, text))
+    text = None if result is None else _result_text(item, result, runtime.settings.max_result_bytes)
+    return await shared(runtime, "ack", _ack_shared, (item, text))
 
 
-async def _ack_shared(db: Database, calls: Sequence[tuple[JobLeaseLike, str | None]]) -> list[Row]:
+async def _ack_shared(runtime: Runtime, calls: Sequence[tuple[JobLeaseLike, str | None]]) -> list[Row]:
     """The acks of concurrent calls, each with its result as JSON text (or None), in one ACK."""
-    return await _ack(db, [item for item, _ in calls], [text for _, text in calls])
+    return await _ack(runtime, [item for item, _ in calls], [text for _, text in calls])
 
 
-async def ack_batch(db: Database, items: Sequence[JobLeaseLike | AckLike]) -> list[Row]:
+async def ack_batch(runtime: Runtime, items: Sequence[JobLeaseLike | AckLike]) -> list[Row]:
     """Complete each job whose current lease token is given, keeping its result; a result per item, in
     order. An item whose result is refused (payload_too_large, validation_error) changes nothing and
     is answered so, as an item with a lost lease is; the others complete."""
     values = [getattr(i, "result", None) for i in items]
     if values.count(None) == len(values):  # no results, as in most acks: nothing to encode or check
-        return await _ack(db, items, None)
-    limit = db.settings.max_result_bytes
+        return await _ack(runtime, items, None)
+    limit = runtime.settings.max_result_bytes
     kept: list[int] = []  # places of the items that go to ACK
     texts: list[str | None] = []
     refused: dict[int, Row] = {}  # by place
@@ -316,19 +317,19 @@ async def ack_batch(db: Database, items: Sequence[JobLeaseLike | AckLike]) -> li
             continue
         kept.append(n)
         texts.append(text)
-    done = await _ack(db, [items[n] for n in kept], texts) if kept else []
+    done = await _ack(runtime, [items[n] for n in kept], texts) if kept else []
     answers = dict(zip(kept, done, strict=True)) | refused
     return [answers[n] for n in range(len(items))]
 
 
-async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | None] | None) -> list[Row]:
+async def _ack(runtime: Runtime, items: Sequence[JobLeaseLike], texts: list[str | None] | None) -> list[Row]:
     """ACK: complete each job under its lease token, with its result (JSON text; None: none). `texts`
     is None, or all None, for a statement without results: ACK then gets NULL, and no more work."""
     ids, queues, tokens = _leases(items)
     keys = _item_keys(ids, tokens)
     sent = None if texts is None or texts.count(None) == len(texts) else texts
     started = time.time_ns()
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         queues = await _with_queues(conn, ids, queues)
         acked = await conn.fetch(
             q.ACK.text, *q.ACK.args(ids=ids, queues=queues, lease_tokens=tokens, results=sent)
@@ -337,7 +338,7 @@ async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | No
         done = _done(acked)
         failed = [job_id for job_id, key in zip(ids, keys, strict=True) if key not in done]
         leases = await _lease_status(conn, failed) if failed else {}
-    db.metrics.acked.count(acked)
+    runtime.metrics.acked.count(acked)
     tracing.record("ack", acked, started)
     results = []
     for job_id, key, token in zip(ids, keys, tokens, strict=True):
@@ -358,17 +359,17 @@ async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | No
     return results
 
 
-async def nack(db: Database, item: NackLike) -> Row:
+async def nack(runtime: Runtime, item: NackLike) -> Row:
     """One nack, sharing its statement with concurrent nacks."""
-    return await shared(db, "nack", nack_batch, item)
+    return await shared(runtime, "nack", nack_batch, item)
 
 
-async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
+async def nack_batch(runtime: Runtime, items: Sequence[NackLike]) -> list[Row]:
     """Give jobs back after a failed attempt: retry later, or dead. A result per item, in order."""
-    cut = db.settings.max_error_chars
+    cut = runtime.settings.max_error_chars
     ids, queues, tokens = _leases(items)
     started = time.time_ns()
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         queues = await _with_queues(conn, ids, queues)
         rows = await conn.fetch(
             q.NACK.text,
@@ -385,9 +386,9 @@ async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
         nacked = _row_per_item(_item_keys(ids, tokens), rows)
         failed = [job_id for job_id, row in zip(ids, nacked, strict=True) if row is None]
         leases = await _lease_status(conn, failed) if failed else {}
-    db.metrics.nacked.count(rows)
+    runtime.metrics.nacked.count(rows)
     dead = [r for r in rows if r["status"] == "dead"]
-    db.metrics.dead_lettered.count(dead)
+    runtime.metrics.dead_lettered.count(dead)
     tracing.record("nack", rows, started)
     tracing.record("dead-letter", dead, started)
     return [

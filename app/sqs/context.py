@@ -11,9 +11,8 @@ import asyncpg
 
 from app.core.access import OPEN, Grant
 from app.db import sqs_queries as sq
-from app.db.pool import Database
 from app.http.middleware.access_log import note
-from app.service.wakeups import Wakeups
+from app.service.runtime import Runtime
 from app.sqs.protocol import queue_does_not_exist
 
 if TYPE_CHECKING:
@@ -22,8 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Context:
-    db: Database
-    wakeups: Wakeups
+    runtime: Runtime
     base_url: str  # scheme://host:port the request came to, for queue URLs
     disconnected: Callable[[], Awaitable[object]] | None = None  # returns once the client has gone
     move_tasks: list[MoveTask] = field(default_factory=list)
@@ -36,7 +34,7 @@ class Context:
 async def queue_row(ctx: Context, name: str) -> asyncpg.Record:
     """The queue as SQS shows it (sq.QUEUE); QueueDoesNotExist without one. Names it in the access log."""
     note(queue=name)
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         row = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
     if row is None:
         raise queue_does_not_exist(name)

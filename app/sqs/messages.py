@@ -128,7 +128,7 @@ def _max_message_bytes(ctx: Context, row: asyncpg.Record) -> int:
     to SQS's rules."""
     return min(
         int(kept_attributes(row).get("MaximumMessageSize", MAX_MESSAGE_BYTES)),
-        ctx.db.settings.sqs_max_message_bytes,
+        ctx.runtime.settings.sqs_max_message_bytes,
     )
 
 
@@ -175,11 +175,11 @@ async def _enqueue(
 
     # A single plain message shares its INSERT with concurrent enqueues, when jobq's payload limit,
     # which those apply, takes it.
-    small = len(messages) == 1 and 2 * messages[0].size + 2 <= ctx.db.settings.max_payload_bytes
+    small = len(messages) == 1 and 2 * messages[0].size + 2 <= ctx.runtime.settings.max_payload_bytes
     if small and not with_attributes and keep is None:
-        return [await service.enqueue(ctx.db, new[0])]
+        return [await service.enqueue(ctx.runtime, new[0])]
     return await service.enqueue_batch(
-        ctx.db,
+        ctx.runtime,
         new,
         then=store if with_attributes or keep is not None else None,
         payload_limit=_stored_limit(ctx, row),
@@ -195,7 +195,7 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
         async def enqueue(chosen: list[_Outgoing], keep: fifo_queues.Keep) -> list[Row]:
             return await _enqueue(ctx, name, row, chosen, keep)
 
-        ids = await fifo_queues.send_once(ctx.db, name, fifo, messages, enqueue)
+        ids = await fifo_queues.send_once(ctx.runtime.db, name, fifo, messages, enqueue)
     out = []
     for m, job_id in zip(messages, ids, strict=True):
         sent: Body = {"MessageId": message_id(job_id), "MD5OfMessageBody": md5_of_body(m.body)}
@@ -278,11 +278,10 @@ async def _take(
     that attempt received before, if still in flight."""
     leased = []
     if attempt is not None:  # the same attempt again: what it received, if still in flight
-        leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
+        leased = await fifo_queues.replay_receive(ctx.runtime.db, name, attempt, timeout)
     if not leased:
         leased = await service.lease(
-            ctx.db,
-            ctx.wakeups,
+            ctx.runtime,
             queue=name,
             max_jobs=count,
             visibility_timeout=timeout,
@@ -293,11 +292,11 @@ async def _take(
         if attempt is not None:
             if not leased:
                 # Nothing free: perhaps a receive with this attempt id took it meanwhile.
-                leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
-            elif not await fifo_queues.keep_receive(ctx.db, name, attempt, leased):
+                leased = await fifo_queues.replay_receive(ctx.runtime.db, name, attempt, timeout)
+            elif not await fifo_queues.keep_receive(ctx.runtime.db, name, attempt, leased):
                 # Another receive with this attempt id got in first: its messages are the answer.
-                await fifo_queues.hand_back(ctx.db, leased)
-                leased = await fifo_queues.replay_receive(ctx.db, name, attempt, timeout)
+                await fifo_queues.hand_back(ctx.runtime.db, leased)
+                leased = await fifo_queues.replay_receive(ctx.runtime.db, name, attempt, timeout)
     return leased
 
 
@@ -310,7 +309,7 @@ async def _drop_expired(ctx: Context, leased: list[Row], retention: int) -> list
         lease_tokens=[parse_token(j["lease_token"])[0] for j in leased],
         retention=float(retention),
     )
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         gone = {r["id"] for r in await conn.fetch(query.text, *args)}
     return [j for j in leased if j["id"] not in gone]
 
@@ -354,8 +353,8 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         # Visible again at once, as in SQS: the leases, already past their deadline, are expired now
         # rather than by the next sweep, each receive counted (and a message out of receives dead). The
         # receipt handle still deletes the message until another receive takes it.
-        await service.expire_leases(ctx.db)
-    async with ctx.db.acquire() as conn:
+        await service.expire_leases(ctx.runtime)
+    async with ctx.runtime.db.acquire() as conn:
         extras = {
             r["id"]: r
             for r in await conn.fetch(sq.RECEIVED.text, *sq.RECEIVED.args(ids=[j["id"] for j in leased]))
@@ -418,7 +417,7 @@ def _handle(value: Any, queue: str) -> tuple[int, str, bool]:
 async def _elsewhere(ctx: Context, queue: str, ids: list[int]) -> set[int]:
     """Those of the jobs `ids` (of receipt handles with a bare token) that are not in `queue`, looked up
     in one statement; a handle of today's receives names its queue and needs no query."""
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         rows = await conn.fetch(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=ids))
     return {r["id"] for r in rows if r["queue"] != queue}
 
@@ -449,7 +448,7 @@ async def delete_message(ctx: Context, body: Body) -> Body:
     job_id, token, bare = _handle(body.get("ReceiptHandle"), name)
     if bare and await _elsewhere(ctx, name, [job_id]):
         raise _of_another_queue(body["ReceiptHandle"])
-    (result,) = await service.ack_batch(ctx.db, [service.JobLease(job_id, _checked_token(token))])
+    (result,) = await service.ack_batch(ctx.runtime, [service.JobLease(job_id, _checked_token(token))])
     # An unknown job was deleted already (or purged): deleting twice succeeds, as in SQS.
     if not result["ok"] and result["code"] == "lease_lost":
         raise _stale(body["ReceiptHandle"])
@@ -481,7 +480,7 @@ async def delete_message_batch(ctx: Context, body: Body) -> Body:
         items = [(entry_id, item) for entry_id, item in items if item.id not in elsewhere]
     successful = []
     if items:
-        results = await service.ack_batch(ctx.db, [item for _, item in items])
+        results = await service.ack_batch(ctx.runtime, [item for _, item in items])
         for (entry_id, _), result in zip(items, results, strict=True):
             if not result["ok"] and result["code"] == "lease_lost":
                 refused.append(
@@ -496,7 +495,7 @@ async def _revive(ctx: Context, job_id: int, token: str, timeout: float) -> tupl
     """REVIVE_LEASE: (True, None) when the handle's lease is in force again, else (False, the job's
     status, None when there is no such job in the handle's queue)."""
     lease, queue = parse_token(_checked_token(token))
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         if queue is None:  # a token from before tokens named their queue
             row = await conn.fetchrow(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=[job_id]))
             queue = row["queue"] if row else None
@@ -544,7 +543,7 @@ async def _change_visibility(ctx: Context, queue: str, handle: Any, timeout: Any
         raise _of_another_queue(handle)
     if timeout > 0:
         try:
-            await service.extend(ctx.db, job_id, token, float(timeout))
+            await service.extend(ctx.runtime.db, job_id, token, float(timeout))
         except NotFound as exc:
             raise _unavailable(handle) from exc
         except LeaseLost as exc:
@@ -556,10 +555,10 @@ async def _change_visibility(ctx: Context, queue: str, handle: Any, timeout: Any
         return
     # Visible again now: the lease ends like a nack that retries at once (the receive still counts).
     (result,) = await service.nack_batch(
-        ctx.db, [service.Nack(job_id, _checked_token(token), retry_after=0.0)]
+        ctx.runtime, [service.Nack(job_id, _checked_token(token), retry_after=0.0)]
     )
     if not result["ok"]:
-        async with ctx.db.acquire() as conn:
+        async with ctx.runtime.db.acquire() as conn:
             status = await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=None))
         raise _refusal(handle, status)
 

@@ -55,7 +55,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
     keep, settings = check_queue_attributes(given, fifo=fifo, creating=True)
     _admit_dead_letter_queue(ctx, keep)
     tags = check_tags(body["tags"], "tags") if body.get("tags") is not None else {}
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         existing = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
     if existing is not None:
         # Creating an existing queue is fine when it asks for nothing different.
@@ -76,7 +76,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
                     query_code="QueueAlreadyExists",
                 )
         return {"QueueUrl": queue_url(ctx.base_url, name)}
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         if await conn.fetchval(sq.DELETED_RECENTLY.text, *sq.DELETED_RECENTLY.args(queue=name)):
             raise SqsError(
                 "QueueDeletedRecently",
@@ -92,7 +92,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
         settings["flow"] = {"key_concurrency": 1}
     await _configure(ctx, name, keep, settings)
     if tags:  # an existing queue keeps its own, as in SQS
-        async with ctx.db.acquire() as conn:
+        async with ctx.runtime.db.acquire() as conn:
             await conn.execute(sq.SET_SQS_TAGS.text, *sq.SET_SQS_TAGS.args(queue=name, tags=json.dumps(tags)))
     return {"QueueUrl": queue_url(ctx.base_url, name)}
 
@@ -123,10 +123,10 @@ def _admit_dead_letter_queue(ctx: Context, keep: dict[str, str]) -> None:
 
 
 async def _configure(ctx: Context, name: str, keep: dict[str, str], settings: dict[str, Any]) -> None:
-    await service.configure_queue(ctx.db, name, service.QueueSettings(**settings))
+    await service.configure_queue(ctx.runtime, name, service.QueueSettings(**settings))
     removed = [k for k, v in keep.items() if v == ""]
     kept = {k: v for k, v in keep.items() if v != ""}
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         await conn.execute(
             sq.SET_SQS_ATTRIBUTES.text,
             *sq.SET_SQS_ATTRIBUTES.args(queue=name, attributes=json.dumps(kept), removed=removed),
@@ -144,7 +144,7 @@ async def list_queues(ctx: Context, body: Body) -> Body:
     prefix = string(body, "QueueNamePrefix", required=False) or ""
     limit = integer(body, "MaxResults", 1, 1000, None)
     after = string(body, "NextToken", required=False) or ""
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         rows = await conn.fetch(
             sq.LIST_QUEUES.text,
             *sq.LIST_QUEUES.args(prefix=prefix, after=after, limit=(limit or 1000) + 1, scope=ctx.grant.like),
@@ -160,7 +160,7 @@ async def list_queues(ctx: Context, body: Body) -> Body:
 async def delete_queue(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     note(queue=name)
-    async with ctx.db.acquire() as conn, conn.transaction():
+    async with ctx.runtime.db.acquire() as conn, conn.transaction():
         # Two statements: the delete's snapshot must be taken once the lock is held (q.LOCK_QUEUE).
         await conn.execute(q.LOCK_QUEUE.text, *q.LOCK_QUEUE.args(queue=name))
         gone = await conn.fetchval(q.DELETE_QUEUE.text, *q.DELETE_QUEUE.args(queue=name))
@@ -174,7 +174,7 @@ async def delete_queue(ctx: Context, body: Body) -> Body:
 async def purge_queue(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     await queue_row(ctx, name)
-    async with ctx.db.acquire() as conn, conn.transaction():
+    async with ctx.runtime.db.acquire() as conn, conn.transaction():
         if await conn.fetchval(sq.TAKE_PURGE_TURN.text, *sq.TAKE_PURGE_TURN.args(queue=name)) is None:
             raise SqsError(
                 "PurgeQueueInProgress",
@@ -192,7 +192,7 @@ async def get_queue_attributes(ctx: Context, body: Body) -> Body:
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
         raise invalid_parameter("AttributeNames must be a list of attribute names.")
     row = await queue_row(ctx, name)
-    stats = await service.queue(ctx.db, name)
+    stats = await service.queue(ctx.runtime.db, name)
     everything = queue_attributes(row, stats)
     for w in wanted:
         # A standard queue has no FIFO attributes: asking for one by name is an error, as in SQS.
@@ -220,7 +220,7 @@ async def set_queue_attributes(ctx: Context, body: Body) -> Body:
 async def list_dead_letter_source_queues(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     await queue_row(ctx, name)
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         rows = await conn.fetch(
             sq.DEAD_LETTER_SOURCES.text, *sq.DEAD_LETTER_SOURCES.args(arn=queue_arn(name))
         )

@@ -42,7 +42,7 @@ class MoveTask:
 async def _redrive_sources(ctx: Context, source_arn: str) -> list[str]:
     """The queues whose dead jobs a move task from `source_arn` moves back: those whose RedrivePolicy
     names it as their dead-letter queue, or else the queue the ARN names itself (its own dead jobs)."""
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         rows = await conn.fetch(sq.DEAD_LETTER_SOURCES.text, *sq.DEAD_LETTER_SOURCES.args(arn=source_arn))
     if rows:
         return [r["name"] for r in rows]
@@ -71,8 +71,8 @@ async def start_message_move_task(ctx: Context, body: Body) -> Body:
             raise auth.denied_queue(ctx.grant, source)
     moved = 0
     for source in sources:
-        moved += (await service.retry_dead(ctx.db, ids=None, queue=source))["retried"]
-    moved += await _return_dead_letters(ctx.db, name_from_arn(source_arn, "SourceArn"), sources)
+        moved += (await service.retry_dead(ctx.runtime.db, ids=None, queue=source))["retried"]
+    moved += await _return_dead_letters(ctx.runtime.db, name_from_arn(source_arn, "SourceArn"), sources)
     task = MoveTask(str(uuid.uuid4()), source_arn, destination_arn, moved, int(time.time() * 1000))
     ctx.move_tasks.append(task)
     del ctx.move_tasks[:-100]  # the latest hundred are remembered

@@ -96,7 +96,7 @@ async def untag_queue(ctx: Context, body: Body) -> Body:
 async def list_queue_tags(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     note(queue=name)
-    async with ctx.db.acquire() as conn:
+    async with ctx.runtime.db.acquire() as conn:
         tags = await conn.fetchval(sq.QUEUE_TAGS.text, *sq.QUEUE_TAGS.args(queue=name))
     if tags is None:
         raise queue_does_not_exist(name)
@@ -212,7 +212,7 @@ class _QueueMeta:
 async def _queue_meta(ctx: Context, name: str) -> AsyncIterator[_QueueMeta]:
     """The queue's tags and kept attributes, its row locked until the change is committed."""
     note(queue=name)
-    async with ctx.db.acquire() as conn, conn.transaction():
+    async with ctx.runtime.db.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(sq.QUEUE_META_FOR_UPDATE.text, *sq.QUEUE_META_FOR_UPDATE.args(queue=name))
         if row is None:
             raise queue_does_not_exist(name)

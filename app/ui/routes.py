@@ -43,7 +43,7 @@ from app.core.limits import (
 )
 from app.core.states import JobStatus
 from app.http.auth import GRANT, Caller
-from app.http.deps import DB
+from app.http.deps import DB, RuntimeDep
 from app.http.schemas import QueueSettingsPatch
 from app.http.web import read_body
 from app.service import flow, schedules
@@ -549,14 +549,14 @@ async def act_on_matching(
 
 @buttons.post("/queues/{queue}/settings", response_model=None)
 async def configure_queue(
-    queue: QueuePath, request: Request, db: DB, caller: Caller, next: Next = "/ui"
+    queue: QueuePath, request: Request, runtime: RuntimeDep, caller: Caller, next: Next = "/ui"
 ) -> Response:
     """The queue page's settings form: a field left empty keeps its setting (Jobs per key at once: no
     limit); a number the API would refuse is refused with its reason."""
     caller.admit(queue)
     fields = dict(await _form(request))
     try:
-        current = (await service.queue(db, queue))["settings"]
+        current = (await service.queue(runtime.db, queue))["settings"]
     except NotFound:  # saving creates it, as PATCH /queues/{queue} does
         current = {}
     patch: dict[str, object] = {}
@@ -583,7 +583,7 @@ async def configure_queue(
     except ValidationError as exc:
         reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return back(next, f"Settings not saved: {reasons}.")
-    await service.configure_queue(db, queue, settings)
+    await service.configure_queue(runtime, queue, settings)
     return back(next, f"Saved the settings of {queue}.")
 
 
@@ -605,10 +605,10 @@ async def resume_schedule(
 
 @buttons.post("/schedules/{name}/trigger", response_model=None)
 async def trigger_schedule(
-    name: SchedulePath, db: DB, caller: Caller, next: Next = "/ui/schedules"
+    name: SchedulePath, runtime: RuntimeDep, caller: Caller, next: Next = "/ui/schedules"
 ) -> Response:
     try:
-        triggered = await schedules.trigger(db, name, caller.like)
+        triggered = await schedules.trigger(runtime, name, caller.like)
     except JobqError as exc:
         return back(next, exc.detail)
     return back(
