@@ -35,10 +35,10 @@ Call = Callable[[], Awaitable]
 
 
 def batcher_of(runtime: Runtime, key: object) -> Batcher | None:
-    """The process's batcher for `key` if a call has made it (looked up, never made: the Runtime keeps
-    the fixed ones, and those for a queue only while calls are in them)."""
-    shared = runtime._shared.get(key)
-    return shared[0] if shared is not None else runtime._batchers.get(key)
+    """The process's batcher for `key` (a kind's name, or a kind's name and a queue) if a call has made
+    it (looked up, never made: the Runtime keeps the fixed ones, and those for a queue only while calls
+    are in them)."""
+    return runtime.coalescing.find(*key) if isinstance(key, tuple) else runtime.coalescing.find(key)
 
 
 async def in_one_statement(

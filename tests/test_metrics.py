@@ -473,7 +473,7 @@ async def test_leases_on_unknown_queues_add_no_series_and_keep_no_batchers(start
 
         before = await scrape(client)
         assert claim_series(before) == ["empty", "real"]
-        batchers = runtime.batcher_count()
+        batchers = len(runtime.coalescing)
 
         leases = [
             client.post("/lease", json={"queue": f"nobody-{i}", "wait": 0.2 if i % 5 == 0 else 0})
@@ -486,4 +486,4 @@ async def test_leases_on_unknown_queues_add_no_series_and_keep_no_batchers(start
         assert claim_series(after) == ["empty", "real"]
         assert not [labels for _, labels in after if dict(labels).get("queue", "").startswith("nobody-")]
         assert len(after) == len(before)  # not one sample more
-        assert runtime.batcher_count() == batchers
+        assert len(runtime.coalescing) == batchers

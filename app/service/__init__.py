@@ -10,9 +10,9 @@ The modules follow the routers (app/http/routers/): ``producers`` (enqueue, get_
 (lease, ack, nack, release, extend), ``operators`` (job lists, dead jobs, jobs picked by hand, queues),
 ``health`` (readiness); then ``idempotency`` (the `Idempotency-Key` machinery), ``inserts`` (what every
 enqueue runs), ``background`` (what the background loops run), ``workers_seen`` (which workers leased,
-for the workers page), ``rollups`` (counts per minute, for the charts), ``shared`` (one call's share of
-a coalesced statement) and ``rows`` (a job as answered). Callers use this package's names:
-``from app import jobs; jobs.lease(...)``.
+for the workers page), ``rollups`` (counts per minute, for the charts), ``coalesce`` (calls sharing a
+statement), ``runtime`` (what a process keeps beside its pool) and ``rows`` (a job as answered). Callers
+use this package's names: ``from app import jobs; jobs.lease(...)``.
 """
 
 from app.service.arguments import (

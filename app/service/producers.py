@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 
 import asyncpg
 
@@ -15,12 +14,11 @@ from app.core.states import FINISHED
 from app.db import queries as q
 from app.db.pool import Database
 from app.service.arguments import NewJobLike
-from app.service.coalesce import Batcher
+from app.service.coalesce import Shared
 from app.service.idempotency import Once, enqueue_once, enqueue_singles_once, keyed
 from app.service.inserts import encode_payloads, insert_deduplicated, insert_new
 from app.service.rows import Row, Scope, as_job, run_guarded
 from app.service.runtime import Runtime
-from app.service.shared import shared
 from app.telemetry import tracing
 
 
@@ -30,8 +28,8 @@ async def enqueue(runtime: Runtime, job: NewJobLike, once: Once | None = None) -
     (app/service/coalesce.py). Enqueues with an idempotency key (`once`) share theirs with each other, so the
     others' statement stays ENQUEUE_NEW, with nothing of the keys."""
     if once is None:
-        return await shared(runtime, "enqueue", enqueue_batch, job)
-    answer = await shared(runtime, "enqueue_once", enqueue_singles_once, (job, once))
+        return await runtime.coalescing.submit(ENQUEUES, job)
+    answer = await runtime.coalescing.submit(KEYED_ENQUEUES, (job, once))
     if isinstance(answer, JobqError):
         raise answer
     return answer
@@ -87,6 +85,10 @@ async def enqueue_batch(
     return answers
 
 
+ENQUEUES = Shared("enqueue", enqueue_batch)
+KEYED_ENQUEUES = Shared("enqueue_once", enqueue_singles_once)
+
+
 async def get_job(db: Database, job_id: int, scope: Scope = None) -> Row:
     async with db.acquire() as conn:
         row = await conn.fetchrow(q.GET_JOB.text, *q.GET_JOB.args(id=job_id, scope=scope))
@@ -134,26 +136,30 @@ async def wait_for_job(
 
 async def _watch(runtime: Runtime, job_id: int, scope: Scope) -> bool:
     """Mark the job awaited; False when it is finished, unknown or out of scope. Concurrent waiters
-    share WATCH_JOBS statements (per scope); a job that one passed over, its row busy, is marked alone."""
-    if runtime.settings.coalesce:
-        key = ("watch", None if scope is None else tuple(scope))
-        make = partial(
-            Batcher,
-            partial(_watch_shared, runtime.db, scope),
-            concurrency=runtime.settings.coalesce_concurrency,
-        )
-        with runtime.sharing(key, make) as batcher:
-            if await batcher.submit(job_id):
-                return True
+    share WATCH_JOBS statements (per scope, WATCHES); a job that one passed over, its row busy, is marked
+    alone, as every job is with JOBQ_COALESCE off."""
+    if await runtime.coalescing.submit(WATCHES, job_id, None if scope is None else tuple(scope)):
+        return True
     async with runtime.db.acquire() as conn:
         return await conn.fetchval(q.WATCH_JOB.text, *q.WATCH_JOB.args(id=job_id, scope=scope)) is not None
 
 
-async def _watch_shared(db: Database, scope: Scope, ids: list[int]) -> list[bool]:
-    async with db.acquire() as conn:
-        rows = await conn.fetch(q.WATCH_JOBS.text, *q.WATCH_JOBS.args(ids=ids, scope=scope))
+async def _watch_shared(runtime: Runtime, scope: tuple[str, ...] | None, ids: list[int]) -> list[bool]:
+    async with runtime.db.acquire() as conn:
+        rows = await conn.fetch(
+            q.WATCH_JOBS.text, *q.WATCH_JOBS.args(ids=ids, scope=None if scope is None else list(scope))
+        )
     marked = {row["id"] for row in rows}
     return [job_id in marked for job_id in ids]
+
+
+async def _not_shared(runtime: Runtime, scope: tuple[str, ...] | None, job_id: int) -> bool:
+    """Nothing marked: with JOBQ_COALESCE off, _watch marks each job alone."""
+    return False
+
+
+# Per scope, and only while waiters are in it (a scope is a token's queues).
+WATCHES = Shared("watch", _watch_shared, per_key=True, alone=_not_shared)
 
 
 async def cancel(db: Database, job_id: int, scope: Scope = None) -> Row:

@@ -9,7 +9,8 @@ once; each piece is its own, bounded, and lost with the process at no cost but a
 - `flow` (app/service/flow_queues.py): which queues are under flow control, and its claims' walks of keys;
 - `sightings` (app/service/sightings.py): the workers seen leasing, not yet written;
 - `wakeups` (app/service/wakeups.py): its LISTEN connection, and the long-polls waiting on it;
-- the Batchers through which concurrent calls share a statement (app/service/coalesce.py).
+- `coalescing` (app/service/coalesce.py): the Batchers through which concurrent calls share a statement,
+  and the one way in to them.
 
 An operation that needs the pool alone takes the ``Database`` (app/db/pool.py). One that counts, shares
 a statement, waits or reads a cache takes the ``Runtime``, and finds the pool at `runtime.db`.
@@ -17,11 +18,8 @@ a statement, waits or reads a cache takes the ``Runtime``, and finds the pool at
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
-
 from app.db.pool import Database
+from app.service.coalesce import Coalescing
 from app.service.flow_queues import FlowQueues
 from app.service.sightings import Sightings
 from app.service.tally import Tally
@@ -42,8 +40,7 @@ class Runtime:
         "flow",
         "sightings",
         "wakeups",
-        "_batchers",
-        "_shared",
+        "coalescing",
     )
 
     def __init__(self, db: Database, metrics: Metrics | None = None) -> None:
@@ -62,35 +59,4 @@ class Runtime:
         # A change of a queue's flow settings, heard from any replica, drops what this one knew of it.
         self.wakeups.on_settings = self.flow.forget
         self.metrics.listening = self.wakeups.listening.is_set
-        self._batchers: dict[object, Any] = {}  # fixed keys (ack, nack, enqueue): a handful, kept
-        self._shared: dict[object, list[Any]] = {}  # keys naming a queue: [batcher, callers in it]
-
-    def batcher(self, key: object, make: Callable[[], Any]) -> Any:
-        """The process's Batcher for `key` (app/service/coalesce.py), made on first use and kept: for the few
-        fixed keys only. Keys that carry a name a client sends go through ``sharing``."""
-        batcher = self._batchers.get(key)
-        if batcher is None:
-            batcher = self._batchers[key] = make()
-        return batcher
-
-    @contextmanager
-    def sharing(self, key: object, make: Callable[[], Any]) -> Iterator[Any]:
-        """The Batcher for `key` while the block runs: made for the first caller, dropped when the last
-        one leaves. Concurrent callers share it, which is all a Batcher is for; an idle one is worth
-        nothing, and keeping one per key (a queue name, which any client may invent) would grow without
-        bound. A statement still running for callers that went away finishes on its own (the Batcher
-        holds its task, and hands back what it claimed)."""
-        entry = self._shared.get(key)
-        if entry is None:
-            entry = self._shared[key] = [make(), 0]
-        entry[1] += 1
-        try:
-            yield entry[0]
-        finally:
-            entry[1] -= 1
-            if not entry[1]:
-                del self._shared[key]
-
-    def batcher_count(self) -> int:
-        """How many Batchers the process keeps now."""
-        return len(self._batchers) + len(self._shared)
+        self.coalescing = Coalescing(self, settings)

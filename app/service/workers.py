@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import asyncpg
 
@@ -23,15 +22,12 @@ from app.core.tokens import parse_token
 from app.db import queries as q
 from app.db.pool import Database
 from app.service.arguments import AckLike, JobLease, JobLeaseLike, NackLike
-from app.service.coalesce import Batcher
+from app.service.coalesce import Shared
 from app.service.flow import BUSY_RETRY, FlowClaim, lease_flow, queue_flow
 from app.service.rows import Row, as_job, job_status
 from app.service.runtime import Runtime
-from app.service.shared import shared
 from app.service.wakeups import Wakeups
 from app.telemetry import tracing
-
-MAX_SHARED_LEASE = 1000  # jobs per shared LEASE statement
 
 Tokens = list[uuid.UUID | str | None]
 
@@ -129,23 +125,10 @@ async def _long_poll(
             waiter.used = waiter.woken  # it looks again, next time round
 
 
-async def _lease_now(runtime: Runtime, queue: str, call: LeaseCall) -> list[Row]:
-    """The jobs one LEASE statement leases for `call`, a statement it may share with other calls."""
-    if not runtime.settings.coalesce:
-        (leased,) = await _lease_shared(runtime, queue, [call])
-        return leased
-    # Per queue, and only while calls are in it: queue names come from clients (see Runtime.sharing).
-    with runtime.sharing(
-        ("lease", queue),
-        lambda: Batcher(
-            partial(_lease_shared, runtime, queue),
-            max_items=MAX_SHARED_LEASE,
-            size=lambda c: c.max_jobs,
-            orphaned=partial(_release_orphans, runtime.db),
-            concurrency=runtime.settings.coalesce_concurrency,
-        ),
-    ) as batcher:
-        return await batcher.submit(call)
+def _lease_now(runtime: Runtime, queue: str, call: LeaseCall) -> Awaitable[list[Row]]:
+    """The jobs one LEASE statement leases for `call`, a statement it may share with other calls of the
+    queue (LEASES)."""
+    return runtime.coalescing.submit(LEASES, call, queue)
 
 
 async def _lease_shared(runtime: Runtime, queue: str, calls: list[LeaseCall]) -> list[list[Row]]:
@@ -187,9 +170,18 @@ def _wake_later(wakeups: Wakeups, queue: str, claim: FlowClaim) -> None:
         wakeups.wake_in(queue, max(claim.wake_in, 0.0), 1)
 
 
-async def _release_orphans(db: Database, orphans: list[list[Row]]) -> None:
+async def _release_orphans(runtime: Runtime, orphans: list[list[Row]]) -> None:
     """Hand back what a shared LEASE leased for callers that left while it ran."""
-    await _release_undelivered(db, [job for share in orphans for job in share])
+    await _release_undelivered(runtime.db, [job for share in orphans for job in share])
+
+
+def _slots(call: LeaseCall) -> int:
+    return call.max_jobs
+
+
+# Per queue, and only while calls are in it: queue names come from clients (see Shared). A call counts for
+# its max_jobs towards the statement's 1,000 jobs (MAX_SHARED).
+LEASES = Shared("lease", _lease_shared, per_key=True, size=_slots, orphaned=_release_orphans)
 
 
 async def _release_undelivered(db: Database, leased: list[Row]) -> None:
@@ -290,12 +282,15 @@ async def ack(runtime: Runtime, item: JobLeaseLike | AckLike) -> Row:
     the limit, PayloadTooLarge), nothing is sent, and the job stays running under its lease."""
     result = getattr(item, "result", None)  # a plain JobLease has none
     text = None if result is None else _result_text(item, result, runtime.settings.max_result_bytes)
-    return await shared(runtime, "ack", _ack_shared, (item, text))
+    return await runtime.coalescing.submit(ACKS, (item, text))
 
 
 async def _ack_shared(runtime: Runtime, calls: Sequence[tuple[JobLeaseLike, str | None]]) -> list[Row]:
     """The acks of concurrent calls, each with its result as JSON text (or None), in one ACK."""
     return await _ack(runtime, [item for item, _ in calls], [text for _, text in calls])
+
+
+ACKS = Shared("ack", _ack_shared)
 
 
 async def ack_batch(runtime: Runtime, items: Sequence[JobLeaseLike | AckLike]) -> list[Row]:
@@ -360,8 +355,8 @@ async def _ack(runtime: Runtime, items: Sequence[JobLeaseLike], texts: list[str 
 
 
 async def nack(runtime: Runtime, item: NackLike) -> Row:
-    """One nack, sharing its statement with concurrent nacks."""
-    return await shared(runtime, "nack", nack_batch, item)
+    """One nack, sharing its statement with concurrent nacks (NACKS)."""
+    return await runtime.coalescing.submit(NACKS, item)
 
 
 async def nack_batch(runtime: Runtime, items: Sequence[NackLike]) -> list[Row]:
@@ -397,6 +392,9 @@ async def nack_batch(runtime: Runtime, items: Sequence[NackLike]) -> list[Row]:
         else _refused(job_id, leases)
         for job_id, row in zip(ids, nacked, strict=True)
     ]
+
+
+NACKS = Shared("nack", nack_batch)
 
 
 # What PostgreSQL text cannot hold: U+0000, and lone surrogates (a JSON escape such as "\udce9" that
