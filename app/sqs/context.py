@@ -5,18 +5,25 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import asyncpg
 
 from app.core.access import OPEN, Grant
-from app.db import sqs_queries as sq
 from app.http.middleware.access_log import note
+from app.service import sqs_queues
 from app.service.runtime import Runtime
 from app.sqs.protocol import queue_does_not_exist
 
-if TYPE_CHECKING:
-    from app.sqs.redrive import MoveTask
+
+@dataclass
+class MoveTask:
+    """A message move task (app/sqs/redrive.py), remembered for ListMessageMoveTasks."""
+
+    handle: str
+    source_arn: str
+    destination_arn: str | None
+    moved: int
+    started: int  # epoch milliseconds
 
 
 @dataclass
@@ -32,10 +39,10 @@ class Context:
 
 
 async def queue_row(ctx: Context, name: str) -> asyncpg.Record:
-    """The queue as SQS shows it (sq.QUEUE); QueueDoesNotExist without one. Names it in the access log."""
+    """The queue as SQS shows it (app/service/sqs_queues.py find_queue); QueueDoesNotExist without one.
+    Names it in the access log."""
     note(queue=name)
-    async with ctx.runtime.db.acquire() as conn:
-        row = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
+    row = await sqs_queues.find_queue(ctx.runtime.db, name)
     if row is None:
         raise queue_does_not_exist(name)
     return row

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +22,12 @@ import asyncpg
 import orjson
 
 from app import service
-from app.core.access import like
 from app.core.errors import Invalid, LeaseLost, NotFound
 from app.core.limits import MAX_LEASE_TOKEN
 from app.core.states import FINISHED
 from app.core.tokens import parse_token
-from app.db import queries as q
-from app.db import sqs_queries as sq
 from app.http.middleware.access_log import note
+from app.service import sqs_fifo, sqs_messages
 from app.service.rows import Row
 from app.sqs import fifo as fifo_queues
 from app.sqs.attributes import (
@@ -144,7 +141,7 @@ async def _enqueue(
     name: str,
     row: asyncpg.Record,
     messages: list[_Outgoing],
-    keep: fifo_queues.Keep | None = None,
+    keep: sqs_fifo.Keep | None = None,
 ) -> list[Row]:
     """Insert messages as jobs, with their attributes (and `keep`, if given) in the same transaction."""
     default_delay = int(kept_attributes(row).get("DelaySeconds", 0))
@@ -159,30 +156,13 @@ async def _enqueue(
         )
         for m in messages
     ]
-    with_attributes = [k for k, m in enumerate(messages) if m.attributes]
-
-    async def store(conn: asyncpg.Connection, rows: Sequence[Row]) -> None:
-        if with_attributes:
-            await conn.execute(
-                sq.SET_MESSAGE_ATTRIBUTES.text,
-                *sq.SET_MESSAGE_ATTRIBUTES.args(
-                    ids=[rows[k]["id"] for k in with_attributes],
-                    attributes=[json.dumps(messages[k].attributes) for k in with_attributes],
-                ),
-            )
-        if keep is not None:
-            await keep(conn, rows)
-
     # A single plain message shares its INSERT with concurrent enqueues, when jobq's payload limit,
     # which those apply, takes it.
     small = len(messages) == 1 and 2 * messages[0].size + 2 <= ctx.runtime.settings.max_payload_bytes
-    if small and not with_attributes and keep is None:
+    if small and not messages[0].attributes and keep is None:
         return [await service.enqueue(ctx.runtime, new[0])]
-    return await service.enqueue_batch(
-        ctx.runtime,
-        new,
-        then=store if with_attributes or keep is not None else None,
-        payload_limit=_stored_limit(ctx, row),
+    return await sqs_messages.insert_messages(
+        ctx.runtime, new, [m.attributes for m in messages], payload_limit=_stored_limit(ctx, row), keep=keep
     )
 
 
@@ -192,10 +172,10 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
         ids = [job["id"] for job in await _enqueue(ctx, name, row, messages)]
     else:
 
-        async def enqueue(chosen: list[_Outgoing], keep: fifo_queues.Keep) -> list[Row]:
+        async def enqueue(chosen: list[_Outgoing], keep: sqs_fifo.Keep) -> list[Row]:
             return await _enqueue(ctx, name, row, chosen, keep)
 
-        ids = await fifo_queues.send_once(ctx.runtime.db, name, fifo, messages, enqueue)
+        ids = await sqs_fifo.send_once(ctx.runtime.db, name, fifo.per_group, messages, enqueue)
     out = []
     for m, job_id in zip(messages, ids, strict=True):
         sent: Body = {"MessageId": message_id(job_id), "MD5OfMessageBody": md5_of_body(m.body)}
@@ -278,7 +258,7 @@ async def _take(
     that attempt received before, if still in flight."""
     leased = []
     if attempt is not None:  # the same attempt again: what it received, if still in flight
-        leased = await fifo_queues.replay_receive(ctx.runtime.db, name, attempt, timeout)
+        leased = await sqs_fifo.replay_receive(ctx.runtime.db, name, attempt, timeout)
     if not leased:
         leased = await service.lease(
             ctx.runtime,
@@ -292,25 +272,17 @@ async def _take(
         if attempt is not None:
             if not leased:
                 # Nothing free: perhaps a receive with this attempt id took it meanwhile.
-                leased = await fifo_queues.replay_receive(ctx.runtime.db, name, attempt, timeout)
-            elif not await fifo_queues.keep_receive(ctx.runtime.db, name, attempt, leased):
+                leased = await sqs_fifo.replay_receive(ctx.runtime.db, name, attempt, timeout)
+            elif not await sqs_fifo.keep_receive(ctx.runtime.db, name, attempt, leased):
                 # Another receive with this attempt id got in first: its messages are the answer.
-                await fifo_queues.hand_back(ctx.runtime.db, leased)
-                leased = await fifo_queues.replay_receive(ctx.runtime.db, name, attempt, timeout)
+                await sqs_fifo.hand_back(ctx.runtime.db, leased)
+                leased = await sqs_fifo.replay_receive(ctx.runtime.db, name, attempt, timeout)
     return leased
 
 
 async def _drop_expired(ctx: Context, leased: list[Row], retention: int) -> list[Row]:
     """The leased messages still within `retention` seconds of being sent; the others deleted."""
-    query = q.EXPIRE_MESSAGES
-    args = query.args(
-        ids=[j["id"] for j in leased],
-        queues=[j["queue"] for j in leased],
-        lease_tokens=[parse_token(j["lease_token"])[0] for j in leased],
-        retention=float(retention),
-    )
-    async with ctx.runtime.db.acquire() as conn:
-        gone = {r["id"] for r in await conn.fetch(query.text, *args)}
+    gone = await sqs_messages.expire_messages(ctx.runtime.db, leased, float(retention))
     return [j for j in leased if j["id"] not in gone]
 
 
@@ -354,11 +326,7 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         # rather than by the next sweep, each receive counted (and a message out of receives dead). The
         # receipt handle still deletes the message until another receive takes it.
         await service.expire_leases(ctx.runtime)
-    async with ctx.runtime.db.acquire() as conn:
-        extras = {
-            r["id"]: r
-            for r in await conn.fetch(sq.RECEIVED.text, *sq.RECEIVED.args(ids=[j["id"] for j in leased]))
-        }
+    extras = await sqs_messages.received(ctx.runtime.db, [j["id"] for j in leased])
     everything = "All" in system
     messages = []
     for job in leased:
@@ -417,9 +385,7 @@ def _handle(value: Any, queue: str) -> tuple[int, str, bool]:
 async def _elsewhere(ctx: Context, queue: str, ids: list[int]) -> set[int]:
     """Those of the jobs `ids` (of receipt handles with a bare token) that are not in `queue`, looked up
     in one statement; a handle of today's receives names its queue and needs no query."""
-    async with ctx.runtime.db.acquire() as conn:
-        rows = await conn.fetch(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=ids))
-    return {r["id"] for r in rows if r["queue"] != queue}
+    return await sqs_messages.elsewhere(ctx.runtime.db, queue, ids)
 
 
 def _of_another_queue(handle: str) -> SqsError:
@@ -491,23 +457,6 @@ async def delete_message_batch(ctx: Context, body: Body) -> Body:
     return {"Successful": successful, "Failed": refused}
 
 
-async def _revive(ctx: Context, job_id: int, token: str, timeout: float) -> tuple[bool, str | None]:
-    """REVIVE_LEASE: (True, None) when the handle's lease is in force again, else (False, the job's
-    status, None when there is no such job in the handle's queue)."""
-    lease, queue = parse_token(_checked_token(token))
-    async with ctx.runtime.db.acquire() as conn:
-        if queue is None:  # a token from before tokens named their queue
-            row = await conn.fetchrow(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=[job_id]))
-            queue = row["queue"] if row else None
-        args = q.REVIVE_LEASE.args(id=job_id, queue=queue, lease_token=lease, visibility_timeout=timeout)
-        if await conn.fetchrow(q.REVIVE_LEASE.text, *args) is not None:
-            return True, None
-        # The status of the job in the handle's queue only: a handle naming this queue with another
-        # queue's job id must not tell whether that job is still running.
-        scope = None if queue is None else [like(queue)]
-        return False, await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=scope))
-
-
 def _refusal(handle: str, status: str | None) -> SqsError:
     """Why a visibility change by `handle` changed nothing, given the message's status now (None: gone):
     deleted or otherwise done, or in flight under another receive's handle."""
@@ -549,7 +498,9 @@ async def _change_visibility(ctx: Context, queue: str, handle: Any, timeout: Any
         except LeaseLost as exc:
             # Not running under this handle: its visibility may have run out with nobody receiving it
             # since, which SQS lets the handle take back; else it is done, or in another receive's hands.
-            revived, status = await _revive(ctx, job_id, token, float(timeout))
+            revived, status = await sqs_messages.revive(
+                ctx.runtime.db, job_id, _checked_token(token), float(timeout)
+            )
             if not revived:
                 raise _refusal(handle, status) from exc
         return
@@ -558,9 +509,7 @@ async def _change_visibility(ctx: Context, queue: str, handle: Any, timeout: Any
         ctx.runtime, [service.Nack(job_id, _checked_token(token), retry_after=0.0)]
     )
     if not result["ok"]:
-        async with ctx.runtime.db.acquire() as conn:
-            status = await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=None))
-        raise _refusal(handle, status)
+        raise _refusal(handle, await sqs_messages.status(ctx.runtime.db, job_id))
 
 
 async def change_message_visibility(ctx: Context, body: Body) -> Body:

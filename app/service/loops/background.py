@@ -1,5 +1,5 @@
 """Work each service process does on its own: expiring leases (and moving the dead jobs of queues with an
-SQS RedrivePolicy into their dead-letter queues, app/sqs/redrive.py), finished jobs' retention, expired
+SQS RedrivePolicy into their dead-letter queues, app/service/redrive.py), finished jobs' retention, expired
 idempotency keys, workers long gone and old rollups, reading the metrics' database gauges, writing the
 workers it saw lease and the rollups of what it counted (every metrics interval; with the gauges, what
 holds back vacuum and the jobs table's state), and vacuuming the jobs table where autovacuum does not
@@ -19,10 +19,9 @@ from collections.abc import Awaitable, Callable
 
 from app import service
 from app.core.errors import DATABASE_UNAVAILABLE
-from app.service import flow
+from app.service import flow, redrive, sqs_fifo
 from app.service.loops import vacuum as maintenance
 from app.service.runtime import Runtime
-from app.sqs import fifo, redrive
 from app.telemetry.metrics import QueueGauges
 
 log = logging.getLogger("jobq.background")
@@ -66,7 +65,7 @@ def start(runtime: Runtime) -> list[asyncio.Task]:
         forgotten = await service.prune_idempotency_keys(db)
         if forgotten:
             log.info("forgot %d expired idempotency keys", forgotten)
-        attempts = await fifo.prune_receive_attempts(db)
+        attempts = await sqs_fifo.prune_receive_attempts(db)
         if attempts:
             log.info("forgot %d expired SQS receive attempts", attempts)
         await service.forget_workers(db)
