@@ -6,13 +6,13 @@ transaction only where several must commit together) and returns plain dicts, or
 ``app.core.errors`` exception. It takes plain values (app/service/arguments.py), never a request. One
 name from route to service to statement: ``POST /ack`` -> ``jobs.ack`` -> ``ACK``.
 
-The modules follow the routers (app/http/routers/): ``producers`` (enqueue, get_job, cancel), ``workers``
-(lease, ack, nack, release, extend), ``operators`` (job lists, dead jobs, jobs picked by hand, queues),
-``health`` (readiness); then ``idempotency`` (the `Idempotency-Key` machinery), ``inserts`` (what every
-enqueue runs), ``background`` (what the background loops run), ``workers_seen`` (which workers leased,
-for the workers page), ``rollups`` (counts per minute, for the charts), ``coalesce`` (calls sharing a
-statement), ``runtime`` (what a process keeps beside its pool) and ``rows`` (a job as answered). Callers
-use this package's names: ``from app import jobs; jobs.lease(...)``.
+The modules follow the routers (app/http/routers/): ``producers`` (enqueue, get_job, cancel), ``leasing``
+and ``workers`` (lease; ack, nack, release, extend), ``operators`` (job lists, dead jobs, jobs picked by
+hand, queues), ``health`` (readiness); then ``idempotency`` (the `Idempotency-Key` machinery),
+``inserts`` (what every enqueue runs), ``background`` (what the background loops run), ``workers_seen``
+(which workers leased, for the workers page), ``rollups`` (counts per minute, for the charts),
+``coalesce`` (calls sharing a statement), ``runtime`` (what a process keeps beside its pool) and ``rows``
+(a job as answered). Callers use this package's names: ``from app import jobs; jobs.lease(...)``.
 """
 
 from app.service.arguments import (
@@ -30,6 +30,7 @@ from app.service.arguments import (
 from app.service.health import schema_revision
 from app.service.history import keep_history
 from app.service.idempotency import Once, prune_idempotency_keys
+from app.service.leasing import lease
 from app.service.operators import (
     cancel_jobs,
     configure_queue,
@@ -50,7 +51,7 @@ from app.service.rollups import completed_lately, forget_rollups, rollup_series,
 from app.service.rows import Row, Scope
 from app.service.runtime import Runtime
 from app.service.upkeep import database_health, expire_leases, lock_waits, queue_gauges
-from app.service.workers import ack, ack_batch, extend, lease, nack, nack_batch, release, single
+from app.service.workers import ack, ack_batch, extend, nack, nack_batch, release, single
 from app.service.workers_seen import forget_workers, list_workers, write_sightings
 
 __all__ = [
