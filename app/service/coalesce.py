@@ -196,7 +196,7 @@ class Coalescing:
     __slots__ = ("_runtime", "_on", "_concurrency", "_kept", "_keyed")
 
     def __init__(self, runtime: Any, settings: Settings) -> None:
-        self._runtime = runtime
+        self._runtime = runtime  # the Runtime that holds this (typed Any: runtime.py imports this module)
         self._on = settings.coalesce
         self._concurrency = settings.coalesce_concurrency
         self._kept: dict[Shared, Batcher] = {}  # fixed kinds: a handful, kept
