@@ -1,4 +1,5 @@
-"""The application: ``create_app(settings)`` builds it; its lifespan owns the pool and background work."""
+"""The application: ``create_app(settings)`` builds it; its lifespan owns the pool, the process's Runtime
+(app/service/runtime.py) and background work."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from app.http.web import BodyLimit
 from app.service import schedules
 from app.service.loops import background
 from app.service.loops.scheduler import Scheduler
+from app.service.runtime import Runtime
 from app.service.wakeups import Wakeups
 from app.settings import Settings
 from app.sqs import router as sqs
@@ -104,21 +106,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.read_database_url:
             with startup.reaching("JOBQ_READ_DATABASE_URL", settings.read_database_url):
                 read_pool = await create_pool(settings.read_database_url, settings)
-        db = Database(pool, settings, app.state.metrics, session_url=session_url, read_pool=read_pool)
+        db = Database(pool, settings, session_url=session_url, read_pool=read_pool)
+        # What the process keeps beside the pool, handed to what needs it; the routes that need only the
+        # pool find it as app.state.db.
+        app.state.runtime = runtime = Runtime(db, app.state.metrics)
         app.state.db = db
-        app.state.wakeups = wakeups = Wakeups(
-            session_url,
-            safety_interval=settings.wakeup_safety_interval,
-            max_waiters=settings.max_waiters,
-        )
-        app.state.metrics.listening = wakeups.listening.is_set
-        wakeups.on_settings = db.flow.forget
+        wakeups = runtime.wakeups
         await wakeups.start()
         _answer_waiters_on_signals(wakeups)
-        tasks = background.start(db)
+        tasks = background.start(runtime)
         if settings.schedules_file is not None:
             await schedules.apply(db, declared)
-        app.state.scheduler = scheduler = Scheduler(db)
+        app.state.scheduler = scheduler = Scheduler(runtime)
         tasks.append(asyncio.create_task(scheduler.run(), name="jobq-scheduler"))
         _settle_garbage_collection()
         log.info("jobq %s ready", __version__)
@@ -127,7 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await wakeups.close()
             await background.stop(tasks)
-            await background.last_writes(db)
+            await background.last_writes(runtime)
             await scheduler.stop()
             await pool.close()
             await asyncio.to_thread(tracing.stop)  # exports the spans still held

@@ -1,7 +1,7 @@
 """What many tests do alike, written once: check a problem answer, call the HTTP API and insist it
-succeeds, read a job's state from the database, open the service layer's Database, check that a stopped
-worker left nothing leased, record every change of a job's state. Waiting on a condition is
-tests/waiting.py.
+succeeds, read a job's state from the database, open the service layer's Database (or Runtime), check
+that a stopped worker left nothing leased, record every change of a job's state. Waiting on a condition
+is tests/waiting.py.
 
 The server's tests import it as ``helpers``, the client's (clients/python/tests) as ``tests.helpers``.
 """
@@ -19,6 +19,7 @@ import httpx
 
 from app.db import sql as q
 from app.db.pool import Database, create_pool
+from app.service.runtime import Runtime
 from jobq import AsyncClient
 from tests.fixtures import test_settings
 from tests.waiting import quiet, until
@@ -186,6 +187,14 @@ async def open_database(database_url: str, **overrides: Any) -> AsyncIterator[Da
         yield Database(pool, settings, session_url=settings.session_url(database_url))
     finally:
         await pool.close()
+
+
+@asynccontextmanager
+async def open_runtime(database_url: str, **overrides: Any) -> AsyncIterator[Runtime]:
+    """A service process's Runtime on open_database's Database, its wake-ups not started: for calling the
+    app.service operations that take one."""
+    async with open_database(database_url, **overrides) as database:
+        yield Runtime(database)
 
 
 # --- a stopped worker -------------------------------------------------------------------------------

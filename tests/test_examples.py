@@ -195,7 +195,7 @@ def exited(process: subprocess.Popen) -> tuple[int, str, float]:
 async def test_a_worker_stopped_in_its_long_poll_strands_nothing(service, db, idle_worker):
     worker = start(idle_worker, service.url, JOBQ_TOKEN="worker-token")
     try:
-        await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
+        await until(lambda: service.app.state.runtime.wakeups.waiter_count() == 1)  # in its long-poll
     finally:
         status, output, took = stop_idle(worker)
     assert status == 0 and output.endswith("stopped\n"), output
@@ -240,7 +240,7 @@ async def test_the_shell_worker_gives_back_a_job_its_long_poll_brought_as_it_sto
     SIGTERM before it thaws."""
     worker = start(["examples/shell/worker.sh", "idle", "cat"], service.url, JOBQ_TOKEN="worker-token")
     try:
-        await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
+        await until(lambda: service.app.state.runtime.wakeups.waiter_count() == 1)  # in its long-poll
         worker.send_signal(signal.SIGSTOP)
         async with AsyncClient(service.url, token="producer-token") as client:
             job = await client.enqueue("idle", {"n": 1})

@@ -18,15 +18,15 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import httpx
 import pytest
-from helpers import assert_problem, enqueue_many, lease, open_database
+from helpers import assert_problem, enqueue_many, lease, open_runtime
 from pgproxy import PgProxy
 from waiting import until
 
 from app import service
 from app.core.errors import PayloadTooLarge, Unavailable
-from app.db.pool import Database
 from app.http.schemas import AckRequest, NackRequest
 from app.service.coalesce import Batcher, refused
+from app.service.runtime import Runtime
 from tests.fixtures import Service
 
 pytestmark = pytest.mark.anyio
@@ -34,26 +34,31 @@ pytestmark = pytest.mark.anyio
 Call = Callable[[], Awaitable]
 
 
-def batcher_of(db: Database, key: object) -> Batcher | None:
-    """The process's batcher for `key` if a call has made it (looked up, never made: app/db/pool.py keeps
-    the fixed ones, and those for a queue only while calls are in them)."""
-    shared = db._shared.get(key)
-    return shared[0] if shared is not None else db._batchers.get(key)
+def batcher_of(runtime: Runtime, key: object) -> Batcher | None:
+    """The process's batcher for `key` (a kind's name, or a kind's name and a queue) if a call has made
+    it (looked up, never made: the Runtime keeps the fixed ones, and those for a queue only while calls
+    are in them)."""
+    return runtime.coalescing.find(*key) if isinstance(key, tuple) else runtime.coalescing.find(key)
 
 
 async def in_one_statement(
-    db: Database, database_url: str, key: object, first: Call, rest: list[Call], then: Call | None = None
+    runtime: Runtime,
+    database_url: str,
+    key: object,
+    first: Call,
+    rest: list[Call],
+    then: Call | None = None,
 ) -> tuple[object, list[object]]:
-    """Run `first` alone, then all of `rest` together in one shared statement of the batcher `key` (`db`
-    shares one statement of a kind at a time); their answers, or the exceptions they raised. `then`, if
-    given, runs once the lock is gone, before the answers are awaited."""
-    assert db.settings.coalesce_concurrency == 1
+    """Run `first` alone, then all of `rest` together in one shared statement of the batcher `key`
+    (`runtime` shares one statement of a kind at a time); their answers, or the exceptions they raised.
+    `then`, if given, runs once the lock is gone, before the answers are awaited."""
+    assert runtime.settings.coalesce_concurrency == 1
     lock = await asyncpg.connect(database_url)
     try:
         async with lock.transaction():
             await lock.execute("LOCK TABLE jobq.jobs IN EXCLUSIVE MODE")
             held = asyncio.ensure_future(first())
-            batcher = await until(lambda: batcher_of(db, key))
+            batcher = await until(lambda: batcher_of(runtime, key))
             await until(lambda: batcher.in_flight == 1 and batcher.waiting == 0)  # `first` is taken
             calls = [asyncio.ensure_future(call()) for call in rest]
             await until(lambda: batcher.waiting == len(rest))  # all of them wait for the next one
@@ -95,7 +100,7 @@ async def posted_together(
     await enqueue_many(client, "warm", 1)
     (warm,) = await lease(client, "warm")
     return await in_one_statement(
-        service.app.state.db,
+        service.app.state.runtime,
         database_url,
         path,
         lambda: client.post(f"/{path}", json=item(warm["id"], warm["lease_token"])),
@@ -244,7 +249,11 @@ async def test_nacks_with_lone_surrogates_are_cleaned_and_spoil_no_neighbour(sta
             return lambda: client.post("/nack", **raw_json(body))
 
         first, answers = await in_one_statement(
-            service.app.state.db, database_url, "nack", nack(leased[0]), [nack(job) for job in leased[1:]]
+            service.app.state.runtime,
+            database_url,
+            "nack",
+            nack(leased[0]),
+            [nack(job) for job in leased[1:]],
         )
     assert [r.status_code for r in [first, *answers]] == [200] * 20, [
         r.text for r in answers if r.status_code != 200
@@ -265,7 +274,7 @@ async def test_a_lease_postgresql_refuses_fails_alone(start_service, database_ur
         await enqueue_many(client, "q", 10)
         workers = ["w1", "w2", "bad\u0000", "w3", "w4"]  # PostgreSQL text cannot hold U+0000
         first, answers = await in_one_statement(
-            service.app.state.db,
+            service.app.state.runtime,
             database_url,
             ("lease", "q"),
             lambda: client.post("/lease", json={"queue": "q", "worker_id": "w0"}),
@@ -294,7 +303,7 @@ async def test_an_enqueue_postgresql_refuses_fails_alone(start_service, database
             return lambda: client.post("/jobs", **raw_json({"queue": "q", "payload": payload}))
 
         first, answers = await in_one_statement(
-            service.app.state.db, database_url, "enqueue", post({"n": 0}), [post(p) for p in payloads]
+            service.app.state.runtime, database_url, "enqueue", post({"n": 0}), [post(p) for p in payloads]
         )
     assert [r.status_code for r in [first, *answers]] == [201, 201, 201, 422, 201, 422, 201]
     assert_problem(answers[2], 422, "validation_error")
@@ -304,14 +313,14 @@ async def test_an_enqueue_postgresql_refuses_fails_alone(start_service, database
 
 
 @pytest.fixture
-async def local_db(database_url):
-    """A Database in the test's own event loop, sharing one statement of a kind at a time."""
-    async with open_database(database_url, coalesce_concurrency=1) as database:
-        yield database
+async def local_runtime(database_url):
+    """A Runtime in the test's own event loop, sharing one statement of a kind at a time."""
+    async with open_runtime(database_url, coalesce_concurrency=1) as runtime:
+        yield runtime
 
 
 @pytest.mark.parametrize("kind", ["ack", "nack"])
-async def test_acks_and_nacks_a_driver_refuses_fail_alone(kind, local_db, database_url, client, db):
+async def test_acks_and_nacks_a_driver_refuses_fail_alone(kind, local_runtime, database_url, client, db):
     """Nothing a client can send over HTTP poisons an ack or nack any more; an id past bigint, which
     the driver refuses to encode, stands in for whatever might."""
     await enqueue_many(client, "q", 5)
@@ -320,11 +329,11 @@ async def test_acks_and_nacks_a_driver_refuses_fail_alone(kind, local_db, databa
     calls = [model(id=j["id"], lease_token=j["lease_token"]) for j in leased[1:]]
     calls.insert(2, model.model_construct(**{**calls[0].model_dump(), "id": 2**63}))  # unchecked
     first, answers = await in_one_statement(
-        local_db,
+        local_runtime,
         database_url,
         kind,
-        lambda: call(local_db, model(id=leased[0]["id"], lease_token=leased[0]["lease_token"])),
-        [lambda c=c: call(local_db, c) for c in calls],
+        lambda: call(local_runtime, model(id=leased[0]["id"], lease_token=leased[0]["lease_token"])),
+        [lambda c=c: call(local_runtime, c) for c in calls],
     )
     assert first["ok"] is True
     assert isinstance(answers[2], asyncpg.DataError), answers[2]
@@ -390,7 +399,7 @@ async def test_a_shared_enqueue_cut_after_commit_is_not_inserted_again(start_ser
 
             proxy.cut("INSERT INTO jobq.jobs", nth=2)  # the first is `first`'s, the second the shared one
             first, answers = await in_one_statement(
-                service.app.state.db, database_url, "enqueue", post(0), [post(n) for n in range(1, 20)]
+                service.app.state.runtime, database_url, "enqueue", post(0), [post(n) for n in range(1, 20)]
             )
     finally:
         service.stop()
@@ -433,7 +442,7 @@ async def test_a_shared_enqueue_whose_backend_is_terminated_is_not_retried(start
             assert await db.fetchval("SELECT pg_terminate_backend($1)", pid)
             # Let "b" go only once the shared statement's callers are answered, or one of them is
             # retried alone (and waits on "b" in its turn).
-            batcher = batcher_of(service.app.state.db, "enqueue")
+            batcher = batcher_of(service.app.state.runtime, "enqueue")
             await until(lambda: batcher.in_flight == 0 or waiting_insert(other_than=pid))
             await tx.rollback()
 
@@ -443,7 +452,7 @@ async def test_a_shared_enqueue_whose_backend_is_terminated_is_not_retried(start
                 return lambda: client.post("/jobs", json={"queue": queue, "payload": n})
 
             first, answers = await in_one_statement(
-                service.app.state.db,
+                service.app.state.runtime,
                 database_url,
                 "enqueue",
                 post("a", 0),

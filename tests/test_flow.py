@@ -554,20 +554,20 @@ async def test_a_claim_that_fails_rolls_back_and_frees_its_keys(database_url, db
     """The claim's transaction (BEGIN with its settings in one round trip) is rolled back when a
     statement fails: no key lock outlives it, the connection goes back to the pool clean, and the next
     claim leases."""
-    from helpers import open_database
+    from helpers import open_runtime
 
     from app.service import flow
 
     await db.execute("INSERT INTO jobq.queues (name, key_concurrency, flow) VALUES ('q', 1, true)")
     await db.execute("INSERT INTO jobq.jobs (queue, key, payload) VALUES ('q', 'a', '1'), ('q', 'b', '2')")
-    async with open_database(database_url, pool_max_size=1) as database:
-        settings = await flow.queue_flow(database, "q")
+    async with open_runtime(database_url, pool_max_size=1) as runtime:
+        settings = await flow.queue_flow(runtime, "q")
         with pytest.raises(asyncpg.DataError):  # a lease deadline past the end of time: interval out of range
-            await flow.lease_flow(database, "q", settings, [1e300, 1e300], [None, None])
-        async with database.acquire() as conn:
+            await flow.lease_flow(runtime, "q", settings, [1e300, 1e300], [None, None])
+        async with runtime.db.acquire() as conn:
             assert not conn.is_in_transaction()
             assert await conn.fetchval(ADVISORY_LOCKS_HERE) == 0
             assert await conn.fetchval("SHOW enable_seqscan") == "on"
-        claim = await flow.lease_flow(database, "q", settings, [30.0, 30.0], [None, None])
+        claim = await flow.lease_flow(runtime, "q", settings, [30.0, 30.0], [None, None])
     assert sorted(r["key"] for r in claim.rows) == ["a", "b"]
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running'") == 2

@@ -33,7 +33,7 @@ def test_the_hot_routes_are_the_posts_with_a_fixed_path():
         "/extend",
         "/dead/retry",
     }
-    assert table["/lease"].wants == {"body", "db", "wakeups", "request", "caller"}
+    assert table["/lease"].wants == {"body", "runtime", "request", "caller"}
     assert {role.value for role in table["/jobs"].admits[0].roles} == {"producer", "admin"}
 
 

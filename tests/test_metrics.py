@@ -451,7 +451,7 @@ async def test_leases_on_unknown_queues_add_no_series_and_keep_no_batchers(start
     leaves no Batcher behind. Existing queues get their claim series, known from the gauges' snapshot or
     from a claim that leased something."""
     service = start_service(metrics_interval=0.1)
-    db = service.app.state.db
+    runtime = service.app.state.runtime
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
         await post(client, "/jobs", {"queue": "real", "payload": 1}, 201)
         await post(client, "/lease", {"queue": "real"})  # leased a job: the queue exists
@@ -473,7 +473,7 @@ async def test_leases_on_unknown_queues_add_no_series_and_keep_no_batchers(start
 
         before = await scrape(client)
         assert claim_series(before) == ["empty", "real"]
-        batchers = db.batcher_count()
+        batchers = len(runtime.coalescing)
 
         leases = [
             client.post("/lease", json={"queue": f"nobody-{i}", "wait": 0.2 if i % 5 == 0 else 0})
@@ -486,4 +486,4 @@ async def test_leases_on_unknown_queues_add_no_series_and_keep_no_batchers(start
         assert claim_series(after) == ["empty", "real"]
         assert not [labels for _, labels in after if dict(labels).get("queue", "").startswith("nobody-")]
         assert len(after) == len(before)  # not one sample more
-        assert db.batcher_count() == batchers
+        assert len(runtime.coalescing) == batchers

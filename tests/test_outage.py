@@ -32,7 +32,7 @@ def test_database_restart_gives_503_then_recovers(own_server, start_service):
     service = start_service(
         database_url=dsn, pool_acquire_timeout=1.0, statement_timeout=2.0, wakeup_safety_interval=60.0
     )
-    wakeups = service.app.state.wakeups
+    wakeups = service.app.state.runtime.wakeups
     with httpx.Client(base_url=service.url, timeout=10) as http:
         before = http.post("/jobs", json={"queue": "q", "payload": "before"})
         assert before.status_code == 201

@@ -141,7 +141,8 @@ def test_the_wheels_migrate_and_serve(wheels, database_url, tmp_path):
         assert css.content == (ROOT / "app" / "ui" / "static" / "ui.css").read_bytes()
         swagger = httpx.get(f"{url}/docs/assets/5.35.0/swagger-ui-bundle.js")  # /docs works offline
         assert swagger.status_code == 200
-        assert swagger.content == (ROOT / "app" / "http" / "docs_assets" / "swagger-ui-bundle.js").read_bytes()
+        assets = ROOT / "app" / "http" / "docs_assets"
+        assert swagger.content == (assets / "swagger-ui-bundle.js").read_bytes()
     finally:
         service.send_signal(signal.SIGTERM)
         try:

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 from croniter import croniter
-from helpers import assert_problem, open_database
+from helpers import assert_problem, open_runtime
 from service_process import JOBQ, jobq_env
 from waiting import until
 
@@ -291,8 +291,8 @@ async def test_the_lead_moves_when_its_holder_is_gone(start_service, db):
 async def test_a_holder_held_up_past_its_lease_no_longer_believes_it_leads(database_url):
     """Its lease runs out on its own clock, counted from before it asked: by the time another replica may
     take the lead, the held-up holder has stopped believing it leads, without a renewal to tell it."""
-    async with open_database(database_url) as database:
-        first, second = Scheduler(database), Scheduler(database)
+    async with open_runtime(database_url) as runtime:
+        first, second = Scheduler(runtime), Scheduler(runtime)
         await first._step(lease=0.5, grace=30)
         await second._step(lease=0.5, grace=30)
         assert (first.leading, second.leading) == (True, False)
@@ -449,8 +449,8 @@ class LoopWatch:
         self._task.cancel()
 
 
-def misses(database, name: str) -> float:
-    return database.metrics.registry.get_sample_value("jobq_schedule_misses_total", {"schedule": name}) or 0
+def misses(runtime, name: str) -> float:
+    return runtime.metrics.registry.get_sample_value("jobq_schedule_misses_total", {"schedule": name}) or 0
 
 
 @pytest.mark.parametrize("days", [1, 3])
@@ -458,7 +458,7 @@ async def test_catching_up_days_of_a_per_second_schedule_does_not_hold_the_event
     """Missed slots are counted, not walked one by one on the event loop: after days away, a schedule of
     every second (`all`) fires its latest 1,000 missed slots and the ones within the grace, and counts
     every other one missed, exactly; no piece of that work holds the loop's thread more than 20 ms."""
-    async with open_database(database_url) as database:
+    async with open_runtime(database_url) as runtime:
         first = await db.fetchval(
             "INSERT INTO jobq.schedules (name, cron, queue, payload, catch_up, next_run_at)"
             " VALUES ('tick', '* * * * * *', 't', '1', 'all', date_trunc('second', now()) - $1::interval)"
@@ -466,9 +466,9 @@ async def test_catching_up_days_of_a_per_second_schedule_does_not_hold_the_event
             timedelta(days=days),
         )
         async with LoopWatch() as watch:
-            fired = await schedules.fire_due(database, grace=30)
+            fired = await schedules.fire_due(runtime, grace=30)
         after = await db.fetchval("SELECT next_run_at FROM jobq.schedules WHERE name = 'tick'")
-        missed = misses(database, "tick")
+        missed = misses(runtime, "tick")
     assert watch.longest < 0.020, watch.longest
     slots = [slot for slot, _ in await slots_of(db, "tick")]
     assert len(slots) == fired and 1000 + 29 <= fired <= 1000 + 35, fired
@@ -566,7 +566,7 @@ async def test_two_replicas_firing_at_once_fire_each_slot_of_many_schedules_once
     """Firing is safe even when two replicas fire at the same moment (both believe they lead): each due
     slot of 2,000 schedules is enqueued once, by one of them."""
     await _due_schedules(db, 2000)
-    async with open_database(database_url) as one, open_database(database_url) as two:
+    async with open_runtime(database_url) as one, open_runtime(database_url) as two:
         await until(
             lambda: db.fetchval("SELECT max(next_run_at) <= now() FROM jobq.schedules"), timeout=15, every=0.1
         )

@@ -270,7 +270,7 @@ async def test_long_poll_wakes_on_send_and_counts(sqs, service):
     assert empty.get("Messages", []) == [] and time.monotonic() - started >= 0.9
 
     waiting = asyncio.create_task(asyncio.to_thread(sqs.receive_message, QueueUrl=url, WaitTimeSeconds=20))
-    await until(lambda: service.app.state.wakeups._waiters.get("poll"))
+    await until(lambda: service.app.state.runtime.wakeups._waiters.get("poll"))
     sent_at = time.monotonic()
     other = sqs_client(service.url)
     other.send_message(QueueUrl=url, MessageBody="wake up")

@@ -164,7 +164,7 @@ async def test_waiters_hold_no_connection_and_send_no_statement_while_waiting(re
     # answers long before (on a loaded machine, 200 answers can take seconds).
     answers = await asyncio.wait_for(asyncio.gather(*waiters), 30)
     assert {r.json()["status"] for r in answers} == {"completed"}
-    await until(lambda: service.app.state.wakeups.watchers == 0)
+    await until(lambda: service.app.state.runtime.wakeups.watchers == 0)
 
 
 async def test_a_waiter_whose_client_leaves_is_gone_at_once(replicas, b):
@@ -172,9 +172,10 @@ async def test_a_waiter_whose_client_leaves_is_gone_at_once(replicas, b):
     job = (await b.post("/jobs", json={"queue": "q", "payload": 1})).json()
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as gone:
         waiter = asyncio.create_task(gone.get(f"/jobs/{job['id']}", params={"wait": 30}))
-        await until(lambda: service.app.state.wakeups.watchers == 1)
+        await until(lambda: service.app.state.runtime.wakeups.watchers == 1)
         waiter.cancel()
-    await until(lambda: service.app.state.wakeups.watchers == 0 and service.app.state.wakeups.long_polls == 0)
+    wakeups = service.app.state.runtime.wakeups
+    await until(lambda: wakeups.watchers == 0 and wakeups.long_polls == 0)
 
 
 async def test_a_token_for_other_queues_waits_for_nothing(start_service, database_url, b):

@@ -107,7 +107,7 @@ async def test_expired_lease_wakes_a_waiter(http):
 
 
 async def test_one_job_wakes_one_waiter_not_all(quiet_service, http):
-    wakeups = quiet_service.app.state.wakeups
+    wakeups = quiet_service.app.state.runtime.wakeups
     waiters = [asyncio.create_task(http.post("/lease", json={"queue": "q", "wait": 3})) for _ in range(20)]
     await asyncio.sleep(0.5)
     assert wakeups.waiter_count() == 20
@@ -144,7 +144,7 @@ async def test_client_gone_during_long_poll_strands_nothing(http, quiet_service,
 
 
 async def test_listener_reconnects_and_catches_up(quiet_service, http, db):
-    wakeups = quiet_service.app.state.wakeups
+    wakeups = quiet_service.app.state.runtime.wakeups
     terminated = await db.fetchval(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
         "WHERE application_name = 'jobq-listener' AND datname = current_database()"
@@ -171,7 +171,7 @@ async def test_a_thousand_waiting_long_polls_hold_no_connections(quiet_service, 
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(request)
         streams.append((reader, writer))
-    wakeups = quiet_service.app.state.wakeups
+    wakeups = quiet_service.app.state.runtime.wakeups
     deadline = time.monotonic() + 10
     while wakeups.waiter_count() < 1000:
         assert time.monotonic() < deadline, f"only {wakeups.waiter_count()} waiting"
@@ -220,7 +220,7 @@ ROUTES = {
 async def test_a_wake_up_reaches_the_live_waiter_behind_clients_that_left(quiet_service, http, route):
     """Long-polls whose clients hung up are dropped at once, so the one wake-up of one job goes to the
     long-poll still listening, not to a departed one (the safety poll is a minute away)."""
-    wakeups = quiet_service.app.state.wakeups
+    wakeups = quiet_service.app.state.runtime.wakeups
     poll = {"queue": "q", "wait": 30}
     gone = [await _long_poll(quiet_service, poll, headers=ROUTES[route]) for _ in range(3)]
     await until(lambda: wakeups.waiter_count() == 3)
@@ -250,7 +250,7 @@ async def test_sqs_receive_whose_client_left_is_dropped(quiet_service, http, db)
     """ReceiveMessage long-polls through the same lease: a departed one is dropped, a live one served."""
     receive = {"QueueUrl": await _sqs_queue(http, "s"), "WaitTimeSeconds": 20}
     headers = _sqs("ReceiveMessage")
-    wakeups = quiet_service.app.state.wakeups
+    wakeups = quiet_service.app.state.runtime.wakeups
     gone = [await _long_poll(quiet_service, receive, path="/", headers=headers) for _ in range(2)]
     await until(lambda: wakeups.waiter_count() == 2)
     await _hang_up(gone)
@@ -285,7 +285,7 @@ async def test_a_wake_up_not_acted_on_is_passed_on(database_url, db):
 
 async def test_long_polls_past_the_cap_are_503_and_short_leases_still_work(start_service):
     service = start_service(max_waiters=3, **QUIET)
-    wakeups = service.app.state.wakeups
+    wakeups = service.app.state.runtime.wakeups
     # The three hold their places on a queue of their own: no job below is theirs to take.
     poll = {"queue": "idle", "wait": 30}
     waiting = [await _long_poll(service, poll, headers=ROUTES["hot"]) for _ in range(3)]

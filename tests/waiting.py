@@ -52,7 +52,10 @@ def quiet(service) -> Callable[[], bool]:
 
     def check() -> bool:
         try:
-            return service.app.state.wakeups.waiter_count() == 0 and not service.server.server_state.tasks
+            return (
+                service.app.state.runtime.wakeups.waiter_count() == 0
+                and not service.server.server_state.tasks
+            )
         except RuntimeError:  # the service's thread changed its waiters while this one counted them
             return False
 

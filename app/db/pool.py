@@ -8,15 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
 from app.core.errors import CONNECTION_TROUBLE, NOTHING_DONE
 from app.settings import Settings
-from app.telemetry.metrics import Metrics
 
 log = logging.getLogger("jobq.db")
 
@@ -114,13 +113,13 @@ async def create_pool(dsn: str, settings: Settings, *, wait: float = 30.0) -> as
 
 
 class Database:
-    """The pool, and the settings and metrics the service layer needs with it."""
+    """The pool (and a read replica's, if any), with the settings it was opened with. What a service process
+    keeps beside it is its Runtime's (app/service/runtime.py)."""
 
     def __init__(
         self,
         pool: asyncpg.Pool,
         settings: Settings,
-        metrics: Metrics | None = None,
         *,
         session_url: str | None = None,
         read_pool: asyncpg.Pool | None = None,
@@ -130,49 +129,6 @@ class Database:
         self.settings = settings
         # PostgreSQL itself, for a session of jobq's own (Settings.session_url); None: only the pool.
         self.session_url = session_url
-        self.metrics = metrics if metrics is not None else Metrics()
-        self._batchers: dict[object, Any] = {}  # fixed keys (ack, nack, enqueue): a handful, kept
-        self._shared: dict[object, list[Any]] = {}  # keys naming a queue: [batcher, callers in it]
-        from app.service.flow import FlowQueues  # noqa: PLC0415 - app.service imports this module
-
-        self.flow = FlowQueues()  # which queues are under flow control (app/service/flow.py)
-        from app.service.workers_seen import Sightings  # noqa: PLC0415 - app.service imports this module
-
-        self.sightings = Sightings()  # workers seen leasing, not yet written (app/service/workers_seen.py)
-        from app.service.rollups import Tally  # noqa: PLC0415 - app.service imports this module
-
-        # What this replica's counters held at its last rollup (app/service/rollups.py).
-        self.rollups = Tally()
-
-    def batcher(self, key: object, make: Callable[[], Any]) -> Any:
-        """The process's Batcher for `key` (app/service/coalesce.py), made on first use and kept: for the few
-        fixed keys only. Keys that carry a name a client sends go through ``sharing``."""
-        batcher = self._batchers.get(key)
-        if batcher is None:
-            batcher = self._batchers[key] = make()
-        return batcher
-
-    @contextmanager
-    def sharing(self, key: object, make: Callable[[], Any]) -> Iterator[Any]:
-        """The Batcher for `key` while the block runs: made for the first caller, dropped when the last
-        one leaves. Concurrent callers share it, which is all a Batcher is for; an idle one is worth
-        nothing, and keeping one per key (a queue name, which any client may invent) would grow without
-        bound. A statement still running for callers that went away finishes on its own (the Batcher
-        holds its task, and hands back what it claimed)."""
-        entry = self._shared.get(key)
-        if entry is None:
-            entry = self._shared[key] = [make(), 0]
-        entry[1] += 1
-        try:
-            yield entry[0]
-        finally:
-            entry[1] -= 1
-            if not entry[1]:
-                del self._shared[key]
-
-    def batcher_count(self) -> int:
-        """How many Batchers the process keeps now."""
-        return len(self._batchers) + len(self._shared)
 
     @asynccontextmanager
     async def session(self, application_name: str) -> AsyncIterator[asyncpg.Connection]:

@@ -372,9 +372,9 @@ class IdempotencyKey(Base):
 class SqsReceiveAttempt(Base):
     """An SQS FIFO ReceiveMessage sent with a `ReceiveRequestAttemptId`: the messages it leased, under
     which lease tokens, so that the same receive sent again (an SDK retrying after a lost answer) gets the
-    same messages and receipt handles back instead of new ones (app/sqs/fifo.py). Kept in the database so
-    a retry that reaches another replica finds it; deleted once past `expires_at` (five minutes, SQS's
-    deduplication interval)."""
+    same messages and receipt handles back instead of new ones (app/service/sqs_fifo.py). Kept in the
+    database so a retry that reaches another replica finds it; deleted once past `expires_at` (five
+    minutes, SQS's deduplication interval)."""
 
     __tablename__ = "sqs_receive_attempts"
     __table_args__ = (Index("ix_sqs_receive_attempts_expires_at", "expires_at"),)

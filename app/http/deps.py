@@ -1,4 +1,5 @@
-"""Request dependencies: the process's Database and Wakeups, set up by the lifespan in app.main."""
+"""Request dependencies: the process's Database, for the routes that need only the pool, and its Runtime
+(app/service/runtime.py), for those that need more; both set up by the lifespan in app.main."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from app.core.states import JobStatus
 from app.db.pool import Database
 from app.http.problems import PROBLEM_JSON, ProblemCode
 from app.http.schemas import Readiness
-from app.service.wakeups import Wakeups
+from app.service.runtime import Runtime
 
 
 # Dependencies are coroutines: FastAPI would run plain functions in a thread pool, on every request.
@@ -20,12 +21,12 @@ async def _database(request: Request) -> Database:
     return request.app.state.db
 
 
-async def _wakeups(request: Request) -> Wakeups:
-    return request.app.state.wakeups
+async def _runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
 
 
 DB = Annotated[Database, Depends(_database)]
-WakeupsDep = Annotated[Wakeups, Depends(_wakeups)]
+RuntimeDep = Annotated[Runtime, Depends(_runtime)]
 
 
 class FieldError(BaseModel):

@@ -32,20 +32,30 @@ When a shared statement fails, the error decides (`refused`):
 
 `run` must therefore write in one statement, or in one transaction, so that a refusal leaves nothing
 behind; the reads it makes afterwards cannot be refused for input the write accepted.
+
+Every call goes through one way in, ``Coalescing.submit`` on the process's Runtime (app/service/runtime.py),
+naming the kind of statement it shares (a ``Shared``, made once by the module whose statement it is): it
+keeps each kind's Batcher (per key, for a kind shared per queue), and with `JOBQ_COALESCE` off runs
+each call alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
 from app.core.errors import JobqError, Refusal
+from app.settings import Settings
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+MAX_SHARED = 1000  # items per shared statement, at most (as a Shared's `size` counts them)
 
 # SQLSTATE classes that say nothing about whether the statement committed, or say it ran into something
 # other than its input: connection exception, insufficient resources, operator intervention (cancel,
@@ -76,7 +86,7 @@ class Batcher(Generic[T, R]):
         self,
         run: Callable[[list[T]], Awaitable[list[R]]],
         *,
-        max_items: int = 1000,
+        max_items: int = MAX_SHARED,
         size: Callable[[T], int] = lambda item: 1,
         orphaned: Callable[[list[R]], Awaitable[object]] | None = None,
         concurrency: int = 2,
@@ -157,3 +167,97 @@ class Batcher(Generic[T, R]):
                 future.set_result(result)
         if orphans and self._orphaned is not None:
             await self._orphaned(orphans)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Shared(Generic[T, R]):
+    """A kind of statement concurrent calls share: `run` makes it for their items, given the process's
+    Runtime first (and, for a kind shared `per_key`, the key). Made once, at import, by the module whose
+    statement it is; ``Coalescing.submit`` is the way in.
+
+    A kind of a few fixed calls (ack, nack, enqueue) keeps its Batcher for the life of the process. One
+    `per_key` has a Batcher per key (a queue, a scope) only while calls are in it: keys come from clients,
+    who may invent any number of them, and an idle Batcher is worth nothing. `alone` is what a call runs
+    with JOBQ_COALESCE off; by default, the shared statement for its item alone."""
+
+    name: str  # what it is called where it is looked up by hand (tests)
+    run: Callable[..., Awaitable[list[R]]]
+    per_key: bool = False
+    size: Callable[[T], int] | None = None  # what an item counts for towards MAX_SHARED (default 1)
+    orphaned: Callable[..., Awaitable[object]] | None = None  # given the Runtime, then the results
+    alone: Callable[..., Awaitable[R]] | None = None
+
+
+class Coalescing:
+    """The process's Batchers, one per ``Shared`` kind (per key, for those shared per key), and the one way
+    in to them. Held by the process's Runtime (app/service/runtime.py), which it hands to each kind's
+    statement."""
+
+    __slots__ = ("_runtime", "_on", "_concurrency", "_kept", "_keyed")
+
+    def __init__(self, runtime: Any, settings: Settings) -> None:
+        self._runtime = runtime  # the Runtime that holds this (typed Any: runtime.py imports this module)
+        self._on = settings.coalesce
+        self._concurrency = settings.coalesce_concurrency
+        self._kept: dict[Shared, Batcher] = {}  # fixed kinds: a handful, kept
+        self._keyed: dict[tuple[Shared, object], list[Any]] = {}  # (kind, key): [batcher, callers in it]
+
+    def submit(self, shared: Shared[T, R], item: T, key: object = None) -> Awaitable[R]:
+        """`item`'s result, from a statement of `shared` it may share with concurrent calls (of the same
+        `key`, for a kind shared per key). Not a coroutine itself: on the way most calls take, a kind's
+        Batcher already made, it hands back the Batcher's own."""
+        if not self._on:
+            return self._alone(shared, item, key)
+        if shared.per_key:
+            return self._submit_keyed(shared, item, key)
+        batcher = self._kept.get(shared)
+        if batcher is None:
+            batcher = self._kept[shared] = self._make(shared, ())
+        return batcher.submit(item)
+
+    async def _submit_keyed(self, shared: Shared[T, R], item: T, key: object) -> R:
+        """Through the key's Batcher, made for the first caller and dropped when the last one leaves. A
+        statement still running for callers that went away finishes on its own (the Batcher holds its
+        task, and hands back what it claimed)."""
+        name = (shared, key)
+        entry = self._keyed.get(name)
+        if entry is None:
+            entry = self._keyed[name] = [self._make(shared, (key,)), 0]
+        entry[1] += 1
+        try:
+            return await entry[0].submit(item)
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._keyed[name]
+
+    async def _alone(self, shared: Shared[T, R], item: T, key: object) -> R:
+        bound = (self._runtime, key) if shared.per_key else (self._runtime,)
+        if shared.alone is not None:
+            return await shared.alone(*bound, item)
+        (result,) = await shared.run(*bound, [item])
+        return result
+
+    def _make(self, shared: Shared[T, R], key: tuple[object, ...]) -> Batcher[T, R]:
+        return Batcher(
+            partial(shared.run, self._runtime, *key),
+            max_items=MAX_SHARED,
+            size=shared.size or _one,
+            orphaned=None if shared.orphaned is None else partial(shared.orphaned, self._runtime),
+            concurrency=self._concurrency,
+        )
+
+    def find(self, name: str, key: object = None) -> Batcher | None:
+        """The Batcher of the kind called `name` (for `key`) if a call has made it: looked up, never made."""
+        for (shared, its_key), (batcher, _) in self._keyed.items():
+            if shared.name == name and its_key == key:
+                return batcher
+        return next((batcher for shared, batcher in self._kept.items() if shared.name == name), None)
+
+    def __len__(self) -> int:
+        """How many Batchers the process keeps now."""
+        return len(self._kept) + len(self._keyed)
+
+
+def _one(item: object) -> int:
+    return 1

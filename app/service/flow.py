@@ -1,5 +1,5 @@
 """Keyed flow control: per-key concurrency and order, fair turns across keys, and rate limits, enforced by
-the claim itself (app/db/queries.py, "flow control"), plus the per-key view and overrides.
+the claim itself (app/db/sql/claim.py, "flow control"), plus the per-key view and overrides.
 
 The model. A job may carry a `key` (a tenant, a customer, an SQS MessageGroupId). A queue's settings
 (`PATCH /queues/{queue}`), all off by default:
@@ -26,10 +26,11 @@ before the rest), and for `fair` queues and queues with a rate, a claim walks th
 once, from where the replica's last walk stopped (a `fair` queue: after the key last served), taking
 each key's first ready jobs.
 
-A replica knows which queues are under flow control from a small cache (``FlowQueues``), read from the queue's
-row on first use and dropped whenever the settings change (a notification every replica gets,
-app/service/wakeups.py) or the listener reconnects. The cache only picks the statement: the plain LEASE skips
-a queue under flow control, and LEASE_FLOW one without, so a stale entry costs a wake-up, never a limit."""
+A replica knows which queues are under flow control from a small cache (``FlowQueues``,
+app/service/flow_queues.py, kept by the process's Runtime), read from the queue's row on first use and
+dropped whenever the settings change (a notification every replica gets, app/service/wakeups.py) or the
+listener reconnects. The cache only picks the statement: the plain LEASE skips a queue under flow control,
+and LEASE_FLOW one without, so a stale entry costs a wake-up, never a limit."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ import asyncpg
 from app.core.errors import NotFound
 from app.db import sql as q
 from app.db.pool import Database
+from app.service.flow_queues import NO_FLOW, FlowQueues, QueueFlow
 from app.service.rows import Row
+from app.service.runtime import Runtime
 
 # A claim looks at up to this many keys beyond what its slots need (keys another claim holds, full keys):
 # fewer for a claim of few jobs, for which each key looked at is a good part of the cost.
@@ -64,90 +67,14 @@ BUSY_RETRY = 0.005
 FRONT_PAUSE = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class QueueFlow:
-    flow: bool  # under flow control: LEASE_FLOW claims it
-    key_concurrency: int | None
-    fair: bool
-    rated: bool  # a rate of the queue, of its keys, or of some key: LEASE_FLOW_RATED claims it
-
-
-NO_FLOW = QueueFlow(False, None, False, False)
-
-
-class FlowQueues:
-    """Per replica: each queue's flow settings (cached), where its next claim starts its walk of keys
-    (a `fair` queue's turn is kept in its row instead), when a claim last looked for jobs without a key,
-    and for a queue with a rate a lock that makes the replica's claims of it take turns (of one without,
-    their walks of keys). Bounded: past MAX_ENTRIES queues, it starts again empty (queue names come from
-    clients)."""
-
-    MAX_ENTRIES = 10_000
-
-    def __init__(self) -> None:
-        self._settings: dict[str, QueueFlow] = {}
-        self.cursors: dict[str, str] = {}  # queue (not `fair`) -> the last key walked
-        self.unkeyed_looked: dict[str, float] = {}  # queue -> monotonic time; absent: found some
-        self.turns: dict[str, asyncio.Lock] = {}
-        self.claiming: dict[str, set[asyncio.Event]] = {}  # queue -> its claims under way, set when done
-        self.front_held: dict[str, float] = {}  # queue -> monotonic time until which claims only walk
-
-    def get(self, queue: str) -> QueueFlow | None:
-        return self._settings.get(queue)
-
-    def put(self, queue: str, flow: QueueFlow) -> None:
-        if len(self._settings) >= self.MAX_ENTRIES:
-            self._settings.clear()
-            self.cursors.clear()
-            self.unkeyed_looked.clear()
-            self.front_held.clear()
-            self.turns = {name: lock for name, lock in self.turns.items() if lock.locked()}
-            # claiming is not cleared: each claim removes itself.
-        self._settings[queue] = flow
-
-    def join(self, queue: str, claim: asyncio.Event) -> list[asyncio.Event]:
-        """Count `claim` among the queue's claims under way (set when it is done, see leave); the claims
-        under way before it."""
-        claiming = self.claiming.setdefault(queue, set())
-        others = list(claiming)
-        claiming.add(claim)
-        return others
-
-    def leave(self, queue: str, claim: asyncio.Event) -> list[asyncio.Event]:
-        """Count `claim` done; the queue's claims still under way."""
-        claim.set()
-        claiming = self.claiming.get(queue, set())
-        claiming.discard(claim)
-        if not claiming:
-            self.claiming.pop(queue, None)
-        return list(claiming)
-
-    def front_open(self, queue: str) -> bool:
-        """Whether a claim of the queue looks at its front first (see _claim_front)."""
-        held_until = self.front_held.get(queue)
-        if held_until is None:
-            return True
-        if time.monotonic() < held_until:
-            return False
-        del self.front_held[queue]
-        return True
-
-    def forget(self, queue: str | None = None) -> None:
-        """Drop what is known of `queue` (None: every queue), to be read again on its next claim."""
-        if queue is None:
-            self._settings.clear()
-        else:
-            self._settings.pop(queue, None)
-
-
-async def queue_flow(db: Database, queue: str) -> QueueFlow:
+async def queue_flow(runtime: Runtime, queue: str) -> QueueFlow:
     """The queue's flow settings, from the cache or its row."""
-    known = db.flow.get(queue)
+    known = runtime.flow.get(queue)
     if known is None:
-        async with db.acquire() as conn:
+        async with runtime.db.acquire() as conn:
             row = await conn.fetchrow(q.QUEUE_FLOW.text, *q.QUEUE_FLOW.args(queue=queue))
         known = NO_FLOW if row is None else QueueFlow(**row)
-        db.flow.put(queue, known)
+        runtime.flow.put(queue, known)
     return known
 
 
@@ -166,7 +93,7 @@ BUSY_ROUNDS = 3
 
 
 async def lease_flow(
-    db: Database, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
+    runtime: Runtime, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
 ) -> FlowClaim:
     """Claim up to one job per slot of a queue under flow control: from the front of the queue when it
     has neither `fair` nor a rate (see _claim_front), then, for the slots left, by a walk of its keys
@@ -178,15 +105,15 @@ async def lease_flow(
     where it stopped, so that keys with room beyond a stretch of full keys are found by the same call,
     not at the next wake-up."""
     claim = FlowClaim([], [], None, False)
-    if not (flow.fair or flow.rated) and db.flow.front_open(queue):
-        claim, others = await _claim_front(db, queue, timeouts, workers)
+    if not (flow.fair or flow.rated) and runtime.flow.front_open(queue):
+        claim, others = await _claim_front(runtime, queue, timeouts, workers)
         if not claim.short:
             return claim
         if others:
             await _done(others)
     for _ in range(BUSY_ROUNDS):
         done = len(claim.rows)
-        more, others = await _claim(db, queue, flow, timeouts[done:], workers[done:])
+        more, others = await _claim(runtime, queue, flow, timeouts[done:], workers[done:])
         claim.rows += more.rows
         claim.slots += [done + slot for slot in more.slots]
         claim.wake_in, claim.busy = more.wake_in, more.busy
@@ -237,14 +164,14 @@ async def _planned_transaction(conn: asyncpg.Connection) -> AsyncIterator[None]:
 
 
 async def _claim(
-    db: Database, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
+    runtime: Runtime, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
 ) -> tuple[FlowClaim, list[asyncio.Event]]:
-    """One claim: FLOW_KEYS, then LEASE_FLOW, in one transaction (see app/db/queries.py for why two
+    """One claim: FLOW_KEYS, then LEASE_FLOW, in one transaction (see app/db/sql/claim.py for why two
     statements); and the replica's claims of the queue under way when it walked."""
     slots = len(workers)
     per_key = slots if flow.fair or not flow.key_concurrency else min(flow.key_concurrency, slots)
     scan = math.ceil(slots / per_key) + min(KEY_SLACK, slots + 3)
-    known = db.flow
+    known = runtime.flow
     # Jobs without a key are looked for at the front of the queue (a scan that reads each job's row):
     # by every claim while some are found, else once every UNKEYED_INTERVAL seconds.
     looked_at = known.unkeyed_looked.get(queue)
@@ -258,7 +185,7 @@ async def _claim(
     claim = q.LEASE_FLOW_RATED if flow.rated else q.LEASE_FLOW
     mine = asyncio.Event()
     try:
-        async with whole, db.acquire() as conn, _planned_transaction(conn):
+        async with whole, runtime.db.acquire() as conn, _planned_transaction(conn):
             async with walking:
                 others = known.join(queue, mine)
                 looked = await _walk(conn, known, queue, flow, scan)
@@ -289,10 +216,10 @@ async def _claim(
 
 
 async def _claim_front(
-    db: Database, queue: str, timeouts: list[float | None], workers: list[str | None]
+    runtime: Runtime, queue: str, timeouts: list[float | None], workers: list[str | None]
 ) -> tuple[FlowClaim, list[asyncio.Event]]:
     """A claim from the front of a queue under key concurrency alone: LEASE_FLOW_FRONT, one call (see
-    app/db/queries.py); and the replica's claims of the queue under way beside it. It comes back
+    app/db/sql/claim.py); and the replica's claims of the queue under way beside it. It comes back
     `short` (the caller walks the keys for the slots left, once those claims have committed) when it
     left slots empty and the front may not have been all there was: it looked at as many jobs as it
     could (keys with room may lie beyond full ones), passed over keys another claim held, or ran beside
@@ -301,11 +228,11 @@ async def _claim_front(
     is not looked at again for FRONT_PAUSE seconds."""
     slots = len(workers)
     lookahead = slots + min(KEY_SLACK, slots + 3)
-    known = db.flow
+    known = runtime.flow
     mine = asyncio.Event()
     others = known.join(queue, mine)
     try:
-        async with db.acquire() as conn:
+        async with runtime.db.acquire() as conn:
             rows = await conn.fetch(
                 q.LEASE_FLOW_FRONT.text,
                 *q.LEASE_FLOW_FRONT.args(
@@ -374,10 +301,10 @@ async def get_key(db: Database, queue: str, key: str) -> Row:
 
 
 async def put_key(
-    db: Database, queue: str, key: str, concurrency: int | None, rate: tuple[int, float] | None
+    runtime: Runtime, queue: str, key: str, concurrency: int | None, rate: tuple[int, float] | None
 ) -> Row:
     """Set a key's overrides (None: the queue's setting), creating its queue if need be."""
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         async with conn.transaction():
             await conn.execute(q.LOCK_QUEUE_ROW.text, *q.LOCK_QUEUE_ROW.args(queue=queue))
             await conn.execute(
@@ -392,21 +319,21 @@ async def put_key(
             )
             await conn.execute(q.SET_FLOW.text, *q.SET_FLOW.args(queue=queue))
         row = await conn.fetchrow(q.GET_KEY.text, *q.GET_KEY.args(queue=queue, key=key))
-    db.flow.forget(queue)
+    runtime.flow.forget(queue)
     assert row is not None
     return _key_row(row)
 
 
-async def delete_key(db: Database, queue: str, key: str) -> Row:
+async def delete_key(runtime: Runtime, queue: str, key: str) -> Row:
     """Remove a key's overrides: it follows the queue's settings again."""
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         async with conn.transaction():
             await conn.execute(q.LOCK_QUEUE_ROW.text, *q.LOCK_QUEUE_ROW.args(queue=queue))
             deleted = await conn.fetchval(q.DELETE_KEY.text, *q.DELETE_KEY.args(queue=queue, key=key))
             if not deleted:
                 raise NotFound(f"key {key!r} of queue {queue!r} has no overrides")
             await conn.execute(q.SET_FLOW.text, *q.SET_FLOW.args(queue=queue))
-    db.flow.forget(queue)
+    runtime.flow.forget(queue)
     return {"queue": queue, "key": key, "deleted": True}
 
 

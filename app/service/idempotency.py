@@ -21,6 +21,7 @@ from app.db.pool import Database
 from app.service.arguments import NewJobLike
 from app.service.inserts import encode_payloads, insert_deduplicated, insert_new, new_job
 from app.service.rows import Row
+from app.service.runtime import Runtime
 from app.service.upkeep import prune_in_batches
 
 KEY_ROUNDS = 10  # tries of a keyed insert whose keys keep being taken (or expiring) under it
@@ -71,10 +72,10 @@ def keyed(requests: Sequence[NewJobLike], payloads: list[str], once: Once) -> Ke
 
 
 async def enqueue_singles_once(
-    db: Database, items: Sequence[tuple[NewJobLike, Once]]
+    runtime: Runtime, items: Sequence[tuple[NewJobLike, Once]]
 ) -> list[Row | JobqError]:
     """Single keyed enqueues in one statement: each call's job, or the error that is its own answer."""
-    limit = db.settings.max_payload_bytes
+    limit = runtime.settings.max_payload_bytes
     calls: list[Keyed] = []
     place: list[int | JobqError] = []  # per item: its index in `calls`, or its error
     for request, once in items:
@@ -83,7 +84,7 @@ async def enqueue_singles_once(
             calls.append(keyed([request], encode_payloads([request], limit), once))
         except PayloadTooLarge as exc:
             place[-1] = exc
-    answers = await enqueue_once(db, calls) if calls else []
+    answers = await enqueue_once(runtime, calls) if calls else []
     out: list[Row | JobqError] = []
     for p in place:
         answer = p if isinstance(p, JobqError) else answers[p]
@@ -91,14 +92,14 @@ async def enqueue_singles_once(
     return out
 
 
-async def enqueue_once(db: Database, calls: list[Keyed]) -> list[list[Row] | JobqError]:
+async def enqueue_once(runtime: Runtime, calls: list[Keyed]) -> list[list[Row] | JobqError]:
     """Carry out keyed calls together, each at most once; per call, its answer or its Conflict.
 
     The jobs and the keys go in one statement (or transaction). When a key is already there, that fails
     on the key's primary key and inserts nothing: the calls whose keys were answered before get the
     kept answers (or Conflict, for another request under the key), and the others are inserted again.
     """
-    ttl = db.settings.idempotency_ttl
+    ttl = runtime.settings.idempotency_ttl
     answers: list[list[Row] | JobqError | None] = [None] * len(calls)
     # One key twice among these calls (a retry overtaking its first try): the first goes to the
     # database, the others answer as it does.
@@ -115,15 +116,15 @@ async def enqueue_once(db: Database, calls: list[Keyed]) -> list[list[Row] | Job
     for _ in range(KEY_ROUNDS):
         chosen = [calls[i] for i in todo]
         kept = None
-        async with db.acquire() as conn:
+        async with runtime.db.acquire() as conn:
             try:
-                inserted, new = await _insert_keyed(db, conn, chosen)
+                inserted, new = await _insert_keyed(runtime, conn, chosen)
             except asyncpg.UniqueViolationError as exc:
                 if exc.constraint_name != "pk_idempotency_keys":
                     raise
                 kept = await _kept_answers(conn, chosen)
         if kept is None:
-            db.metrics.enqueued.count(new)
+            runtime.metrics.enqueued.count(new)
             for i, rows in zip(todo, inserted, strict=True):
                 answers[i] = rows
             todo = []
@@ -143,14 +144,14 @@ async def enqueue_once(db: Database, calls: list[Keyed]) -> list[list[Row] | Job
 
 
 async def _insert_keyed(
-    db: Database, conn: asyncpg.Connection, calls: list[Keyed]
+    runtime: Runtime, conn: asyncpg.Connection, calls: list[Keyed]
 ) -> tuple[list[list[Row]], list[Row]]:
     """Insert the calls' jobs and keep each call's answer under its key, in one statement (ENQUEUE_NEW
     with one more CTE) or, with dedup keys, one more statement in ENQUEUE's transaction. The calls are
     one call, or single enqueues sharing a statement. The answers per call, and the jobs inserted."""
     requests = [r for call in calls for r in call.requests]
     payloads = [p for call in calls for p in call.payloads]
-    ttl = db.settings.idempotency_ttl
+    ttl = runtime.settings.idempotency_ttl
     keys = {
         "scopes": [call.once.scope for call in calls],
         "keys": [call.once.key for call in calls],

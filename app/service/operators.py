@@ -15,6 +15,7 @@ from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import QueueSettingsLike
 from app.service.rows import Row, Scope, as_job, run_guarded
+from app.service.runtime import Runtime
 
 # Keyset paging starts below this: every job.
 PAST_LAST_ID = MAX_JOB_ID + 1
@@ -44,7 +45,7 @@ async def dead_jobs(
     return {"jobs": jobs, "next_before_id": jobs[-1]["id"] if len(jobs) == limit else None}
 
 
-# What one page of GET /jobs reads at most, whatever its filters (app/db/queries.py LIST_WINDOW): jobs, and
+# What one page of GET /jobs reads at most, whatever its filters (app/db/sql/lists.py LIST_WINDOW): jobs, and
 # for a search, bytes of their text (2 MiB, each job counting 256 bytes at least: 8,192 small jobs, or
 # twenty of 100 KB). A page read queue by queue (a token's scope) shares both among its queues.
 LIST_SCAN = 10_000
@@ -309,11 +310,11 @@ async def queue_cancelled(db: Database, name: str) -> int:
         return await conn.fetchval(q.QUEUE_CANCELLED.text, *q.QUEUE_CANCELLED.args(queue=name))
 
 
-async def configure_queue(db: Database, name: str, settings: QueueSettingsLike) -> Row:
+async def configure_queue(runtime: Runtime, name: str, settings: QueueSettingsLike) -> Row:
     """Change the settings given (None keeps one; among flow-control settings, absent keeps one and None
     clears it), creating the queue if need be; the queue's row. A change of flow control reaches every
     replica's claims at once (queries.SET_FLOW)."""
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         async with conn.transaction():
             await conn.execute(
                 q.CONFIGURE_QUEUE.text,
@@ -331,7 +332,7 @@ async def configure_queue(db: Database, name: str, settings: QueueSettingsLike) 
                 await conn.execute(q.CONFIGURE_FLOW.text, *q.CONFIGURE_FLOW.args(queue=name, flow=flow))
                 await conn.execute(q.SET_FLOW.text, *q.SET_FLOW.args(queue=name))
         if settings.flow:
-            db.flow.forget(name)
+            runtime.flow.forget(name)
         return _queue_row(await _queue_stats(conn, name), with_settings=True)
 
 

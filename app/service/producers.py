@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 
 import asyncpg
 
@@ -15,30 +14,29 @@ from app.core.states import FINISHED
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import NewJobLike
-from app.service.coalesce import Batcher
+from app.service.coalesce import Shared
 from app.service.idempotency import Once, enqueue_once, enqueue_singles_once, keyed
 from app.service.inserts import encode_payloads, insert_deduplicated, insert_new
 from app.service.rows import Row, Scope, as_job, run_guarded
-from app.service.shared import shared
-from app.service.wakeups import Wakeups
+from app.service.runtime import Runtime
 from app.telemetry import tracing
 
 
-async def enqueue(db: Database, job: NewJobLike, once: Once | None = None) -> Row:
+async def enqueue(runtime: Runtime, job: NewJobLike, once: Once | None = None) -> Row:
     """Enqueue one job, sharing its INSERT with concurrent single enqueues. A shared statement PostgreSQL
     refused is retried call by call, so each call still succeeds or fails on its own
     (app/service/coalesce.py). Enqueues with an idempotency key (`once`) share theirs with each other, so the
     others' statement stays ENQUEUE_NEW, with nothing of the keys."""
     if once is None:
-        return await shared(db, "enqueue", enqueue_batch, job)
-    answer = await shared(db, "enqueue_once", enqueue_singles_once, (job, once))
+        return await runtime.coalescing.submit(ENQUEUES, job)
+    answer = await runtime.coalescing.submit(KEYED_ENQUEUES, (job, once))
     if isinstance(answer, JobqError):
         raise answer
     return answer
 
 
 async def enqueue_batch(
-    db: Database,
+    runtime: Runtime,
     requests: Sequence[NewJobLike],
     *,
     then: Callable[[asyncpg.Connection, Sequence[Row]], Awaitable[None]] | None = None,
@@ -54,37 +52,41 @@ async def enqueue_batch(
     carried out at most once. `payload_limit`: the largest payload in bytes, encoded, for a caller that
     held its payloads to rules of its own (the SQS API: SQS's message size); None: JOBQ_MAX_PAYLOAD_BYTES.
     """
-    limit = db.settings.max_payload_bytes if payload_limit is None else payload_limit
+    limit = runtime.settings.max_payload_bytes if payload_limit is None else payload_limit
     payloads = encode_payloads(requests, limit)
     if once is not None:
         if then is not None:
             raise TypeError("enqueue_batch: `then` and `once` do not go together")
-        (answer,) = await enqueue_once(db, [keyed(requests, payloads, once)])
+        (answer,) = await enqueue_once(runtime, [keyed(requests, payloads, once)])
         if isinstance(answer, JobqError):
             raise answer
         return answer
     started = time.time_ns()
     if all(r.dedup_key is None for r in requests):
-        async with db.acquire() as conn:
+        async with runtime.db.acquire() as conn:
             if then is None:
                 new = await insert_new(conn, requests, payloads)
             else:
                 async with conn.transaction():
                     new = await insert_new(conn, requests, payloads)
                     await then(conn, new)
-        db.metrics.enqueued.count_queues(new.queues)
+        runtime.metrics.enqueued.count_queues(new.queues)
         tracing.record("send", new, started)
         return new
 
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         async with conn.transaction():
             answers, results = await insert_deduplicated(conn, requests, payloads)
             if then is not None:
                 await then(conn, results)
     inserted = [row for row in results if not row["duplicate"]]
-    db.metrics.enqueued.count(inserted)
+    runtime.metrics.enqueued.count(inserted)
     tracing.record("send", inserted, started)
     return answers
+
+
+ENQUEUES = Shared("enqueue", enqueue_batch)
+KEYED_ENQUEUES = Shared("enqueue_once", enqueue_singles_once)
 
 
 async def get_job(db: Database, job_id: int, scope: Scope = None) -> Row:
@@ -96,8 +98,7 @@ async def get_job(db: Database, job_id: int, scope: Scope = None) -> Row:
 
 
 async def wait_for_job(
-    db: Database,
-    wakeups: Wakeups,
+    runtime: Runtime,
     job_id: int,
     wait: float,
     scope: Scope = None,
@@ -111,13 +112,14 @@ async def wait_for_job(
     whichever replica, notifies its id at commit; then it reads the job. A job already finished (or
     unknown: 404) is answered at once. At most `max_waiters` long-polls wait at once per process.
     """
+    db, wakeups = runtime.db, runtime.wakeups
     with wakeups.long_poll():
         gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         deadline = time.monotonic() + wait
         try:
             while not wakeups.closing:
                 with wakeups.watching(job_id) as waiter:
-                    if not await _watch(db, job_id, scope):
+                    if not await _watch(runtime, job_id, scope):
                         break  # finished, or no such job: read it
                     await waiter.wait(deadline - time.monotonic(), gone)
                     if not waiter.woken:
@@ -132,26 +134,32 @@ async def wait_for_job(
     return await get_job(db, job_id, scope)
 
 
-async def _watch(db: Database, job_id: int, scope: Scope) -> bool:
+async def _watch(runtime: Runtime, job_id: int, scope: Scope) -> bool:
     """Mark the job awaited; False when it is finished, unknown or out of scope. Concurrent waiters
-    share WATCH_JOBS statements (per scope); a job that one passed over, its row busy, is marked alone."""
-    if db.settings.coalesce:
-        key = ("watch", None if scope is None else tuple(scope))
-        make = partial(
-            Batcher, partial(_watch_shared, db, scope), concurrency=db.settings.coalesce_concurrency
-        )
-        with db.sharing(key, make) as batcher:
-            if await batcher.submit(job_id):
-                return True
-    async with db.acquire() as conn:
+    share WATCH_JOBS statements (per scope, WATCHES); a job that one passed over, its row busy, is marked
+    alone, as every job is with JOBQ_COALESCE off."""
+    if await runtime.coalescing.submit(WATCHES, job_id, None if scope is None else tuple(scope)):
+        return True
+    async with runtime.db.acquire() as conn:
         return await conn.fetchval(q.WATCH_JOB.text, *q.WATCH_JOB.args(id=job_id, scope=scope)) is not None
 
 
-async def _watch_shared(db: Database, scope: Scope, ids: list[int]) -> list[bool]:
-    async with db.acquire() as conn:
-        rows = await conn.fetch(q.WATCH_JOBS.text, *q.WATCH_JOBS.args(ids=ids, scope=scope))
+async def _watch_shared(runtime: Runtime, scope: tuple[str, ...] | None, ids: list[int]) -> list[bool]:
+    async with runtime.db.acquire() as conn:
+        rows = await conn.fetch(
+            q.WATCH_JOBS.text, *q.WATCH_JOBS.args(ids=ids, scope=None if scope is None else list(scope))
+        )
     marked = {row["id"] for row in rows}
     return [job_id in marked for job_id in ids]
+
+
+async def _not_shared(runtime: Runtime, scope: tuple[str, ...] | None, job_id: int) -> bool:
+    """Nothing marked: with JOBQ_COALESCE off, _watch marks each job alone."""
+    return False
+
+
+# Per scope, and only while waiters are in it (a scope is a token's queues).
+WATCHES = Shared("watch", _watch_shared, per_key=True, alone=_not_shared)
 
 
 async def cancel(db: Database, job_id: int, scope: Scope = None) -> Row:

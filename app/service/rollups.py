@@ -20,40 +20,19 @@ from typing import Any
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.rows import Row, Scope
+from app.service.runtime import Runtime
+from app.service.tally import SERIES
 
 ROLLUPS_KEPT = 8 * 86400.0  # seconds: a week of charts, and a day to spare
 # What a chart can show: its span and the step of its points, both in seconds.
 SPANS = {"1h": (3600, 60), "1d": (86400, 900), "7d": (7 * 86400, 7200)}
-SERIES = ("enqueued", "completed", "failed", "dead")
 # Where the steps of a chart start counting: ROLLUP_SERIES bins minutes from it, and a page lays its
 # steps out from it, so both agree on every step's start.
 ROLLUP_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-class Tally:
-    """What this replica's counters held when it last wrote, per series and queue."""
-
-    def __init__(self) -> None:
-        self._written: dict[str, dict[str, float]] = {series: {} for series in SERIES}
-
-    def since(self, totals: dict[str, dict[str, float]]) -> dict[str, dict[str, int]]:
-        """Per queue, each series' count since the last write (`totals`: each series' counters now)."""
-        out: dict[str, dict[str, int]] = {}
-        for series in SERIES:
-            before = self._written[series]
-            for queue, total in totals[series].items():
-                n = int(total - before.get(queue, 0))
-                if n:
-                    out.setdefault(queue, dict.fromkeys(SERIES, 0))[series] = n
-        return out
-
-    def written(self, totals: dict[str, dict[str, float]]) -> None:
-        """`totals` are in the database now; what a write that failed did not write is written next."""
-        self._written = {series: dict(totals[series]) for series in SERIES}
-
-
-def _totals(db: Database) -> dict[str, dict[str, float]]:
-    m = db.metrics
+def _totals(runtime: Runtime) -> dict[str, dict[str, float]]:
+    m = runtime.metrics
     failed = m.nacked.totals()
     for queue, n in m.expired.totals().items():
         failed[queue] = failed.get(queue, 0) + n
@@ -65,22 +44,22 @@ def _totals(db: Database) -> dict[str, dict[str, float]]:
     }
 
 
-async def write_rollups(db: Database) -> int:
+async def write_rollups(runtime: Runtime) -> int:
     """Add this replica's counts since its last write, and the lag its gauges last read, to the current
     minute of each queue; how many rows it wrote."""
-    totals = _totals(db)
-    counts = db.rollups.since(totals)
-    lags = {row["queue"]: row["lag_seconds"] for row in db.metrics.gauges.queues}
+    totals = _totals(runtime)
+    counts = runtime.rollups.since(totals)
+    lags = {row["queue"]: row["lag_seconds"] for row in runtime.metrics.gauges.queues}
     queues = sorted(counts.keys() | lags.keys())  # sorted: replicas writing at once lock in one order
     if not queues:
         return 0
     zero = dict.fromkeys(SERIES, 0)
     columns: dict[str, Any] = {series: [counts.get(qn, zero)[series] for qn in queues] for series in SERIES}
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         await conn.execute(
             q.ROLL_UP.text, *q.ROLL_UP.args(queues=queues, lags=[lags.get(qn) for qn in queues], **columns)
         )
-    db.rollups.written(totals)
+    runtime.rollups.written(totals)
     return len(queues)
 
 

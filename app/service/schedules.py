@@ -33,6 +33,7 @@ from app.db import sql as q
 from app.db.pool import Database
 from app.db.tables import CatchUp
 from app.service.rows import Row, Scope
+from app.service.runtime import Runtime
 
 log = logging.getLogger("jobq.schedules")
 
@@ -157,10 +158,10 @@ async def set_paused(db: Database, name: str, paused: bool, scope: Scope = None)
     return as_schedule(row)
 
 
-async def trigger(db: Database, name: str, scope: Scope = None) -> Row:
+async def trigger(runtime: Runtime, name: str, scope: Scope = None) -> Row:
     """Enqueue the schedule's job now, outside its slots (the job's schedule_slot is null); the schedule,
     with `job_id`."""
-    async with db.acquire() as conn, conn.transaction():
+    async with runtime.db.acquire() as conn, conn.transaction():
         old = await _locked(conn, name, scope)
         fired = await conn.fetchrow(q.FIRE_SCHEDULE.text, *q.FIRE_SCHEDULE.args(name=name, slots=[None]))
         await conn.execute(
@@ -169,7 +170,7 @@ async def trigger(db: Database, name: str, scope: Scope = None) -> Row:
                 name=name, next_run_at=None, last_run_at=old["now"], last_job_id=fired["last_job_id"]
             ),
         )
-    db.metrics.schedule_fired(name, 1)
+    runtime.metrics.schedule_fired(name, 1)
     return as_schedule(old) | {
         "last_run_at": old["now"],
         "last_job_id": fired["last_job_id"],
@@ -268,7 +269,7 @@ def plan_round(due: list[asyncpg.Record], grace: float) -> Firing:
     return firing
 
 
-async def fire_due(db: Database, grace: float) -> int:
+async def fire_due(runtime: Runtime, grace: float) -> int:
     """Fire every due schedule, set-wise, a round of at most FIRE_BATCH schedules at a time; how many
     jobs were enqueued.
 
@@ -279,7 +280,7 @@ async def fire_due(db: Database, grace: float) -> int:
     fired, paused or changed meanwhile, by this replica or another, is left out: each slot once."""
     enqueued = 0
     while True:
-        async with db.acquire() as conn:
+        async with runtime.db.acquire() as conn:
             due = await conn.fetch(q.DUE_SCHEDULES.text, *q.DUE_SCHEDULES.args(batch=FIRE_BATCH))
             if not due:
                 return enqueued
@@ -303,7 +304,7 @@ async def fire_due(db: Database, grace: float) -> int:
             enqueued += row["jobs"]
             missed_here = firing.missed.get(row["name"], 0)
             missed += missed_here
-            db.metrics.schedule_fired(row["name"], row["jobs"], missed_here)
+            runtime.metrics.schedule_fired(row["name"], row["jobs"], missed_here)
         if missed:
             late = sorted(name for name in firing.missed if name in {row["name"] for row in fired})
             log.warning(

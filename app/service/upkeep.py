@@ -9,25 +9,26 @@ import time
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.rows import Row
+from app.service.runtime import Runtime
 from app.telemetry import tracing
 from app.telemetry.metrics import DatabaseHealth
 
 EXPIRE_BATCH = 1000  # leases per EXPIRE_LEASES statement
 
 
-async def expire_leases(db: Database) -> list[Row]:
+async def expire_leases(runtime: Runtime) -> list[Row]:
     """Return every expired lease to pending (or dead); the jobs changed."""
     changed: list[Row] = []
     started = time.time_ns()
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         while True:
             rows = await conn.fetch(q.EXPIRE_LEASES.text, *q.EXPIRE_LEASES.args(batch=EXPIRE_BATCH))
             changed.extend(dict(r) for r in rows)
             if len(rows) < EXPIRE_BATCH:
                 break
-    db.metrics.expired.count(changed)
+    runtime.metrics.expired.count(changed)
     dead = [r for r in changed if r["status"] == "dead"]
-    db.metrics.dead_lettered.count(dead)
+    runtime.metrics.dead_lettered.count(dead)
     tracing.record("dead-letter", dead, started)
     return changed
 

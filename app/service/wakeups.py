@@ -15,7 +15,7 @@ connection it reconnects and then wakes every waiter, since anything may have be
 
 A wake-up is spent only by a waiter that looks for jobs because of it. One that leaves instead (its
 client went away, the service is closing) hands it to the next waiter of its queue; and a long-poll
-watches its client while it waits (app/service/workers.py ``lease``), so a departed one leaves at once rather
+watches its client while it waits (app/service/leasing.py ``lease``), so a departed one leaves at once rather
 than being woken first.
 
 Waiting for a job to finish (``GET /jobs/{id}?wait=N``) is woken the same way, on a channel of its own
@@ -279,7 +279,7 @@ class Wakeups:
 
     def wake_in(self, queue: str, delay: float, n: int) -> None:
         """Wake up to n of the queue's waiters `delay` seconds from now (a claim under flow control that
-        knows when a job may go: app/service/workers.py)."""
+        knows when a job may go: app/service/leasing.py)."""
         self._schedule(queue, self._loop.time() + delay, n)
 
     def _schedule(self, queue: str, when: float, n: int) -> None:

@@ -1,19 +1,17 @@
-"""Workers' operations: lease jobs, then end each lease (ack, nack, release) or extend it.
+"""Workers' operations once they have leased jobs (app/service/leasing.py): end each lease (ack, nack,
+release) or extend it.
 
 Every call after the lease names a job and the lease token the lease handed out, and changes the job only
-under that token (the statements' guards, app/db/queries.py). Each item of a batch is answered on its own
+under that token (the statements' guards, app/db/sql/ends.py). Each item of a batch is answered on its own
 (`ok`, or the `code` of why not); one-item calls raise that answer as an error (``single``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Sequence
 
 import asyncpg
 
@@ -22,15 +20,11 @@ from app.core.jsontext import NumberOutOfRange, encode_json, written_out, writte
 from app.core.tokens import parse_token
 from app.db import sql as q
 from app.db.pool import Database
-from app.service.arguments import AckLike, JobLease, JobLeaseLike, NackLike
-from app.service.coalesce import Batcher
-from app.service.flow import BUSY_RETRY, FlowClaim, lease_flow, queue_flow
-from app.service.rows import Row, as_job, job_status
-from app.service.shared import shared
-from app.service.wakeups import Wakeups
+from app.service.arguments import AckLike, JobLeaseLike, NackLike
+from app.service.coalesce import Shared
+from app.service.rows import Row, job_status
+from app.service.runtime import Runtime
 from app.telemetry import tracing
-
-MAX_SHARED_LEASE = 1000  # jobs per shared LEASE statement
 
 Tokens = list[uuid.UUID | str | None]
 
@@ -51,150 +45,6 @@ async def _with_queues(
     missing = [job_id for job_id, queue in zip(ids, queues, strict=True) if queue is None]
     found = dict(await conn.fetch(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=missing)))
     return [found.get(job_id) if queue is None else queue for job_id, queue in zip(ids, queues, strict=True)]
-
-
-# --- lease -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseCall:
-    """One caller's share of a shared LEASE statement."""
-
-    max_jobs: int
-    visibility_timeout: float | None
-    worker_id: str | None
-
-
-async def lease(
-    db: Database,
-    wakeups: Wakeups,
-    *,
-    queue: str,
-    max_jobs: int,
-    visibility_timeout: float | None,
-    wait: float,
-    worker_id: str | None,
-    disconnected: Callable[[], Awaitable[object]] | None = None,
-) -> list[Row]:
-    """Lease up to max_jobs ready jobs of the queue; with `wait`, long-poll until some are leased or
-    `wait` seconds pass. No connection is held while waiting.
-
-    Concurrent calls on one queue share LEASE statements (see _lease_shared). `disconnected` returns once
-    the client has gone (app/http/web.py): a long-poll watches it while it waits and leaves at once, so
-    wake-ups go to waiters still listening; it leases nothing more, and hands back what it leased for a
-    client that left meanwhile. Once the service is shutting down, nothing is leased. At most
-    `max_waiters` long-polls wait at once (app/service/wakeups.py); past that a long-poll is refused with
-    Unavailable (503, Retry-After) before any work, while short leases (`wait` 0) go on.
-    """
-    call = LeaseCall(max_jobs, visibility_timeout, worker_id)
-    if wakeups.closing:
-        return []
-    if wait <= 0:
-        leased = await _lease_now(db, wakeups, queue, call)
-        db.sightings.saw(worker_id, queue, len(leased))
-        return leased
-    db.sightings.saw(worker_id, queue, 0)  # seen as it starts waiting, not only once it gets a job
-    with wakeups.long_poll():
-        gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
-        try:
-            leased = await _long_poll(db, wakeups, queue, call, wait, gone)
-            if leased and gone is not None and gone.done():
-                await _release_undelivered(db, leased)  # its client left meanwhile: nobody to deliver to
-                return []
-        finally:
-            if gone is not None:
-                gone.cancel()
-    db.sightings.saw(worker_id, queue, len(leased))
-    return leased
-
-
-async def _long_poll(
-    db: Database, wakeups: Wakeups, queue: str, call: LeaseCall, wait: float, gone: asyncio.Future | None
-) -> list[Row]:
-    """Lease, and wait for a wake-up while nothing is leased, until `wait` seconds pass or the client
-    goes (`gone` completes). A wake-up this waiter does not act on is passed on (see Wakeups.waiting)."""
-    deadline = time.monotonic() + wait
-    while True:
-        with wakeups.waiting(queue) as waiter:
-            leased = await _lease_now(db, wakeups, queue, call)
-            remaining = deadline - time.monotonic()
-            if leased or remaining <= 0:
-                return leased
-            await waiter.wait(remaining, gone)
-            if wakeups.closing or (gone is not None and gone.done()):
-                return []  # leaves without looking again: a wake-up it got goes to the next waiter
-            waiter.used = waiter.woken  # it looks again, next time round
-
-
-async def _lease_now(db: Database, wakeups: Wakeups, queue: str, call: LeaseCall) -> list[Row]:
-    """The jobs one LEASE statement leases for `call`, a statement it may share with other calls."""
-    if not db.settings.coalesce:
-        (leased,) = await _lease_shared(db, wakeups, queue, [call])
-        return leased
-    # Per queue, and only while calls are in it: queue names come from clients (see Database.sharing).
-    with db.sharing(
-        ("lease", queue),
-        lambda: Batcher(
-            partial(_lease_shared, db, wakeups, queue),
-            max_items=MAX_SHARED_LEASE,
-            size=lambda c: c.max_jobs,
-            orphaned=partial(_release_orphans, db),
-            concurrency=db.settings.coalesce_concurrency,
-        ),
-    ) as batcher:
-        return await batcher.submit(call)
-
-
-async def _lease_shared(
-    db: Database, wakeups: Wakeups, queue: str, calls: list[LeaseCall]
-) -> list[list[Row]]:
-    """One LEASE statement for several calls (LEASE_FLOW for a queue under flow control): each call owns
-    max_jobs consecutive slots."""
-    owner, timeouts, workers = [], [], []
-    for k, call in enumerate(calls):
-        owner += [k] * call.max_jobs
-        timeouts += [call.visibility_timeout] * call.max_jobs
-        workers += [call.worker_id] * call.max_jobs
-    flow = await queue_flow(db, queue)
-    started, began = time.perf_counter(), time.time_ns()
-    if flow.flow:
-        claim = await lease_flow(db, queue, flow, timeouts, workers)
-        rows, slots = claim.rows, claim.slots
-        if len(rows) < len(workers):
-            _wake_later(wakeups, queue, claim)
-    else:
-        async with db.acquire() as conn:
-            rows = await conn.fetch(
-                q.LEASE.text, *q.LEASE.args(queue=queue, visibility_timeouts=timeouts, worker_ids=workers)
-            )
-        slots = [row["slot"] for row in rows]
-    db.metrics.claimed(queue, time.perf_counter() - started, len(rows))
-    tracing.record("lease", rows, began)
-    shares: list[list[tuple[int, Row]]] = [[] for _ in calls]
-    for slot, row in zip(slots, rows, strict=True):
-        shares[owner[slot - 1]].append((slot, as_job(row)))
-    return [[job for _, job in sorted(share, key=lambda pair: pair[0])] for share in shares]
-
-
-def _wake_later(wakeups: Wakeups, queue: str, claim: FlowClaim) -> None:
-    """After a claim under flow control that left slots empty: wake the queue's long-polls when a rate
-    window lets a job go, or at once if keys were passed over because another claim held them (it
-    commits in a moment). A slot a running job frees wakes them by notification (queries.KEY_FREED)."""
-    if claim.busy:
-        wakeups.wake_in(queue, BUSY_RETRY, 1)
-    if claim.wake_in is not None:
-        wakeups.wake_in(queue, max(claim.wake_in, 0.0), 1)
-
-
-async def _release_orphans(db: Database, orphans: list[list[Row]]) -> None:
-    """Hand back what a shared LEASE leased for callers that left while it ran."""
-    await _release_undelivered(db, [job for share in orphans for job in share])
-
-
-async def _release_undelivered(db: Database, leased: list[Row]) -> None:
-    """Hand back jobs that were leased but never delivered (their attempt is not counted)."""
-    if leased:
-        await release(db, [JobLease(j["id"], j["lease_token"]) for j in leased])
 
 
 # --- ending a lease: ack, nack, release ------------------------------------------------------------
@@ -284,27 +134,30 @@ def _result_text(item: JobLeaseLike | AckLike, result: object, limit: int) -> st
 # --- ack -------------------------------------------------------------------------------------------
 
 
-async def ack(db: Database, item: JobLeaseLike | AckLike) -> Row:
+async def ack(runtime: Runtime, item: JobLeaseLike | AckLike) -> Row:
     """One ack, sharing its statement with concurrent acks. Its result is checked first: refused (over
     the limit, PayloadTooLarge), nothing is sent, and the job stays running under its lease."""
     result = getattr(item, "result", None)  # a plain JobLease has none
-    text = None if result is None else _result_text(item, result, db.settings.max_result_bytes)
-    return await shared(db, "ack", _ack_shared, (item, text))
+    text = None if result is None else _result_text(item, result, runtime.settings.max_result_bytes)
+    return await runtime.coalescing.submit(ACKS, (item, text))
 
 
-async def _ack_shared(db: Database, calls: Sequence[tuple[JobLeaseLike, str | None]]) -> list[Row]:
+async def _ack_shared(runtime: Runtime, calls: Sequence[tuple[JobLeaseLike, str | None]]) -> list[Row]:
     """The acks of concurrent calls, each with its result as JSON text (or None), in one ACK."""
-    return await _ack(db, [item for item, _ in calls], [text for _, text in calls])
+    return await _ack(runtime, [item for item, _ in calls], [text for _, text in calls])
 
 
-async def ack_batch(db: Database, items: Sequence[JobLeaseLike | AckLike]) -> list[Row]:
+ACKS = Shared("ack", _ack_shared)
+
+
+async def ack_batch(runtime: Runtime, items: Sequence[JobLeaseLike | AckLike]) -> list[Row]:
     """Complete each job whose current lease token is given, keeping its result; a result per item, in
     order. An item whose result is refused (payload_too_large, validation_error) changes nothing and
     is answered so, as an item with a lost lease is; the others complete."""
     values = [getattr(i, "result", None) for i in items]
     if values.count(None) == len(values):  # no results, as in most acks: nothing to encode or check
-        return await _ack(db, items, None)
-    limit = db.settings.max_result_bytes
+        return await _ack(runtime, items, None)
+    limit = runtime.settings.max_result_bytes
     kept: list[int] = []  # places of the items that go to ACK
     texts: list[str | None] = []
     refused: dict[int, Row] = {}  # by place
@@ -316,19 +169,19 @@ async def ack_batch(db: Database, items: Sequence[JobLeaseLike | AckLike]) -> li
             continue
         kept.append(n)
         texts.append(text)
-    done = await _ack(db, [items[n] for n in kept], texts) if kept else []
+    done = await _ack(runtime, [items[n] for n in kept], texts) if kept else []
     answers = dict(zip(kept, done, strict=True)) | refused
     return [answers[n] for n in range(len(items))]
 
 
-async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | None] | None) -> list[Row]:
+async def _ack(runtime: Runtime, items: Sequence[JobLeaseLike], texts: list[str | None] | None) -> list[Row]:
     """ACK: complete each job under its lease token, with its result (JSON text; None: none). `texts`
     is None, or all None, for a statement without results: ACK then gets NULL, and no more work."""
     ids, queues, tokens = _leases(items)
     keys = _item_keys(ids, tokens)
     sent = None if texts is None or texts.count(None) == len(texts) else texts
     started = time.time_ns()
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         queues = await _with_queues(conn, ids, queues)
         acked = await conn.fetch(
             q.ACK.text, *q.ACK.args(ids=ids, queues=queues, lease_tokens=tokens, results=sent)
@@ -337,7 +190,7 @@ async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | No
         done = _done(acked)
         failed = [job_id for job_id, key in zip(ids, keys, strict=True) if key not in done]
         leases = await _lease_status(conn, failed) if failed else {}
-    db.metrics.acked.count(acked)
+    runtime.metrics.acked.count(acked)
     tracing.record("ack", acked, started)
     results = []
     for job_id, key, token in zip(ids, keys, tokens, strict=True):
@@ -358,17 +211,17 @@ async def _ack(db: Database, items: Sequence[JobLeaseLike], texts: list[str | No
     return results
 
 
-async def nack(db: Database, item: NackLike) -> Row:
-    """One nack, sharing its statement with concurrent nacks."""
-    return await shared(db, "nack", nack_batch, item)
+async def nack(runtime: Runtime, item: NackLike) -> Row:
+    """One nack, sharing its statement with concurrent nacks (NACKS)."""
+    return await runtime.coalescing.submit(NACKS, item)
 
 
-async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
+async def nack_batch(runtime: Runtime, items: Sequence[NackLike]) -> list[Row]:
     """Give jobs back after a failed attempt: retry later, or dead. A result per item, in order."""
-    cut = db.settings.max_error_chars
+    cut = runtime.settings.max_error_chars
     ids, queues, tokens = _leases(items)
     started = time.time_ns()
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         queues = await _with_queues(conn, ids, queues)
         rows = await conn.fetch(
             q.NACK.text,
@@ -385,9 +238,9 @@ async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
         nacked = _row_per_item(_item_keys(ids, tokens), rows)
         failed = [job_id for job_id, row in zip(ids, nacked, strict=True) if row is None]
         leases = await _lease_status(conn, failed) if failed else {}
-    db.metrics.nacked.count(rows)
+    runtime.metrics.nacked.count(rows)
     dead = [r for r in rows if r["status"] == "dead"]
-    db.metrics.dead_lettered.count(dead)
+    runtime.metrics.dead_lettered.count(dead)
     tracing.record("nack", rows, started)
     tracing.record("dead-letter", dead, started)
     return [
@@ -396,6 +249,9 @@ async def nack_batch(db: Database, items: Sequence[NackLike]) -> list[Row]:
         else _refused(job_id, leases)
         for job_id, row in zip(ids, nacked, strict=True)
     ]
+
+
+NACKS = Shared("nack", nack_batch)
 
 
 # What PostgreSQL text cannot hold: U+0000, and lone surrogates (a JSON escape such as "\udce9" that

@@ -1,53 +1,30 @@
 """Workers seen: which `worker_id` leased from which queue, and when last.
 
 Every `POST /lease` that names its worker (the Python runner sends `host:pid`) is noted in this process's
-memory (``Sightings.saw``: a dict update, no I/O). Every few seconds each replica writes what it noted
-since its last write in one statement (SEE_WORKERS), so the table holds every replica's workers at the
-cost of one small write per replica per interval, whatever the lease rate. A lease with no worker_id is
-not noted. Rows not seen for WORKERS_KEPT are deleted by the pruning loop. What a worker holds now is not
-kept here: `list_workers` counts the running jobs leased under its id.
+memory (``Sightings.saw``, app/service/sightings.py: a dict update, no I/O). Every few seconds each replica
+writes what it noted since its last write in one statement (SEE_WORKERS), so the table holds every
+replica's workers at the cost of one small write per replica per interval, whatever the lease rate. A
+lease with no worker_id is not noted. Rows not seen for WORKERS_KEPT are deleted by the pruning loop.
+What a worker holds now is not kept here: `list_workers` counts the running jobs leased under its id.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.rows import Row, Scope
+from app.service.runtime import Runtime
 
 WORKERS_KEPT = 3600.0  # seconds a worker stays listed after it was last seen
 WORKERS_SHOWN = 500  # at most, most recently seen first
-SEEN_AT_MOST = 10_000  # distinct (worker, queue) noted per interval; more are dropped until the next write
 
 
-class Sightings:
-    """(worker_id, queue) -> [last seen (Unix time), jobs leased], since the last ``take``."""
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], list[float]] = {}
-
-    def saw(self, worker_id: str | None, queue: str, leased: int) -> None:
-        if worker_id is None:
-            return
-        entry = self._seen.get((worker_id, queue))
-        if entry is None:
-            if len(self._seen) >= SEEN_AT_MOST:
-                return
-            entry = self._seen[(worker_id, queue)] = [0.0, 0]
-        entry[0] = time.time()
-        entry[1] += leased
-
-    def take(self) -> dict[tuple[str, str], list[float]]:
-        seen, self._seen = self._seen, {}
-        return seen
-
-
-async def write_sightings(db: Database) -> int:
+async def write_sightings(runtime: Runtime) -> int:
     """Write what this process saw since its last write; how many (worker, queue) rows it wrote. Sorted,
     so replicas writing the same rows at once lock them in the same order."""
-    seen = sorted(db.sightings.take().items())
+    seen = sorted(runtime.sightings.take().items())
     if not seen:
         return 0
     args = q.SEE_WORKERS.args(
@@ -56,7 +33,7 @@ async def write_sightings(db: Database) -> int:
         last_seen=[datetime.fromtimestamp(at, UTC) for _, (at, _) in seen],
         leased=[int(n) for _, (_, n) in seen],
     )
-    async with db.acquire() as conn:
+    async with runtime.db.acquire() as conn:
         await conn.execute(q.SEE_WORKERS.text, *args)
     return len(seen)
 

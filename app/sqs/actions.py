@@ -3,15 +3,16 @@ Query protocol's ``Action`` (app/sqs/router.py).
 
 Each action takes the request's ``Context`` and its JSON body (a Query request's is decoded into the
 same), and answers with the JSON body of SQS's answer, or raises ``SqsError``. They live by concept:
-queues (app/sqs/queues.py), messages (app/sqs/messages.py), dead-letter redrive (app/sqs/redrive.py),
-tags and permissions (app/sqs/tags.py), each on jobq's own operations in ``app.service``.
+queues (app/sqs/queues.py), sending, receiving and what a receipt handle does (app/sqs/sending.py,
+receiving.py, receipts.py), dead-letter redrive (app/sqs/redrive.py), tags and permissions
+(app/sqs/tags.py), each on jobq's own operations in ``app.service``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from app.sqs import messages, queues, redrive, tags
+from app.sqs import queues, receipts, receiving, redrive, sending, tags
 from app.sqs.context import Context
 from app.sqs.params import Body
 
@@ -31,13 +32,13 @@ ACTIONS: dict[str, Action] = {
     "ListQueueTags": tags.list_queue_tags,
     "AddPermission": tags.add_permission,
     "RemovePermission": tags.remove_permission,
-    "SendMessage": messages.send_message,
-    "SendMessageBatch": messages.send_message_batch,
-    "ReceiveMessage": messages.receive_message,
-    "DeleteMessage": messages.delete_message,
-    "DeleteMessageBatch": messages.delete_message_batch,
-    "ChangeMessageVisibility": messages.change_message_visibility,
-    "ChangeMessageVisibilityBatch": messages.change_message_visibility_batch,
+    "SendMessage": sending.send_message,
+    "SendMessageBatch": sending.send_message_batch,
+    "ReceiveMessage": receiving.receive_message,
+    "DeleteMessage": receipts.delete_message,
+    "DeleteMessageBatch": receipts.delete_message_batch,
+    "ChangeMessageVisibility": receipts.change_message_visibility,
+    "ChangeMessageVisibilityBatch": receipts.change_message_visibility_batch,
     "StartMessageMoveTask": redrive.start_message_move_task,
     "ListMessageMoveTasks": redrive.list_message_move_tasks,
 }

@@ -102,7 +102,7 @@ def check_queue_attributes(
             if not re.fullmatch(r"-?\d{1,12}", value) or not low <= int(value) <= high:
                 raise _invalid_value(name, f"must be an integer from {low} to {high}.")
             if name == "VisibilityTimeout":
-                # 0 is SQS's own: its receives hand messages out visible at once (messages.py). jobq's
+                # 0 is SQS's own: its receives hand messages out visible at once (receiving.py). jobq's
                 # leases must last a moment, so the queue's visibility_timeout stays as it was for leases
                 # through jobq's API, and the 0 is kept as the SQS attribute, shown in its place.
                 if int(value) == 0:

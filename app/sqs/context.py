@@ -5,25 +5,30 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import asyncpg
 
 from app.core.access import OPEN, Grant
-from app.db.pool import Database
-from app.db.sql import sqs as sq
 from app.http.middleware.access_log import note
-from app.service.wakeups import Wakeups
+from app.service import sqs_queues
+from app.service.runtime import Runtime
 from app.sqs.protocol import queue_does_not_exist
 
-if TYPE_CHECKING:
-    from app.sqs.redrive import MoveTask
+
+@dataclass
+class MoveTask:
+    """A message move task (app/sqs/redrive.py), remembered for ListMessageMoveTasks."""
+
+    handle: str
+    source_arn: str
+    destination_arn: str | None
+    moved: int
+    started: int  # epoch milliseconds
 
 
 @dataclass
 class Context:
-    db: Database
-    wakeups: Wakeups
+    runtime: Runtime
     base_url: str  # scheme://host:port the request came to, for queue URLs
     disconnected: Callable[[], Awaitable[object]] | None = None  # returns once the client has gone
     move_tasks: list[MoveTask] = field(default_factory=list)
@@ -34,10 +39,10 @@ class Context:
 
 
 async def queue_row(ctx: Context, name: str) -> asyncpg.Record:
-    """The queue as SQS shows it (sq.QUEUE); QueueDoesNotExist without one. Names it in the access log."""
+    """The queue as SQS shows it (app/service/sqs_queues.py find_queue); QueueDoesNotExist without one.
+    Names it in the access log."""
     note(queue=name)
-    async with ctx.db.acquire() as conn:
-        row = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
+    row = await sqs_queues.find_queue(ctx.runtime.db, name)
     if row is None:
         raise queue_does_not_exist(name)
     return row

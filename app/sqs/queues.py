@@ -1,5 +1,5 @@
 """The SQS queue actions: a queue is jobq's queue of the same name, its settings jobq's where jobq has
-them (app/sqs/attributes.py) and kept as given where not."""
+them (app/sqs/attributes.py) and kept as given where not (app/service/sqs_queues.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from app import service
-from app.db import sql as q
 from app.db.sql import sqs as sq
 from app.http.middleware.access_log import note
+from app.service import redrive, sqs_queues
 from app.sqs import auth
 from app.sqs.attributes import (
     COMPUTED,
@@ -55,8 +55,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
     keep, settings = check_queue_attributes(given, fifo=fifo, creating=True)
     _admit_dead_letter_queue(ctx, keep)
     tags = check_tags(body["tags"], "tags") if body.get("tags") is not None else {}
-    async with ctx.db.acquire() as conn:
-        existing = await conn.fetchrow(sq.QUEUE.text, *sq.QUEUE.args(queue=name))
+    existing = await sqs_queues.find_queue(ctx.runtime.db, name)
     if existing is not None:
         # Creating an existing queue is fine when it asks for nothing different.
         shown = queue_attributes(existing, {"pending": 0, "running": 0, "scheduled": 0})
@@ -76,24 +75,22 @@ async def create_queue(ctx: Context, body: Body) -> Body:
                     query_code="QueueAlreadyExists",
                 )
         return {"QueueUrl": queue_url(ctx.base_url, name)}
-    async with ctx.db.acquire() as conn:
-        if await conn.fetchval(sq.DELETED_RECENTLY.text, *sq.DELETED_RECENTLY.args(queue=name)):
-            raise SqsError(
-                "QueueDeletedRecently",
-                f"You must wait {sq.SQS_NAME_HOLD} seconds after deleting a queue before you can create"
-                " another with the same name.",
-                query_code="AWS.SimpleQueueService.QueueDeletedRecently",
-            )
+    if await sqs_queues.deleted_recently(ctx.runtime.db, name):
+        raise SqsError(
+            "QueueDeletedRecently",
+            f"You must wait {sq.SQS_NAME_HOLD} seconds after deleting a queue before you can create"
+            " another with the same name.",
+            query_code="AWS.SimpleQueueService.QueueDeletedRecently",
+        )
     settings.setdefault("max_attempts", NO_REDRIVE_MAX_ATTEMPTS)
     if fifo:
         # A FIFO queue is jobq's keyed flow control with one job of a key at a time, in order: each
         # message group's messages one at a time, in order, a message waiting for its retry holding
         # its group (app/sqs/fifo.py).
         settings["flow"] = {"key_concurrency": 1}
-    await _configure(ctx, name, keep, settings)
+    await sqs_queues.configure(ctx.runtime, name, keep, service.QueueSettings(**settings))
     if tags:  # an existing queue keeps its own, as in SQS
-        async with ctx.db.acquire() as conn:
-            await conn.execute(sq.SET_SQS_TAGS.text, *sq.SET_SQS_TAGS.args(queue=name, tags=json.dumps(tags)))
+        await sqs_queues.set_tags(ctx.runtime.db, name, tags)
     return {"QueueUrl": queue_url(ctx.base_url, name)}
 
 
@@ -122,17 +119,6 @@ def _admit_dead_letter_queue(ctx: Context, keep: dict[str, str]) -> None:
         auth.admit_queue(ctx.grant, target)
 
 
-async def _configure(ctx: Context, name: str, keep: dict[str, str], settings: dict[str, Any]) -> None:
-    await service.configure_queue(ctx.db, name, service.QueueSettings(**settings))
-    removed = [k for k, v in keep.items() if v == ""]
-    kept = {k: v for k, v in keep.items() if v != ""}
-    async with ctx.db.acquire() as conn:
-        await conn.execute(
-            sq.SET_SQS_ATTRIBUTES.text,
-            *sq.SET_SQS_ATTRIBUTES.args(queue=name, attributes=json.dumps(kept), removed=removed),
-        )
-
-
 async def get_queue_url(ctx: Context, body: Body) -> Body:
     name = string(body, "QueueName")
     assert name is not None
@@ -144,12 +130,7 @@ async def list_queues(ctx: Context, body: Body) -> Body:
     prefix = string(body, "QueueNamePrefix", required=False) or ""
     limit = integer(body, "MaxResults", 1, 1000, None)
     after = string(body, "NextToken", required=False) or ""
-    async with ctx.db.acquire() as conn:
-        rows = await conn.fetch(
-            sq.LIST_QUEUES.text,
-            *sq.LIST_QUEUES.args(prefix=prefix, after=after, limit=(limit or 1000) + 1, scope=ctx.grant.like),
-        )
-    names = [r["name"] for r in rows]
+    names = await sqs_queues.list_queues(ctx.runtime.db, prefix, after, (limit or 1000) + 1, ctx.grant.like)
     # No match: no QueueUrls at all, as SQS answers (not an empty list).
     out: Body = {"QueueUrls": [queue_url(ctx.base_url, n) for n in names[: limit or 1000]]} if names else {}
     if limit is not None and len(names) > limit:
@@ -160,13 +141,7 @@ async def list_queues(ctx: Context, body: Body) -> Body:
 async def delete_queue(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     note(queue=name)
-    async with ctx.db.acquire() as conn, conn.transaction():
-        # Two statements: the delete's snapshot must be taken once the lock is held (q.LOCK_QUEUE).
-        await conn.execute(q.LOCK_QUEUE.text, *q.LOCK_QUEUE.args(queue=name))
-        gone = await conn.fetchval(q.DELETE_QUEUE.text, *q.DELETE_QUEUE.args(queue=name))
-        if gone is not None:
-            await conn.execute(sq.NOTE_DELETED_QUEUE.text, *sq.NOTE_DELETED_QUEUE.args(queue=name))
-    if gone is None:
+    if not await sqs_queues.delete_queue(ctx.runtime.db, name):
         raise queue_does_not_exist(name)
     return {}
 
@@ -174,15 +149,13 @@ async def delete_queue(ctx: Context, body: Body) -> Body:
 async def purge_queue(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     await queue_row(ctx, name)
-    async with ctx.db.acquire() as conn, conn.transaction():
-        if await conn.fetchval(sq.TAKE_PURGE_TURN.text, *sq.TAKE_PURGE_TURN.args(queue=name)) is None:
-            raise SqsError(
-                "PurgeQueueInProgress",
-                f"Only one PurgeQueue operation on {name} is allowed every {sq.SQS_NAME_HOLD} seconds.",
-                status=403,
-                query_code="AWS.SimpleQueueService.PurgeQueueInProgress",
-            )
-        await conn.execute(q.PURGE_QUEUE.text, *q.PURGE_QUEUE.args(queue=name))
+    if not await sqs_queues.purge_queue(ctx.runtime.db, name):
+        raise SqsError(
+            "PurgeQueueInProgress",
+            f"Only one PurgeQueue operation on {name} is allowed every {sq.SQS_NAME_HOLD} seconds.",
+            status=403,
+            query_code="AWS.SimpleQueueService.PurgeQueueInProgress",
+        )
     return {}
 
 
@@ -192,7 +165,7 @@ async def get_queue_attributes(ctx: Context, body: Body) -> Body:
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
         raise invalid_parameter("AttributeNames must be a list of attribute names.")
     row = await queue_row(ctx, name)
-    stats = await service.queue(ctx.db, name)
+    stats = await service.queue(ctx.runtime.db, name)
     everything = queue_attributes(row, stats)
     for w in wanted:
         # A standard queue has no FIFO attributes: asking for one by name is an error, as in SQS.
@@ -213,16 +186,13 @@ async def set_queue_attributes(ctx: Context, body: Body) -> Body:
         body.get("Attributes"), fifo=kept.get("FifoQueue") == "true", creating=False, current=kept
     )
     _admit_dead_letter_queue(ctx, keep)
-    await _configure(ctx, name, keep, settings)
+    await sqs_queues.configure(ctx.runtime, name, keep, service.QueueSettings(**settings))
     return {}
 
 
 async def list_dead_letter_source_queues(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     await queue_row(ctx, name)
-    async with ctx.db.acquire() as conn:
-        rows = await conn.fetch(
-            sq.DEAD_LETTER_SOURCES.text, *sq.DEAD_LETTER_SOURCES.args(arn=queue_arn(name))
-        )
-    names = [r["name"] for r in rows if ctx.grant.admits(r["name"])]
+    sources = await redrive.dead_letter_sources(ctx.runtime.db, queue_arn(name))
+    names = [source for source in sources if ctx.grant.admits(source)]
     return {"queueUrls": [queue_url(ctx.base_url, name) for name in names]}

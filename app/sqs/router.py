@@ -169,8 +169,7 @@ def _context(request: Request, grant: Grant) -> Context:
     if not hasattr(state, "sqs_move_tasks"):
         state.sqs_move_tasks = []
     return Context(
-        db=state.db,
-        wakeups=state.wakeups,
+        runtime=state.runtime,
         base_url=str(request.base_url),
         disconnected=disconnected(request),
         move_tasks=state.sqs_move_tasks,

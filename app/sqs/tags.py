@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from app.db.sql import sqs as sq
 from app.http.middleware.access_log import note
+from app.service import sqs_queues
+from app.service.sqs_queues import QueueMeta
 from app.sqs.context import Context
 from app.sqs.params import Body, string
 from app.sqs.protocol import (
@@ -96,11 +97,9 @@ async def untag_queue(ctx: Context, body: Body) -> Body:
 async def list_queue_tags(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     note(queue=name)
-    async with ctx.db.acquire() as conn:
-        tags = await conn.fetchval(sq.QUEUE_TAGS.text, *sq.QUEUE_TAGS.args(queue=name))
+    tags = await sqs_queues.queue_tags(ctx.runtime.db, name)
     if tags is None:
         raise queue_does_not_exist(name)
-    tags = _json(tags)
     return {"Tags": tags} if tags else {}
 
 
@@ -121,7 +120,7 @@ async def add_permission(ctx: Context, body: Body) -> Body:
                 f" queue may be granted: {', '.join(sorted(GRANTABLE))}."
             )
     async with _queue_meta(ctx, name) as meta:
-        policy = meta.policy()
+        policy = _policy(meta, name)
         if any(statement.get("Sid") == label for statement in policy["Statement"]):
             raise invalid_parameter(f"Value {label} for parameter Label is invalid. Reason: Already exists.")
         principals = [f"arn:aws:iam::{account}:root" for account in accounts]
@@ -135,7 +134,7 @@ async def add_permission(ctx: Context, body: Body) -> Body:
                 "Resource": queue_arn(name),
             }
         )
-        await meta.set_policy(policy)
+        await _set_policy(meta, policy)
     return {}
 
 
@@ -143,13 +142,13 @@ async def remove_permission(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     label = _label(body)
     async with _queue_meta(ctx, name) as meta:
-        policy = meta.policy()
+        policy = _policy(meta, name)
         kept = [statement for statement in policy["Statement"] if statement.get("Sid") != label]
         if len(kept) == len(policy["Statement"]):
             raise invalid_parameter(
                 f"Value {label} for parameter Label is invalid. Reason: can't find label."
             )
-        await meta.set_policy({**policy, "Statement": kept} if kept else None)
+        await _set_policy(meta, {**policy, "Statement": kept} if kept else None)
     return {}
 
 
@@ -173,51 +172,32 @@ def _names(body: Body, parameter: str) -> list[str]:
     return names
 
 
-class _QueueMeta:
-    """A queue's tags and kept attributes, its row locked, for one change."""
+def _policy(meta: QueueMeta, name: str) -> dict[str, Any]:
+    """The queue's access policy (its Policy attribute), or the empty one SQS starts from."""
+    kept = meta.attributes.get("Policy")
+    try:
+        policy = json.loads(kept) if kept else None
+    except ValueError:
+        policy = None
+    if not isinstance(policy, dict) or not isinstance(policy.get("Statement"), list):
+        arn = queue_arn(name)
+        policy = {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
+    return policy
 
-    def __init__(self, conn: Any, name: str, row: Any) -> None:
-        self._conn, self._name = conn, name
-        self.tags: dict[str, str] = _json(row["sqs_tags"])
-        self.attributes: dict[str, str] = _json(row["sqs_attributes"])
 
-    def policy(self) -> dict[str, Any]:
-        """The queue's access policy (its Policy attribute), or the empty one SQS starts from."""
-        kept = self.attributes.get("Policy")
-        try:
-            policy = json.loads(kept) if kept else None
-        except ValueError:
-            policy = None
-        if not isinstance(policy, dict) or not isinstance(policy.get("Statement"), list):
-            arn = queue_arn(self._name)
-            policy = {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
-        return policy
-
-    async def set_tags(self, tags: dict[str, str]) -> None:
-        await self._conn.execute(
-            sq.SET_SQS_TAGS.text, *sq.SET_SQS_TAGS.args(queue=self._name, tags=json.dumps(tags))
-        )
-
-    async def set_policy(self, policy: dict[str, Any] | None) -> None:
-        kept, removed = (
-            ({"Policy": json.dumps(policy, separators=(",", ":"))}, []) if policy else ({}, ["Policy"])
-        )
-        await self._conn.execute(
-            sq.SET_SQS_ATTRIBUTES.text,
-            *sq.SET_SQS_ATTRIBUTES.args(queue=self._name, attributes=json.dumps(kept), removed=removed),
-        )
+async def _set_policy(meta: QueueMeta, policy: dict[str, Any] | None) -> None:
+    kept, removed = (
+        ({"Policy": json.dumps(policy, separators=(",", ":"))}, []) if policy else ({}, ["Policy"])
+    )
+    await meta.set_attributes(kept, removed)
 
 
 @asynccontextmanager
-async def _queue_meta(ctx: Context, name: str) -> AsyncIterator[_QueueMeta]:
-    """The queue's tags and kept attributes, its row locked until the change is committed."""
+async def _queue_meta(ctx: Context, name: str) -> AsyncIterator[QueueMeta]:
+    """The queue's tags and kept attributes, its row locked until the change is committed; an SQS error
+    raised in the block changes nothing."""
     note(queue=name)
-    async with ctx.db.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(sq.QUEUE_META_FOR_UPDATE.text, *sq.QUEUE_META_FOR_UPDATE.args(queue=name))
-        if row is None:
+    async with sqs_queues.queue_meta(ctx.runtime.db, name) as meta:
+        if meta is None:
             raise queue_does_not_exist(name)
-        yield _QueueMeta(conn, name, row)
-
-
-def _json(value: Any) -> dict[str, Any]:
-    return json.loads(value) if isinstance(value, str) else dict(value)
+        yield meta

@@ -25,7 +25,7 @@ happened (the body already read is handed on), so every refusal is worded in one
 
 A route of the routers given is hot when it is a ``POST`` to a fixed path (no path parameters), every
 dependency of it is a role check, and its endpoint takes nothing but `body` (a pydantic model), `db`,
-`wakeups`, `request` and `caller`; a route added later is hot or not by the same rule.
+`runtime`, `request` and `caller`; a route added later is hot or not by the same rule.
 
 One read is hot too: ``GET /jobs/{id}``, with no query string or only `wait` (a plain number up to 60).
 A wait for a job holds its request while the job runs, thousands of them at once in a request-reply
@@ -56,7 +56,7 @@ from app.http import problems
 from app.http.fastpath import bodies as fast_bodies
 from app.http.web import nesting_depth
 
-ARGUMENTS = {"body", "db", "wakeups", "request", "caller"}
+ARGUMENTS = {"body", "db", "runtime", "request", "caller"}
 
 # The hot read, `GET /jobs/{id}[?wait=N]`, in the ordinary spelling; anything else goes to FastAPI.
 JOB_READ = "/jobs/{id}"
@@ -190,7 +190,7 @@ class HotRoutes:
         try:
             grant = _grant(self.job_read_admits, state, _headers(scope)[1])
             response = await route.endpoint(
-                id=read[0], wait=read[1], db=state.db, wakeups=state.wakeups, caller=grant, request=request
+                id=read[0], wait=read[1], runtime=state.runtime, caller=grant, request=request
             )
         except Exception as exc:
             response = await problems.answer(request, exc)
@@ -201,7 +201,7 @@ async def _call(hot: Hot, body: BaseModel, request: Request, state: Any, grant: 
     """The endpoint's answer, for a caller whose role is checked. The endpoint gets the caller's Grant
     as `caller`, as FastAPI would give it (app/http/auth.py ``Caller``), and checks the queues the body names
     with it: one check for both ways in."""
-    arguments = {"body": body, "db": state.db, "wakeups": state.wakeups, "request": request, "caller": grant}
+    arguments = {"body": body, "db": state.db, "runtime": state.runtime, "request": request, "caller": grant}
     return await hot.endpoint(**{name: arguments[name] for name in hot.wants})
 
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from app import service
 from app.core.errors import DATABASE_UNAVAILABLE
 from app.db.migrations import compatibility, head_revision
-from app.http.deps import DB, Unready, answers, problems
+from app.http.deps import RuntimeDep, Unready, answers, problems
 from app.http.problems import problem
 from app.http.schemas import Health, Readiness
 from app.http.web import JobqRoute, JSONBody
@@ -39,14 +39,14 @@ async def healthz() -> JSONBody:
 @router.get(
     "/readyz", response_model=None, responses=answers(Readiness, auth=False) | problems(503, model=Unready)
 )
-async def readyz(db: DB):
+async def readyz(runtime: RuntimeDep):
     """Ready when the database answers and this build can run on its schema: at this build's head, or
     at a newer revision whose recorded `compatible_from` is this build's head or older (a rolling
     upgrade, or a rollback of the code). Else 503, saying why and what to do. `database_health`, as of
     the last metrics refresh, names what holds back vacuum: a detail, never a reason to be unready."""
     expected = head_revision()
     try:
-        revision, floor = await service.schema_revision(db)
+        revision, floor = await service.schema_revision(runtime.db)
     except DATABASE_UNAVAILABLE:
         return problem(
             503,
@@ -66,7 +66,7 @@ async def readyz(db: DB):
         "expected_revision": expected,
         "compatible": verdict.ready,
         "compatible_from": verdict.compatible_from,
-        "database_health": database_health(db.metrics.gauges),
+        "database_health": database_health(runtime.metrics.gauges),
     }
     if not verdict.ready:
         return problem(503, "unavailable", verdict.detail, ready=False, **body)

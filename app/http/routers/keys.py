@@ -13,7 +13,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from app.core.limits import MAX_KEY, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import Admin, Caller, QueueReader
-from app.http.deps import DB, answers
+from app.http.deps import DB, RuntimeDep, answers
 from app.http.schemas import DeletedKey, KeyList, KeyOverrides, KeyView
 from app.http.web import JobqRoute, JSONBody
 from app.service import flow
@@ -58,16 +58,18 @@ async def get_key(queue: QueuePath, key: KeyPath, db: DB, caller: Caller) -> JSO
 
 
 @router.put(KEY_ROUTE, dependencies=[Admin], response_model=None, responses=answers(KeyView))
-async def put_key(queue: QueuePath, key: KeyPath, body: KeyOverrides, db: DB, caller: Caller) -> JSONBody:
+async def put_key(
+    queue: QueuePath, key: KeyPath, body: KeyOverrides, runtime: RuntimeDep, caller: Caller
+) -> JSONBody:
     """Give a key its own concurrency and rate in place of the queue's key_concurrency and key_rate (an
     absent or null one: the queue's). Replaces the key's overrides; creates the queue if need be."""
     caller.admit(queue)
     rate = (body.rate.limit, body.rate.period) if body.rate is not None else None
-    return JSONBody(await flow.put_key(db, queue, key, body.concurrency, rate))
+    return JSONBody(await flow.put_key(runtime, queue, key, body.concurrency, rate))
 
 
 @router.delete(KEY_ROUTE, dependencies=[Admin], response_model=None, responses=answers(DeletedKey, 404))
-async def delete_key(queue: QueuePath, key: KeyPath, db: DB, caller: Caller) -> JSONBody:
+async def delete_key(queue: QueuePath, key: KeyPath, runtime: RuntimeDep, caller: Caller) -> JSONBody:
     """Remove a key's overrides: it follows the queue's settings again."""
     caller.admit(queue)
-    return JSONBody(await flow.delete_key(db, queue, key))
+    return JSONBody(await flow.delete_key(runtime, queue, key))

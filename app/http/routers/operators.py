@@ -22,7 +22,7 @@ from app.core.limits import (
 )
 from app.core.states import JobStatus
 from app.http.auth import Admin, Caller, QueueReader, Viewer
-from app.http.deps import DB, answers
+from app.http.deps import DB, RuntimeDep, answers
 from app.http.schemas import (
     DeadPage,
     Job,
@@ -147,10 +147,12 @@ async def get_queue(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
 
 
 @router.patch("/queues/{queue}", dependencies=[Admin], response_model=None, responses=answers(QueueDetail))
-async def configure_queue(queue: QueuePath, body: QueueSettingsPatch, db: DB, caller: Caller) -> JSONBody:
+async def configure_queue(
+    queue: QueuePath, body: QueueSettingsPatch, runtime: RuntimeDep, caller: Caller
+) -> JSONBody:
     """Change some settings (creating the queue if need be); the rest keep their values."""
     caller.admit(queue)
-    return JSONBody(await service.configure_queue(db, queue, body))
+    return JSONBody(await service.configure_queue(runtime, queue, body))
 
 
 @router.post("/queues/{queue}/pause", dependencies=[Admin], response_model=None, responses=answers(QueueRow))

@@ -12,7 +12,7 @@ from app import service
 from app.core.errors import Invalid
 from app.core.limits import MAX_JOB_ID
 from app.http.auth import Admin, Caller, Producer, Reader
-from app.http.deps import DB, WakeupsDep, answers
+from app.http.deps import DB, RuntimeDep, answers
 from app.http.schemas import (
     EnqueueBatchRequest,
     EnqueueBatchResponse,
@@ -97,12 +97,12 @@ def _traced(request: Request, requests: list[EnqueueRequest]) -> list[EnqueueReq
     | {200: {"model": EnqueuedJob, "description": "A duplicate: the active job holding dedup_key"}},
     openapi_extra=IDEMPOTENCY_HEADER,
 )
-async def enqueue(body: EnqueueRequest, db: DB, caller: Caller, request: Request) -> JSONBody:
+async def enqueue(body: EnqueueRequest, runtime: RuntimeDep, caller: Caller, request: Request) -> JSONBody:
     """Enqueue a job: 201 and the job; 200 and the active job holding its `dedup_key` (`duplicate`
     true) when one does."""
     caller.admit(body.queue)
     (body,) = _traced(request, [body])
-    job = await service.enqueue(db, body, _once(request, "/jobs"))
+    job = await service.enqueue(runtime, body, _once(request, "/jobs"))
     return JSONBody(job, status_code=200 if job["duplicate"] else 201)
 
 
@@ -114,20 +114,23 @@ async def enqueue(body: EnqueueRequest, db: DB, caller: Caller, request: Request
     responses=answers(EnqueueBatchResponse, 409, 413, status=201),
     openapi_extra=IDEMPOTENCY_HEADER,
 )
-async def enqueue_batch(body: EnqueueBatchRequest, db: DB, caller: Caller, request: Request) -> JSONBody:
+async def enqueue_batch(
+    body: EnqueueBatchRequest, runtime: RuntimeDep, caller: Caller, request: Request
+) -> JSONBody:
     """Enqueue 1..1000 jobs, all or nothing; answers in request order."""
     if caller.queues is not None:
         for i, job in enumerate(body.jobs):
             caller.admit(job.queue, where=f"jobs[{i}].queue")
-    answer = await service.enqueue_batch(db, _traced(request, body.jobs), once=_once(request, "/jobs/batch"))
+    answer = await service.enqueue_batch(
+        runtime, _traced(request, body.jobs), once=_once(request, "/jobs/batch")
+    )
     return JSONBody({"jobs": answer}, status_code=201)
 
 
 @router.get("/jobs/{id}", dependencies=[Reader], response_model=None, responses=answers(Job, 404))
 async def get_job(
     id: JobIdPath,
-    db: DB,
-    wakeups: WakeupsDep,
+    runtime: RuntimeDep,
     caller: Caller,
     request: Request,
     wait: Annotated[
@@ -143,8 +146,8 @@ async def get_job(
     """The job; a job of a queue the token may not use is 404, as if it did not exist. With `wait`, a
     long-poll: answered as soon as the job finishes, on whichever replica, or when `wait` runs out."""
     if wait <= 0:
-        return JSONBody(await service.get_job(db, id, caller.like))
-    return JSONBody(await service.wait_for_job(db, wakeups, id, wait, caller.like, disconnected(request)))
+        return JSONBody(await service.get_job(runtime.db, id, caller.like))
+    return JSONBody(await service.wait_for_job(runtime, id, wait, caller.like, disconnected(request)))
 
 
 @router.delete("/jobs/{id}", dependencies=[Admin], response_model=None, responses=answers(Job, 404, 409))

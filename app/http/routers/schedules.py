@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from app.core.limits import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import Admin, Caller, Reader
-from app.http.deps import DB, answers
+from app.http.deps import DB, RuntimeDep, answers
 from app.http.schemas import DeletedSchedule, Schedule, ScheduleList, ScheduleRequest, TriggeredSchedule
 from app.http.web import JobqRoute, JSONBody
 from app.service import schedules
@@ -109,6 +109,6 @@ async def resume_schedule(name: ScheduleName, db: DB, caller: Caller) -> JSONBod
     response_model=None,
     responses=answers(TriggeredSchedule, 404),
 )
-async def trigger_schedule(name: ScheduleName, db: DB, caller: Caller) -> JSONBody:
+async def trigger_schedule(name: ScheduleName, runtime: RuntimeDep, caller: Caller) -> JSONBody:
     """Enqueue the schedule's job now (its `schedule_slot` is null); the schedule, with `job_id`."""
-    return JSONBody(await schedules.trigger(db, name, caller.like))
+    return JSONBody(await schedules.trigger(runtime, name, caller.like))

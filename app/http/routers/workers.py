@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from app import service
 from app.http.auth import Caller, Worker
-from app.http.deps import DB, WakeupsDep, answers
+from app.http.deps import DB, RuntimeDep, answers
 from app.http.middleware.access_log import note
 from app.http.schemas import (
     AckBatchRequest,
@@ -35,14 +35,11 @@ router = APIRouter(
 
 
 @router.post("/lease", response_model=None, responses=answers(LeaseResponse))
-async def lease(
-    body: LeaseRequest, db: DB, wakeups: WakeupsDep, request: Request, caller: Caller
-) -> JSONBody:
+async def lease(body: LeaseRequest, runtime: RuntimeDep, request: Request, caller: Caller) -> JSONBody:
     """Claim up to max_jobs ready jobs; with `wait`, long-poll until one is ready or `wait` runs out."""
     caller.admit(body.queue)
     leased = await service.lease(
-        db,
-        wakeups,
+        runtime,
         queue=body.queue,
         max_jobs=body.max_jobs,
         visibility_timeout=body.visibility_timeout,
@@ -55,32 +52,32 @@ async def lease(
 
 
 @router.post("/ack", response_model=None, responses=answers(AckResponse, 404, 409, 413))
-async def ack(body: AckRequest, db: DB) -> JSONBody:
+async def ack(body: AckRequest, runtime: RuntimeDep) -> JSONBody:
     """Complete the job, keeping `result` with it. A result over the limit is 413 and changes nothing:
     the job stays running under the lease, for an ack without it (or with a smaller one)."""
-    service.single(await service.ack(db, body))
+    service.single(await service.ack(runtime, body))
     return JSONBody({"id": body.id, "status": "completed"})
 
 
 @router.post("/ack/batch", response_model=None, responses=answers(BatchResults))
-async def ack_batch(body: AckBatchRequest, db: DB) -> JSONBody:
+async def ack_batch(body: AckBatchRequest, runtime: RuntimeDep) -> JSONBody:
     """Ack each item as /ack would, each answered on its own: an item whose result is over the limit
     gets `payload_too_large` and stays running; the others complete."""
-    return JSONBody({"results": await service.ack_batch(db, body.items)})
+    return JSONBody({"results": await service.ack_batch(runtime, body.items)})
 
 
 @router.post("/nack", response_model=None, responses=answers(NackResponse, 404, 409))
-async def nack(body: NackRequest, db: DB) -> JSONBody:
+async def nack(body: NackRequest, runtime: RuntimeDep) -> JSONBody:
     """Fail the attempt: the job is pending again after `retry_after` (else the queue's backoff), or dead
     with `dead` true or its attempts used up. The lease ends; a stale token is 409 lease_lost."""
-    result = service.single(await service.nack(db, body))
+    result = service.single(await service.nack(runtime, body))
     return JSONBody({"id": body.id, "status": result["status"], "run_at": result["run_at"]})
 
 
 @router.post("/nack/batch", response_model=None, responses=answers(NackBatchResults))
-async def nack_batch(body: NackBatchRequest, db: DB) -> JSONBody:
+async def nack_batch(body: NackBatchRequest, runtime: RuntimeDep) -> JSONBody:
     """Nack each item as /nack would, each answered on its own (`ok`, or a `code` such as lease_lost)."""
-    return JSONBody({"results": await service.nack_batch(db, body.items)})
+    return JSONBody({"results": await service.nack_batch(runtime, body.items)})
 
 
 @router.post("/release", response_model=None, responses=answers(BatchResults))

@@ -1,5 +1,5 @@
 """Work each service process does on its own: expiring leases (and moving the dead jobs of queues with an
-SQS RedrivePolicy into their dead-letter queues, app/sqs/redrive.py), finished jobs' retention, expired
+SQS RedrivePolicy into their dead-letter queues, app/service/redrive.py), finished jobs' retention, expired
 idempotency keys, workers long gone and old rollups, reading the metrics' database gauges, writing the
 workers it saw lease and the rollups of what it counted (every metrics interval; with the gauges, what
 holds back vacuum and the jobs table's state), and vacuuming the jobs table where autovacuum does not
@@ -19,10 +19,9 @@ from collections.abc import Awaitable, Callable
 
 from app import service
 from app.core.errors import DATABASE_UNAVAILABLE
-from app.db.pool import Database
-from app.service import flow
+from app.service import flow, redrive, sqs_fifo
 from app.service.loops import vacuum as maintenance
-from app.sqs import fifo, redrive
+from app.service.runtime import Runtime
 from app.telemetry.metrics import QueueGauges
 
 log = logging.getLogger("jobq.background")
@@ -41,9 +40,11 @@ async def _every(interval: float, step: Callable[[], Awaitable[object]], name: s
         await asyncio.sleep(interval)
 
 
-def start(db: Database) -> list[asyncio.Task]:
+def start(runtime: Runtime) -> list[asyncio.Task]:
+    db = runtime.db
+
     async def expire_leases() -> None:
-        changed = await service.expire_leases(db)
+        changed = await service.expire_leases(runtime)
         if changed:
             log.info("returned %d expired leases", len(changed))
         moved = await redrive.move_dead_letters(db)
@@ -64,7 +65,7 @@ def start(db: Database) -> list[asyncio.Task]:
         forgotten = await service.prune_idempotency_keys(db)
         if forgotten:
             log.info("forgot %d expired idempotency keys", forgotten)
-        attempts = await fifo.prune_receive_attempts(db)
+        attempts = await sqs_fifo.prune_receive_attempts(db)
         if attempts:
             log.info("forgot %d expired SQS receive attempts", attempts)
         await service.forget_workers(db)
@@ -75,20 +76,20 @@ def start(db: Database) -> list[asyncio.Task]:
         held = await flow.flow_gauges(db) if any(q["flow"] for q in queues) else []
         locks = await service.lock_waits(db)
         health = await service.database_health(db)
-        db.metrics.refreshed(
+        runtime.metrics.refreshed(
             QueueGauges(
                 queues, locks["waiting"], locks["longest_seconds"], time.time(), held=held, health=health
             )
         )
-        await service.write_rollups(db)  # with the lag just read
+        await service.write_rollups(runtime)  # with the lag just read
 
     async def write_sightings() -> None:
-        await service.write_sightings(db)
+        await service.write_sightings(runtime)
 
     async def vacuum() -> None:
         await maintenance.vacuum_if_needed(db)
 
-    settings = db.settings
+    settings = runtime.settings
     tasks = [
         asyncio.create_task(
             _every(settings.expire_interval, expire_leases, "lease expiry"), name="jobq-expire-leases"
@@ -114,11 +115,11 @@ async def stop(tasks: list[asyncio.Task]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def last_writes(db: Database) -> None:
+async def last_writes(runtime: Runtime) -> None:
     """What this replica counted and saw since its last interval, written as it stops (the database
     allowing): a restart loses no counts of the charts."""
     try:
-        await service.write_rollups(db)
-        await service.write_sightings(db)
+        await service.write_rollups(runtime)
+        await service.write_sightings(runtime)
     except DATABASE_UNAVAILABLE as exc:
         log.warning("last rollups not written: database unavailable (%r)", exc)

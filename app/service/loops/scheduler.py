@@ -23,8 +23,8 @@ import time
 import uuid
 
 from app.core.errors import DATABASE_UNAVAILABLE
-from app.db.pool import Database
 from app.service import schedules
+from app.service.runtime import Runtime
 
 log = logging.getLogger("jobq.scheduler")
 
@@ -34,8 +34,8 @@ MIN_PAUSE = 0.005  # and at least
 
 
 class Scheduler:
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lead_until = 0.0  # monotonic time the lead ends unless renewed
         self._renew_at = 0.0  # monotonic time the lead wants renewing
@@ -45,7 +45,7 @@ class Scheduler:
         return time.monotonic() < self._lead_until
 
     async def run(self) -> None:
-        settings = self.db.settings
+        settings = self.runtime.settings
         while True:
             pause = LOOK_EVERY  # after a failure, look again a second later, not at once
             try:
@@ -63,20 +63,20 @@ class Scheduler:
     async def _step(self, lease: float, grace: float) -> None:
         if time.monotonic() >= self._renew_at:
             was, asked = self.leading, time.monotonic()
-            took = await schedules.take_lead(self.db, LEAD, self.holder, lease)
+            took = await schedules.take_lead(self.runtime.db, LEAD, self.holder, lease)
             # The database's lease runs from a moment after `asked`: this one ends no later.
             self._lead_until = asked + lease if took else 0.0
             self._renew_at = time.monotonic() + (lease / 3 if took else 0)
             if self.leading != was:
                 log.info("this replica %s the scheduler", "now leads" if self.leading else "no longer leads")
         if self.leading:
-            await schedules.fire_due(self.db, grace)
+            await schedules.fire_due(self.runtime, grace)
 
     async def _pause(self) -> float:
         """Seconds until the next look: the next due slot, or LOOK_EVERY at most."""
         if not self.leading:
             return LOOK_EVERY
-        soonest = await schedules.next_due_in(self.db)
+        soonest = await schedules.next_due_in(self.runtime.db)
         # Not less than a few milliseconds: a due schedule another transaction holds is passed over
         # (SKIP LOCKED) and still due, and the loop must not spin on it.
         return LOOK_EVERY if soonest is None else min(LOOK_EVERY, max(MIN_PAUSE, soonest))
@@ -85,7 +85,7 @@ class Scheduler:
         """Give the lead up, so another replica fires from now on rather than once it expires."""
         if self.leading:
             try:
-                await schedules.give_up_lead(self.db, LEAD, self.holder)
+                await schedules.give_up_lead(self.runtime.db, LEAD, self.holder)
             except DATABASE_UNAVAILABLE:
                 pass
             self._lead_until = 0.0

@@ -14,7 +14,7 @@ from app import service
 from app.core.access import Role
 from app.core.errors import NotFound
 from app.http.auth import Caller
-from app.http.deps import DB
+from app.http.deps import DB, RuntimeDep
 from app.http.problems import status_of
 from app.http.schemas import QueueSettingsPatch
 from app.service import flow
@@ -108,14 +108,14 @@ def _rate(fields: dict[str, str], name: str) -> dict[str, float] | None:
 
 @buttons.post("/queues/{queue}/settings", response_model=None)
 async def configure_queue(
-    queue: QueuePath, request: Request, db: DB, caller: Caller, next: Next = "/ui"
+    queue: QueuePath, request: Request, runtime: RuntimeDep, caller: Caller, next: Next = "/ui"
 ) -> Response:
     """The queue page's settings form: a field left empty keeps its setting (Jobs per key at once: no
     limit); a number the API would refuse is refused with its reason."""
     caller.admit(queue)
     fields = dict(await read_form(request))
     try:
-        current = (await service.queue(db, queue))["settings"]
+        current = (await service.queue(runtime.db, queue))["settings"]
     except NotFound:  # saving creates it, as PATCH /queues/{queue} does
         current = {}
     patch: dict[str, object] = {}
@@ -142,5 +142,5 @@ async def configure_queue(
     except ValidationError as exc:
         reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return back(next, f"Settings not saved: {reasons}.")
-    await service.configure_queue(db, queue, settings)
+    await service.configure_queue(runtime, queue, settings)
     return back(next, f"Saved the settings of {queue}.")

@@ -10,7 +10,7 @@ from app.core.access import Role
 from app.core.errors import JobqError
 from app.core.limits import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import Caller
-from app.http.deps import DB
+from app.http.deps import DB, RuntimeDep
 from app.service import schedules
 from app.ui import pages
 from app.ui.routes.common import Flash, Next, SchedulePath, back, button_router, html, page_router, pressed
@@ -54,10 +54,10 @@ async def resume_schedule(
 
 @buttons.post("/schedules/{name}/trigger", response_model=None)
 async def trigger_schedule(
-    name: SchedulePath, db: DB, caller: Caller, next: Next = "/ui/schedules"
+    name: SchedulePath, runtime: RuntimeDep, caller: Caller, next: Next = "/ui/schedules"
 ) -> Response:
     try:
-        triggered = await schedules.trigger(db, name, caller.like)
+        triggered = await schedules.trigger(runtime, name, caller.like)
     except JobqError as exc:
         return back(next, exc.detail)
     return back(

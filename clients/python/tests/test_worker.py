@@ -258,7 +258,7 @@ async def test_stop_ends_a_waiting_long_poll_and_strands_nothing(start_service, 
     async with AsyncClient(service.url) as client:
         worker = Worker(lambda job: None, "idle", client=client, wait=POLL_WAIT, visibility_timeout=30)
         run = asyncio.create_task(worker.run())
-        await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
+        await until(lambda: service.app.state.runtime.wakeups.waiter_count() == 1)  # in its long-poll
         worker.stop()
         stats = await asyncio.wait_for(run, POLL_WAIT / 2)  # the poll was cut short, not waited out
         assert (stats.done, stats.released, stats.in_flight) == (0, 0, 0)
@@ -283,7 +283,7 @@ async def test_jobq_worker_stopped_in_its_long_poll_strands_nothing(start_servic
     service = start_service(wakeup_safety_interval=0.5)
     process = _worker_process(tmp_path, service.url, "--wait", str(POLL_WAIT), stderr=subprocess.DEVNULL)
     try:
-        await until(lambda: service.app.state.wakeups.waiter_count() == 1)  # in its long-poll
+        await until(lambda: service.app.state.runtime.wakeups.waiter_count() == 1)  # in its long-poll
         process.send_signal(signal.SIGTERM)
         assert process.wait(POLL_WAIT / 2) == 0  # the poll was cut short, not waited out
     finally:

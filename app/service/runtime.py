@@ -1,0 +1,62 @@
+"""The runtime: what one service process keeps beside its pool, built once at start-up (app/main.py's
+lifespan) and handed to the operations that need more than the pool.
+
+jobq's state is in PostgreSQL. What a process keeps in memory only makes it faster, or lets it answer at
+once; each piece is its own, bounded, and lost with the process at no cost but a little work again:
+
+- `metrics` (app/telemetry/metrics.py): the counters and gauges it exports, and the rollups count;
+- `rollups` (app/service/tally.py): what those counters held at its last rollup;
+- `flow` (app/service/flow_queues.py): which queues are under flow control, and its claims' walks of keys;
+- `sightings` (app/service/sightings.py): the workers seen leasing, not yet written;
+- `wakeups` (app/service/wakeups.py): its LISTEN connection, and the long-polls waiting on it;
+- `coalescing` (app/service/coalesce.py): the Batchers through which concurrent calls share a statement,
+  and the one way in to them.
+
+An operation that needs the pool alone takes the ``Database`` (app/db/pool.py). One that counts, shares
+a statement, waits or reads a cache takes the ``Runtime``, and finds the pool at `runtime.db`.
+"""
+
+from __future__ import annotations
+
+from app.db.pool import Database
+from app.service.coalesce import Coalescing
+from app.service.flow_queues import FlowQueues
+from app.service.sightings import Sightings
+from app.service.tally import Tally
+from app.service.wakeups import Wakeups
+from app.telemetry.metrics import Metrics
+
+
+class Runtime:
+    """One service process's state beside its pool (see the module's docstring). Its wake-ups are made
+    here, not started: the lifespan starts them (a lease that does not wait only asks whether the service
+    is closing)."""
+
+    __slots__ = (
+        "db",
+        "settings",
+        "metrics",
+        "rollups",
+        "flow",
+        "sightings",
+        "wakeups",
+        "coalescing",
+    )
+
+    def __init__(self, db: Database, metrics: Metrics | None = None) -> None:
+        settings = db.settings
+        self.db = db
+        self.settings = settings
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.rollups = Tally()
+        self.flow = FlowQueues()
+        self.sightings = Sightings()
+        self.wakeups = Wakeups(
+            db.session_url or "",
+            safety_interval=settings.wakeup_safety_interval,
+            max_waiters=settings.max_waiters,
+        )
+        # A change of a queue's flow settings, heard from any replica, drops what this one knew of it.
+        self.wakeups.on_settings = self.flow.forget
+        self.metrics.listening = self.wakeups.listening.is_set
+        self.coalescing = Coalescing(self, settings)
