@@ -29,6 +29,10 @@ request, so the timeout bounds how long traffic can stall behind it. A step that
 deadlock) is rolled back and retried with backoff, up to JOBQ_MIGRATION_ATTEMPTS times; then the run
 stops with ``MigrationBlocked``, naming the session in the way. A step that changes existing tables
 calls ``lock_tables(...)`` first, which locks them in ``LOCK_ORDER``, the service's order (see there).
+
+Functions. app/db/functions.sql holds every PL/pgSQL function's current body. A revision that changes one
+changes it there first and copies the new body into its ``CREATE OR REPLACE FUNCTION``; a test holds the
+migration head to the file (tests/test_functions_sql.py).
 """
 
 from __future__ import annotations

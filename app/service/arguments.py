@@ -130,5 +130,5 @@ class QueueSettings:
     backoff_base: float | None = None
     backoff_cap: float | None = None
     retention: float | None = None
-    # Flow-control settings to change (queries.CONFIGURE_FLOW): absent keeps one, None clears it.
+    # Flow-control settings to change (sql.CONFIGURE_FLOW): absent keeps one, None clears it.
     flow: dict[str, object] = field(default_factory=dict)

@@ -133,7 +133,7 @@ async def _lease_shared(runtime: Runtime, queue: str, calls: list[LeaseCall]) ->
 def _wake_later(wakeups: Wakeups, queue: str, claim: FlowClaim) -> None:
     """After a claim under flow control that left slots empty: wake the queue's long-polls when a rate
     window lets a job go, or at once if keys were passed over because another claim held them (it
-    commits in a moment). A slot a running job frees wakes them by notification (queries.KEY_FREED)."""
+    commits in a moment). A slot a running job frees wakes them by notification (sql.KEY_FREED)."""
     if claim.busy:
         wakeups.wake_in(queue, BUSY_RETRY, 1)
     if claim.wake_in is not None:

@@ -313,7 +313,7 @@ async def queue_cancelled(db: Database, name: str) -> int:
 async def configure_queue(runtime: Runtime, name: str, settings: QueueSettingsLike) -> Row:
     """Change the settings given (None keeps one; among flow-control settings, absent keeps one and None
     clears it), creating the queue if need be; the queue's row. A change of flow control reaches every
-    replica's claims at once (queries.SET_FLOW)."""
+    replica's claims at once (sql.SET_FLOW)."""
     async with runtime.db.acquire() as conn:
         async with conn.transaction():
             await conn.execute(

@@ -26,7 +26,7 @@ def as_job(row: asyncpg.Record) -> Row:
     out.pop("slot", None)
     out.pop("done", None)
     out["payload"] = JSONText(out["payload"])
-    if "result" in out:  # a whole job (queries.JOB); a lease's rows (LEASED_JOB) have neither column
+    if "result" in out:  # a whole job (sql.JOB); a lease's rows (LEASED_JOB) have neither column
         result, progress = out["result"], out["progress"]
         if result is not None:
             out["result"] = JSONText(result)

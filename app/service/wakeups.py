@@ -1,6 +1,6 @@
 """Waking waiting long-polls: one LISTEN connection per process, and timers for jobs due later.
 
-Every statement that makes jobs ready sends one NOTIFY per queue (see ``queries.CHANNEL``) with how many
+Every statement that makes jobs ready sends one NOTIFY per queue (see ``sql.CHANNEL``) with how many
 jobs it made ready and the earliest ``run_at``. Each service process listens on one connection of its own
 (waiting requests hold none) and, per notification:
 
@@ -19,7 +19,7 @@ watches its client while it waits (app/service/leasing.py ``lease``), so a depar
 than being woken first.
 
 Waiting for a job to finish (``GET /jobs/{id}?wait=N``) is woken the same way, on a channel of its own
-(``queries.DONE_CHANNEL``): statements that finish a job someone marked as awaited name it there, and
+(``sql.DONE_CHANNEL``): statements that finish a job someone marked as awaited name it there, and
 every waiter of that job in this process is woken, to read it and answer. Nothing polls: after a lost
 connection every job waiter is woken too, to look once.
 
@@ -210,7 +210,7 @@ class Wakeups:
     @contextmanager
     def watching(self, job_id: int) -> Iterator[Waiter]:
         """Register a waiter for job `job_id` to finish, for the duration of the block; register before
-        marking the job awaited (queries.WATCH_JOB), so a finish that commits meanwhile is not missed."""
+        marking the job awaited (sql.WATCH_JOB), so a finish that commits meanwhile is not missed."""
         waiter = Waiter()
         self._watchers.setdefault(job_id, {})[waiter] = None
         self.watchers += 1
@@ -261,7 +261,7 @@ class Wakeups:
             log.warning("ignoring a malformed notification: %r", payload[:200])
             return
         if message.get("settings"):
-            # A queue's flow-control settings changed (queries.SET_FLOW): read them again.
+            # A queue's flow-control settings changed (sql.SET_FLOW): read them again.
             self.on_settings(queue)
         delay = run_at - (time.time() + self._clock_offset)
         if delay <= 0:

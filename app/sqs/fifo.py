@@ -1,8 +1,8 @@
 """SQS FIFO queues, on what jobq has already: keyed flow control, idempotency keys, job ids.
 
 A FIFO queue (a `.fifo` name created with ``FifoQueue`` "true") is a jobq queue whose ``key_concurrency`` is
-1, set through the queue's own settings when it is created (queries.CONFIGURE_FLOW, SET_FLOW), and whose
-messages carry their ``MessageGroupId`` as the job's key. So the claim itself (queries.LEASE_FLOW) gives
+1, set through the queue's own settings when it is created (sql.CONFIGURE_FLOW, SET_FLOW), and whose
+messages carry their ``MessageGroupId`` as the job's key. So the claim itself (sql.LEASE_FLOW) gives
 SQS's guarantees, across every replica: a group's messages are received one at a time, in the order
 they were sent (priority, run_at, id: the order of their ids, since a FIFO message has no delay of its
 own), and a message that was received and not deleted (its visibility ran out, or was set to 0) holds its

@@ -14,6 +14,7 @@
 - rollups.py: per-minute counts
 - gauges.py: metrics' gauges, lock waits, vacuum's horizon, the schema's revision
 - schedules.py: schedules and the scheduler's firings, and its leadership
+- vacuum.py: the vacuum loop's look at jobq.jobs, its lock, and the VACUUM
 - sqs.py: what only the SQS API needs (not re-exported: ``from app.db.sql import sqs as sq``)
 
 query.py defines ``Query``, and fragments.py the SQL several topics share. This module re-exports every
@@ -131,4 +132,5 @@ from app.db.sql.schedules import (
     SET_SCHEDULE_PAUSED,
     TAKE_LEAD,
 )
+from app.db.sql.vacuum import MAINTENANCE_LOCK, MAINTENANCE_UNLOCK, VACUUM_HEALTH, VACUUM_JOBS
 from app.db.sql.workers import FORGET_WORKERS, LIST_WORKERS, SEE_WORKERS

@@ -19,25 +19,9 @@ from __future__ import annotations
 import logging
 
 from app.db.pool import Database
-from app.db.sql import Query
+from app.db.sql import MAINTENANCE_LOCK, MAINTENANCE_UNLOCK, VACUUM_HEALTH, VACUUM_JOBS
 
 log = logging.getLogger("jobq.maintenance")
-
-# The table's live and dead rows.
-TABLE_HEALTH = Query.define(
-    "table_health",
-    """
-    SELECT n_live_tup AS live, n_dead_tup AS dead
-    FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass
-    """,
-)
-MAINTENANCE_LOCK = Query.define(
-    "maintenance_lock", "SELECT pg_try_advisory_lock(hashtext('jobq.maintenance'))"
-)
-MAINTENANCE_UNLOCK = Query.define(
-    "maintenance_unlock", "SELECT pg_advisory_unlock(hashtext('jobq.maintenance'))"
-)
-VACUUM_JOBS = Query.define("vacuum_jobs", "VACUUM (ANALYZE) jobq.jobs")
 
 
 def needs_vacuum(live: int, dead: int) -> bool:
@@ -50,7 +34,7 @@ async def vacuum_if_needed(db: Database) -> bool:
         if not await conn.fetchval(MAINTENANCE_LOCK.text):
             return False
         try:
-            health = await conn.fetchrow(TABLE_HEALTH.text)
+            health = await conn.fetchrow(VACUUM_HEALTH.text)
             if health is None or not needs_vacuum(**dict(health)):
                 return False
             log.info("vacuuming jobq.jobs: %d dead rows, %d live", health["dead"], health["live"])
