@@ -1,9 +1,9 @@
 """How jobq reads and writes HTTP bodies.
 
 - Requests: strict JSON. Python's parser accepts NaN and Infinity, which are not JSON and which
-  PostgreSQL's jsonb refuses; they are rejected here as malformed JSON (422), and so is nesting deeper
-  than `max_json_depth`, before the parser recurses into it. Numbers keep every digit as sent
-  (app/core/jsontext.py ``read_json``).
+  PostgreSQL's jsonb refuses; they are rejected as malformed JSON (422), and so is nesting deeper than
+  `max_json_depth` (measured here), before the parser recurses into it: by the routes' request class,
+  app/http/fastpath/route.py. Numbers keep every digit as sent (app/core/jsontext.py ``read_json``).
 - Responses: encoded once with orjson, times as RFC 3339 UTC with `Z`. Job payloads come from PostgreSQL
   as JSON text and are spliced into the answer as they are (``JSONText``, app/core/jsontext.py), never
   decoded and encoded again. Handlers return a ``JSONBody`` themselves, which spares FastAPI from
@@ -13,21 +13,16 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
 from fastapi import HTTPException, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.core.errors import PayloadTooLarge
-from app.core.jsontext import WRITE_OPTIONS, read_json, written
-from app.http.auth import GRANT
+from app.core.jsontext import WRITE_OPTIONS, written
 from app.http.problems import problem
 
 # Bytes of a request's body left unread by its answer that the server may read and discard to keep the
@@ -88,24 +83,6 @@ class BodyLimit:
         response = problem(413, "payload_too_large", self._detail())
         response.headers["connection"] = "close"  # rather than read and discard the body
         return response
-
-
-async def read_body(request: Request, limit: int, what: str = "the request body") -> bytes:
-    """`request`'s body, refused (PayloadTooLarge) past `limit` bytes: at once when its Content-Length says
-    so, before any of it is read, else as soon as what has come passes it. For routes whose bodies are far
-    smaller than JOBQ_MAX_BODY_BYTES (the SQS API, the dashboard's forms); ``request.body()`` gives it
-    again afterwards."""
-    length = request.headers.get("content-length", "")
-    if length.isascii() and length.isdigit() and (len(length) > 18 or int(length) > limit):
-        raise PayloadTooLarge(f"{what} is over the limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"{what} is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    request._body = body = b"".join(chunks)
-    return body
 
 
 # Opening brackets become "(", closing ones ")": only how deep they nest matters here (a "[" closed by
@@ -171,59 +148,6 @@ def _depth_by_bracket(brackets: bytes, limit: int) -> int:
             if deepest > limit:
                 break
     return deepest
-
-
-class StrictJSONRequest(Request):
-    async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            body = await self.body()
-            limit = self.app.state.settings.max_json_depth
-            if nesting_depth(body, limit) > limit:
-                raise json.JSONDecodeError(
-                    f"nesting deeper than {limit} levels (the service's JOBQ_MAX_JSON_DEPTH)", "", 0
-                )
-            try:
-                self._json = read_json(body)
-            except UnicodeDecodeError as exc:
-                raise json.JSONDecodeError("it is not UTF-8 text", "", exc.start) from exc
-        return self._json
-
-
-class JobqRoute(APIRoute):
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-        known = {param.alias for param in self.dependant.query_params}
-        # FastAPI reads and parses a route's body before it runs the route's dependencies, role checks
-        # included: a stranger's 16 MB body would be parsed before it is refused. So a route that takes a body
-        # runs its role checks (app/http/auth.py ``allow``) first, before its body is read (the dependency
-        # checks again later: a digest and a dict lookup).
-        checks = [
-            d.dependency.admits  # type: ignore[attr-defined]
-            for d in self.dependencies
-            if self.body_field is not None and hasattr(d.dependency, "admits")
-        ]
-
-        async def strict_json_handler(request: Request) -> Response:
-            for admits in checks:
-                request.scope[GRANT] = admits.check(
-                    request.app.state.tokens, request.headers.get("authorization", "")
-                )
-            if request.scope["query_string"]:
-                unknown = set(request.query_params) - known
-                if unknown:
-                    raise RequestValidationError(
-                        [
-                            {
-                                "loc": ("query", name),
-                                "msg": "unknown query parameter",
-                                "type": "extra_forbidden",
-                            }
-                            for name in sorted(unknown)
-                        ]
-                    )
-            return await handler(StrictJSONRequest(request.scope, request.receive))
-
-        return strict_json_handler
 
 
 class JSONBody(JSONResponse):

@@ -33,8 +33,9 @@ from app.core.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from app.http.fastpath.limited import read_body
 from app.http.problems import status_of
-from app.http.web import disconnected, json_values, read_body
+from app.http.web import disconnected, json_values
 from app.sqs import auth, query
 from app.sqs.actions import ACTIONS
 from app.sqs.attributes import MAX_MESSAGE_BYTES

@@ -9,12 +9,12 @@ and adds no rule of its own: each step of a request has one home, which both way
 
 - The body's shape and limits: the route's pydantic model (app/http/schemas/), taken from the endpoint's
   signature. The JSON text is read by app/core/jsontext.py ``read_json`` both here and on FastAPI's way
-  (app/http/web.py ``StrictJSONRequest``): numbers kept as sent, NaN and Infinity refused, and nesting past
-  `max_json_depth` refused before parsing (``nesting_depth``).
+  (app/http/fastpath/route.py ``StrictJSONRequest``): numbers kept as sent, NaN and Infinity refused,
+  and nesting past `max_json_depth` refused before parsing (``nesting_depth``).
   The bodies sent in bulk (enqueues, acks, releases) are read by app/http/fastpath/bodies.py first, which
   refuses more than the model and reads alike what it accepts; what it refuses goes on to the model.
 - The caller's role: ``Admits.check`` (app/core/access.py), taken from the route's own role dependency, and
-  checked before the body is read, as on FastAPI's way (app/http/web.py ``JobqRoute``).
+  checked before the body is read, as on FastAPI's way (app/http/fastpath/route.py ``JobqRoute``).
 - The queues the body names: the endpoint itself (``caller.admit``), with the Grant the role check gave.
 - The answer: the endpoint's, byte for byte; an error becomes its problem body in app/http/problems.py.
 

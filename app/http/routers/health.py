@@ -11,9 +11,10 @@ from app import service
 from app.core.errors import DATABASE_UNAVAILABLE
 from app.db.migrations import compatibility, head_revision
 from app.http.deps import RuntimeDep, Unready, answers, problems
+from app.http.fastpath.route import JobqRoute
 from app.http.problems import problem
 from app.http.schemas import Health, Readiness
-from app.http.web import JobqRoute, JSONBody
+from app.http.web import JSONBody
 from app.telemetry.metrics import QueueGauges, holding_back
 
 router = APIRouter(tags=["health"], route_class=JobqRoute, default_response_class=JSONBody)

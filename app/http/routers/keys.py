@@ -14,8 +14,9 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from app.core.limits import MAX_KEY, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import Admin, Caller, QueueReader
 from app.http.deps import DB, RuntimeDep, answers
+from app.http.fastpath.route import JobqRoute
 from app.http.schemas import DeletedKey, KeyList, KeyOverrides, KeyView
-from app.http.web import JobqRoute, JSONBody
+from app.http.web import JSONBody
 from app.service import flow
 
 router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_class=JSONBody)

@@ -23,6 +23,7 @@ from app.core.limits import (
 from app.core.states import JobStatus
 from app.http.auth import Admin, Caller, QueueReader, Viewer
 from app.http.deps import DB, RuntimeDep, answers
+from app.http.fastpath.route import JobqRoute
 from app.http.schemas import (
     DeadPage,
     Job,
@@ -35,7 +36,7 @@ from app.http.schemas import (
     RetryDeadResponse,
     WorkerList,
 )
-from app.http.web import JobqRoute, JSONBody
+from app.http.web import JSONBody
 
 router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_class=JSONBody)
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]

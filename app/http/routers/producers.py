@@ -13,6 +13,7 @@ from app.core.errors import Invalid
 from app.core.limits import MAX_JOB_ID
 from app.http.auth import Admin, Caller, Producer, Reader
 from app.http.deps import DB, RuntimeDep, answers
+from app.http.fastpath.route import JobqRoute
 from app.http.schemas import (
     EnqueueBatchRequest,
     EnqueueBatchResponse,
@@ -21,7 +22,7 @@ from app.http.schemas import (
     Job,
     trace_context,
 )
-from app.http.web import JobqRoute, JSONBody, disconnected
+from app.http.web import JSONBody, disconnected
 
 router = APIRouter(tags=["producers"], route_class=JobqRoute, default_response_class=JSONBody)
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]

@@ -17,8 +17,9 @@ from pydantic import ValidationError
 from app.core.limits import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import Admin, Caller, Reader
 from app.http.deps import DB, RuntimeDep, answers
+from app.http.fastpath.route import JobqRoute
 from app.http.schemas import DeletedSchedule, Schedule, ScheduleList, ScheduleRequest, TriggeredSchedule
-from app.http.web import JobqRoute, JSONBody
+from app.http.web import JSONBody
 from app.service import schedules
 
 router = APIRouter(tags=["schedules"], route_class=JobqRoute, default_response_class=JSONBody)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from app import service
 from app.http.auth import Caller, Worker
 from app.http.deps import DB, RuntimeDep, answers
+from app.http.fastpath.route import JobqRoute
 from app.http.middleware.access_log import note
 from app.http.schemas import (
     AckBatchRequest,
@@ -27,7 +28,7 @@ from app.http.schemas import (
     NackResponse,
     ReleaseRequest,
 )
-from app.http.web import JobqRoute, JSONBody, disconnected
+from app.http.web import JSONBody, disconnected
 
 router = APIRouter(
     tags=["workers"], dependencies=[Worker], route_class=JobqRoute, default_response_class=JSONBody

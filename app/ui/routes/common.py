@@ -15,7 +15,7 @@ from app.core.access import Admits, Role
 from app.core.errors import JobqError, PayloadTooLarge, Unauthorized
 from app.core.limits import MAX_JOB_ID, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import GRANT, Caller
-from app.http.web import read_body
+from app.http.fastpath.limited import read_body
 from app.ui import pages
 from app.ui.session import COOKIE, PATH
 
