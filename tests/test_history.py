@@ -21,6 +21,7 @@ from app.db import sql as q
 from app.db.migrations import downgrade, upgrade
 from app.db.pool import Database, pool_options
 from app.service import history
+from app.service.runtime import Runtime
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -32,6 +33,12 @@ COLUMNS = ", ".join(q.JOB_COLUMNS)
 async def database(database_url: str) -> AsyncIterator[Database]:
     async with open_database(database_url, prune_batch=100) as database:
         yield database
+
+
+@pytest.fixture
+def runtime(database: Database) -> Runtime:
+    """The Runtime of the operations that take one (enqueue, ack, configure_queue), on `database`."""
+    return Runtime(database)
 
 
 async def where(db: asyncpg.Connection, job_id: int) -> tuple[str, str] | None:
@@ -66,16 +73,16 @@ async def finished_rows(db: asyncpg.Connection, n: int, purge_after: str, queue:
     )
 
 
-async def test_finished_jobs_leave_jobs_for_jobs_history_in_the_same_statement(database, db):
-    await service.configure_queue(database, "hourly", service.QueueSettings(retention=3600))
-    done = await enqueue(database, "hourly")
-    leased = await lease_one(database, "hourly")
-    await ack(database, service.Ack(leased["id"], leased["lease_token"], result={"n": 1}))
-    cancelled = await enqueue(database, "hourly")
+async def test_finished_jobs_leave_jobs_for_jobs_history_in_the_same_statement(database, db, runtime):
+    await service.configure_queue(runtime, "hourly", service.QueueSettings(retention=3600))
+    done = await enqueue(runtime, "hourly")
+    leased = await lease_one(runtime, "hourly")
+    await ack(runtime, service.Ack(leased["id"], leased["lease_token"], result={"n": 1}))
+    cancelled = await enqueue(runtime, "hourly")
     await service.cancel(database, cancelled["id"])
-    dead = await enqueue(database, "hourly", max_attempts=1)
-    await nack(database, await lease_one(database, "hourly"), error="boom")
-    pending = await enqueue(database, "hourly")
+    dead = await enqueue(runtime, "hourly", max_attempts=1)
+    await nack(runtime, await lease_one(runtime, "hourly"), error="boom")
+    pending = await enqueue(runtime, "hourly")
 
     assert sorted(r["status"] for r in await db.fetch("SELECT status FROM jobq.jobs")) == ["dead", "pending"]
     kept = await db.fetch("SELECT id, status, purge_after - completed_at AS kept FROM jobq.jobs_history")
@@ -91,24 +98,24 @@ async def test_finished_jobs_leave_jobs_for_jobs_history_in_the_same_statement(d
     assert [got[i]["status"] for i in got] == ["completed", "cancelled", "dead", "pending"]
     assert orjson.dumps(got[done["id"]]["result"]) == b'{"n": 1}'
     # A second ack of the same lease is answered from jobs_history, and changes nothing.
-    assert (await ack(database, held(leased)))["id"] == done["id"]
+    assert (await ack(runtime, held(leased)))["id"] == done["id"]
     assert orjson.dumps((await service.get_job(database, done["id"]))["result"]) == b'{"n": 1}'
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs_history") == 2
 
 
-async def test_a_job_is_gone_at_its_purge_after_before_its_partition_is(database, db):
-    await service.configure_queue(database, "brief", service.QueueSettings(retention=0))
-    job = await enqueue(database, "brief")
-    await ack(database, held(await lease_one(database, "brief")))
+async def test_a_job_is_gone_at_its_purge_after_before_its_partition_is(database, db, runtime):
+    await service.configure_queue(runtime, "brief", service.QueueSettings(retention=0))
+    job = await enqueue(runtime, "brief")
+    await ack(runtime, held(await lease_one(runtime, "brief")))
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs_history WHERE id = $1", job["id"]) == 1
     with pytest.raises(NotFound):
         await service.get_job(database, job["id"])
     assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs") == 0
 
 
-async def test_the_partitions_each_retention_needs_are_made_a_day_ahead(database, db):
-    await service.configure_queue(database, "weekly", service.QueueSettings(retention=7 * 86400))
-    await service.configure_queue(database, "daily", service.QueueSettings(retention=86400))
+async def test_the_partitions_each_retention_needs_are_made_a_day_ahead(database, db, runtime):
+    await service.configure_queue(runtime, "weekly", service.QueueSettings(retention=7 * 86400))
+    await service.configure_queue(runtime, "daily", service.QueueSettings(retention=86400))
     now = await db.fetchval("SELECT now() AT TIME ZONE 'UTC'")
     expected = {
         (now + timedelta(seconds=seconds, days=ahead)).date()
@@ -119,8 +126,8 @@ async def test_the_partitions_each_retention_needs_are_made_a_day_ahead(database
     assert set(kept.made) == expected == set(await history.partitions(database))
     assert (await history.keep_history(database)).made == []
     # Each job lands in the partition of the day of its purge_after.
-    job = await enqueue(database, "weekly")
-    await ack(database, held(await lease_one(database, "weekly")))
+    job = await enqueue(runtime, "weekly")
+    await ack(runtime, held(await lease_one(runtime, "weekly")))
     purge_after = await db.fetchval("SELECT purge_after FROM jobq.jobs_history WHERE id = $1", job["id"])
     day = purge_after.astimezone(UTC).date()
     assert await where(db, job["id"]) == (f"jobq.{history.partition_name(day)}", "completed")
@@ -156,15 +163,17 @@ async def reading_history(database_url: str) -> AsyncIterator[None]:
         await reader.close()
 
 
-async def test_a_drop_that_cannot_get_its_lock_gives_way_and_goes_next_round(database, db, database_url):
+async def test_a_drop_that_cannot_get_its_lock_gives_way_and_goes_next_round(
+    database, db, database_url, runtime
+):
     yesterday = await today(db) - timedelta(days=1)
     await make_partition(db, yesterday)
     async with reading_history(database_url):
         kept = await history.keep_history(database)
         assert kept.dropped == [] and yesterday in await history.partitions(database)
         # Acks go on meanwhile: the drop waits behind the reader no longer than its lock timeout.
-        job = await enqueue(database)
-        await ack(database, held(await lease_one(database)))
+        job = await enqueue(runtime)
+        await ack(runtime, held(await lease_one(runtime)))
         assert (await service.get_job(database, job["id"]))["status"] == "completed"
     assert (await history.keep_history(database)).dropped == [yesterday]
 
@@ -177,13 +186,13 @@ async def test_a_make_that_cannot_get_its_lock_gives_way_and_goes_next_round(dat
 
 
 async def test_a_job_no_partition_takes_waits_in_the_default_partition_and_moves_when_its_day_comes(
-    database, db
+    database, db, runtime
 ):
     await history.keep_history(database)
     # A queue's retention just changed to a month: its jobs have no partition until the next round.
-    await service.configure_queue(database, "monthly", service.QueueSettings(retention=30 * 86400))
-    job = await enqueue(database, "monthly")
-    await ack(database, held(await lease_one(database, "monthly")))
+    await service.configure_queue(runtime, "monthly", service.QueueSettings(retention=30 * 86400))
+    job = await enqueue(runtime, "monthly")
+    await ack(runtime, held(await lease_one(runtime, "monthly")))
     assert await where(db, job["id"]) == ("jobq.jobs_history_default", "completed")
     kept = await history.keep_history(database)
     assert len(kept.made) == 2
@@ -222,21 +231,21 @@ async def test_finished_jobs_still_in_jobs_are_moved_in_batches(database, db):
     )
 
 
-async def test_acks_go_on_while_partitions_come_and_go(database, db):
+async def test_acks_go_on_while_partitions_come_and_go(database, db, runtime):
     """Three workers ack while retention rounds drop past days' partitions and make new ones: every ack
     succeeds and every job ends in jobs_history exactly once."""
     first = await today(db) - timedelta(days=6)
     for n in range(6):
         await make_partition(db, first + timedelta(days=n))
         await finished_rows(db, 2000, f"'{first + timedelta(days=n)} 12:00:00+00'")
-    ids = [(await enqueue(database, payload=i))["id"] for i in range(400)]
+    ids = [(await enqueue(runtime, payload=i))["id"] for i in range(400)]
     stop = asyncio.Event()
 
     async def work() -> int:
         done = 0
-        while got := await lease(database, "q", max_jobs=10):
+        while got := await lease(runtime, "q", max_jobs=10):
             for job in got:
-                await ack(database, held(job))
+                await ack(runtime, held(job))
                 done += 1
         return done
 
@@ -290,7 +299,9 @@ async def test_jit_is_off_on_the_services_connections(database_url):
         await conn.close()
 
 
-async def test_acks_routed_to_the_default_partition_meanwhile_survive_its_days_partition_made(database, db):
+async def test_acks_routed_to_the_default_partition_meanwhile_survive_its_days_partition_made(
+    database, db, runtime
+):
     """A day's partition is attached while acks insert rows of that very day, which until then go to the
     default partition: none of them fails. (Attaching alone locks jobs_history weakly, and an insert that
     chose the default partition before the attach committed then broke the default's new constraint.)"""
@@ -299,15 +310,15 @@ async def test_acks_routed_to_the_default_partition_meanwhile_survive_its_days_p
     for n in range(rounds):
         day = queue_day + timedelta(days=n)
         seconds = await db.fetchval(f"SELECT extract(epoch FROM '{day} 12:00:00+00'::timestamptz - now())")
-        await service.configure_queue(database, f"r{n}", service.QueueSettings(retention=seconds))
+        await service.configure_queue(runtime, f"r{n}", service.QueueSettings(retention=seconds))
         for _ in range(60):
-            await enqueue(database, f"r{n}")
+            await enqueue(runtime, f"r{n}")
         stop = asyncio.Event()
 
         async def work(queue: str = f"r{n}") -> int:
             done = 0
-            while not stop.is_set() and (got := await lease(database, queue, max_jobs=1)):
-                await ack(database, held(got[0]))
+            while not stop.is_set() and (got := await lease(runtime, queue, max_jobs=1)):
+                await ack(runtime, held(got[0]))
                 done += 1
             return done
 
@@ -320,15 +331,15 @@ async def test_acks_routed_to_the_default_partition_meanwhile_survive_its_days_p
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs_history WHERE queue LIKE 'r%'") == acked > 0
 
 
-async def test_a_job_stays_in_sight_while_its_days_partition_is_made(database, db, database_url):
+async def test_a_job_stays_in_sight_while_its_days_partition_is_made(database, db, database_url, runtime):
     """Reads of a finished job in the default partition, made while its day's partition is being made,
     find it once the partition is there. (Attaching locked jobs_history weakly: a read took the list of
     partitions before the attach committed and its snapshot after, so it saw the row gone from the
     default partition and did not look in the new one.)"""
     await history.keep_history(database)
-    await service.configure_queue(database, "monthly", service.QueueSettings(retention=30 * 86400))
-    job = await enqueue(database, "monthly")
-    await ack(database, held(await lease_one(database, "monthly")))
+    await service.configure_queue(runtime, "monthly", service.QueueSettings(retention=30 * 86400))
+    job = await enqueue(runtime, "monthly")
+    await ack(runtime, held(await lease_one(runtime, "monthly")))
     assert await where(db, job["id"]) == ("jobq.jobs_history_default", "completed")
     day = await db.fetchval(
         "SELECT (purge_after AT TIME ZONE 'UTC')::date FROM jobq.jobs_history WHERE id = $1", job["id"]
