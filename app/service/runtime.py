@@ -1,10 +1,11 @@
 """The runtime: what one service process keeps beside its pool, built once at start-up (app/main.py's
 lifespan) and handed to the operations that need more than the pool.
 
-jobq's state is in PostgreSQL. What a process keeps in memory only makes it faster, or lets it answer at
-once; each piece is its own, bounded, and lost with the process at no cost but a little work again:
+jobq's state is in PostgreSQL. What a process keeps in memory makes it faster, or lets it answer at once;
+each piece is bounded, and a process that is killed loses with it at most what it counted and saw in its
+last metrics interval:
 
-- `metrics` (app/telemetry/metrics.py): the counters and gauges it exports, and the rollups count;
+- `metrics` (app/telemetry/metrics.py): the counters and gauges it exports, which the rollups add up;
 - `rollups` (app/service/tally.py): what those counters held at its last rollup;
 - `flow` (app/service/flow_queues.py): which queues are under flow control, and its claims' walks of keys;
 - `sightings` (app/service/sightings.py): the workers seen leasing, not yet written;
