@@ -156,8 +156,8 @@ EXPIRE_LEASES = Query.define(
 )
 
 # SQS MessageRetentionPeriod: messages a receive leased and found sent more than :retention seconds ago,
-# deleted as SQS deletes them, each fenced by the lease that receive took (app/sqs/messages.py). A key's
-# slot freed this way wakes the queue's long-polls, as an ack's does.
+# deleted as SQS deletes them, each fenced by the lease that receive took (app/service/sqs_messages.py).
+# A key's slot freed this way wakes the queue's long-polls, as an ack's does.
 EXPIRE_MESSAGES = Query.define(
     "expire_messages",
     f"""

@@ -146,7 +146,7 @@ DEAD_LETTER_SOURCES = Query.define(
     """,
 )
 
-# --- FIFO queues (app/sqs/fifo.py) -----------------------------------------------------------------
+# --- FIFO queues (app/service/sqs_fifo.py) ---------------------------------------------------------
 
 # Keep the deduplication ids of FIFO messages just enqueued, in the enqueue's own transaction, as
 # idempotency keys (scope: the queue, or the queue and message group), each answering with its job for
