@@ -137,10 +137,14 @@ def summary_ms(seconds: list[float]) -> dict[str, float]:
 def write_results(name: str, results: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
     meta = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": platform.platform(),
         "cpus": os.cpu_count(),
+        "commit": commit or None,
     }
     path.write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
     return path

@@ -879,7 +879,10 @@ async def main(args: argparse.Namespace) -> None:
         try:
             for name in chosen:
                 print(name.strip("_"))
+                before = set(bench.results)
                 await getattr(bench, name)()
+                for figure in bench.results.keys() - before:  # the scenario that reproduces it
+                    bench.results[figure]["scenario"] = name
         finally:
             bare.stop()
     elapsed = time.perf_counter() - started

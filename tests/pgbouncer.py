@@ -80,6 +80,9 @@ auth_type = any
 pool_mode = transaction
 max_client_conn = 2000
 default_pool_size = 20
+; A test's database is dropped behind it, and the server connections idle in its pool would last until then
+; (600 s by default): with tests ending several a second, they filled the server's max_connections (100).
+server_idle_timeout = 1
 server_reset_query =
 logfile = {dir}/pgbouncer.log
 pidfile = {dir}/pgbouncer.pid

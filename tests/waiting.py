@@ -24,6 +24,19 @@ async def until(predicate: Callable[[], Any], timeout: float = 15.0, every: floa
         await asyncio.sleep(every)
 
 
+async def lock_waiters(db, wait_event: str | None = None) -> int:
+    """How many sessions of `db`'s database wait for a lock (of `wait_event`: 'advisory', 'relation',
+    ...). Read afresh even inside a transaction: PostgreSQL takes its list of sessions for
+    pg_stat_activity once per transaction, so a connection opened after that first read would never be
+    counted (a service's pool opening one for the request the test waits for)."""
+    await db.execute("SELECT pg_stat_clear_snapshot()")
+    return await db.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND wait_event = coalesce($1, wait_event)",
+        wait_event,
+    )
+
+
 def states(db, queue: str) -> Callable[[], Any]:
     """A query for a queue's jobs: {status: count}."""
 

@@ -9,7 +9,7 @@ of a token it got right. Tokens are never logged, nor shown in configuration err
 entry's position instead). With no tokens configured, every call is allowed (and ``jobq serve``
 refuses to listen beyond loopback; see app/cli.py).
 
-Who may call what (the decision for each route is a table in tests/test_scopes.py):
+Who may call what (the decision for each route is a table in tests/http/test_scopes.py):
 - producer: enqueue, read jobs;
 - worker: lease, ack, nack, extend, release, read jobs and a queue (its settings: how long a lease lasts);
 - viewer: read only: jobs, dead jobs, queues, the dashboard without its buttons, metrics;

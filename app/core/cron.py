@@ -16,6 +16,7 @@ Europe/Berlin: 02:30 on the last Sunday of March). Stepping such an expression w
 
 from __future__ import annotations
 
+import enum
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,3 +259,12 @@ class Cron:
     def next_after(self, after: datetime) -> datetime:
         """The first slot after `after`."""
         return next(slot for slot in self._walk(after, forward=True) if slot > after)
+
+
+class CatchUp(enum.StrEnum):
+    """What a schedule fires for the slots it missed (the service down, the schedule's replica gone): a
+    slot is missed when the scheduler reaches it more than JOBQ_SCHEDULE_GRACE seconds late."""
+
+    SKIP = "skip"  # nothing: the next slot on time is the next job
+    ONCE = "once"  # one job, for the latest missed slot
+    ALL = "all"  # a job for every missed slot, the latest 1,000 at most

@@ -3,10 +3,10 @@
 (``MOVES``).
 
 A job's status changes only through the statements of app/db/sql, and through ``jobq.enqueue()``, the SQL
-function producers call in their own transaction (app/db/functions.sql). tests/test_states.py runs each of
-them against a job in each status and checks that it lands where ``MOVES`` says, that a status ``MOVES``
-does not name for it stays as it was, that no other statement changes a status, and that this table says
-the same as ``MOVES`` (a note in parentheses: the case in which the statement makes that move):
+function producers call in their own transaction (app/db/functions.sql). tests/service/test_states.py runs
+each of them against a job in each status and checks that it lands where ``MOVES`` says, that a status
+``MOVES`` does not name for it stays as it was, that no other statement changes a status, and that this table
+says the same as ``MOVES`` (a note in parentheses: the case in which the statement makes that move):
 
 =========  ==================================================  ============================================
 status     led in by                                           led out by

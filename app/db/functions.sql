@@ -6,7 +6,7 @@
 -- A new revision that changes a function (or a trigger) copies its body from here: change it here first,
 -- then write the revision's CREATE OR REPLACE FUNCTION with this text (DROP and CREATE in one
 -- transaction for a new argument list: revision 0004 says why). A revision that adds one adds it here,
--- in its place in the order. tests/test_functions_sql.py migrates a database to head and runs this file
+-- in its place in the order. tests/service/test_functions_sql.py migrates a database to head and runs this file
 -- into another, and fails when a function or trigger differs between them, or is in one and not the
 -- other. Released revisions are never edited to match: this file follows them.
 

@@ -32,7 +32,7 @@ calls ``lock_tables(...)`` first, which locks them in ``LOCK_ORDER``, the servic
 
 Functions. app/db/functions.sql holds every PL/pgSQL function's current body. A revision that changes one
 changes it there first and copies the new body into its ``CREATE OR REPLACE FUNCTION``; a test holds the
-migration head to the file (tests/test_functions_sql.py).
+migration head to the file (tests/service/test_functions_sql.py).
 """
 
 from __future__ import annotations
@@ -43,13 +43,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from sqlalchemy import text
+import asyncpg
 
+from app.db.sql.gauges import SCHEMA_REVISION
 from app.settings import Settings, sqlalchemy_url
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+# Alembic and SQLAlchemy are loaded only to run a migration (a third of the CPU a service takes to
+# start): a service whose schema is at this build's head (`at_head`) and /readyz need neither.
 
 # The Alembic chain ships inside the package, so that an installed wheel migrates without a checkout; the
 # configuration is built here, in code (the checkout's alembic.ini only serves a plain `alembic` run).
@@ -95,6 +101,8 @@ class MigrationBlocked(Exception):
 
 
 def alembic_config(dsn: str, settings: Settings | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(SCRIPTS))
     # How a caller's version_locations (several directories) are split, as in alembic.ini.
@@ -112,28 +120,41 @@ def upgrade(dsn: str, revision: str = "head", *, settings: Settings | None = Non
 
     Raises SchemaAhead when the database is at a revision this build does not know, and
     MigrationBlocked when a step could not take its locks (see the module's docstring)."""
+    from alembic import command
+
     command.upgrade(alembic_config(dsn, settings), revision)
 
 
 def downgrade(dsn: str, revision: str = "base", *, settings: Settings | None = None) -> None:
+    from alembic import command
+
     command.downgrade(alembic_config(dsn, settings), revision)
 
 
+# The chain is a line: each revision's id is its file's four-digit number, and its down_revision the
+# number before (tests/system/test_migrations.py holds Alembic's reading of the chain to this one).
 @cache
-def _script() -> ScriptDirectory:
-    """This build's chain of revisions."""
-    return ScriptDirectory.from_config(alembic_config("postgresql://unused"))
+def _lineage() -> frozenset[str]:
+    """This build's head and every revision before it."""
+    return frozenset(path.name[:4] for path in (SCRIPTS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
 
 
 @cache
 def head_revision() -> str:
-    return _script().get_current_head()
+    return max(_lineage())
 
 
-@cache
-def _lineage() -> frozenset[str]:
-    """This build's head and every revision before it."""
-    return frozenset(rev.revision for rev in _script().iterate_revisions(head_revision(), "base"))
+async def at_head(dsn: str) -> bool:
+    """Whether the schema is at this build's head with the head's floor recorded: an upgrade would change
+    nothing (a rolling restart, or any start after the first), and start-up skips it."""
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": "jobq migrate"})
+    try:
+        if await conn.fetchval(f"SELECT to_regclass('{SCHEMA}.alembic_version')") is None:
+            return False
+        row = await conn.fetchrow(SCHEMA_REVISION.text)
+    finally:
+        await conn.close()
+    return row["revision"] == head_revision() and _floor(row["revision"], row["floor"]) is not None
 
 
 # --- locks -----------------------------------------------------------------------------------------
@@ -163,6 +184,7 @@ def lock_tables(*tables: str) -> None:
     in one statement: it gives up, to be retried, before any such session looks, and the service's
     statement is never the one cancelled."""
     from alembic import op
+    from sqlalchemy import text
 
     bind = op.get_bind()
     lock_ms, deadlock_ms = bind.execute(text(LOCK_TIMEOUTS)).one()
@@ -255,6 +277,7 @@ def build_partitioned_index(table: str, name: str, definition: str, *, unique: b
     Run again after a failed build, it goes on from where it stopped. Call it inside
     `op.get_context().autocommit_block()`, holding off whatever makes or drops partitions meanwhile."""
     from alembic import op
+    from sqlalchemy import text
 
     bind = op.get_bind()
     kind = "UNIQUE INDEX" if unique else "INDEX"
@@ -314,20 +337,25 @@ class Compatibility:
     detail: str  # why not ready, and what to do ("" when ready)
 
 
+def _floor(revision: str | None, recorded: str | None) -> str | None:
+    """The compatible_from that the migration to `revision` recorded (see record_floor), or None when the
+    comment is missing, unreadable or written for another revision."""
+    try:
+        noted = json.loads(recorded or "null")
+    except ValueError:
+        return None
+    if isinstance(noted, dict) and noted.get("revision") == revision:
+        return noted.get("compatible_from")
+    return None
+
+
 def compatibility(revision: str | None, recorded: str | None) -> Compatibility:
     """Can this build serve on a schema at `revision` that recorded `recorded` (see record_floor)?
 
     At this build's head: yes. Behind it: no, run `jobq migrate`. Ahead of it, at a revision this build
     does not know: yes when the recorded floor is this build's head or before it, else no."""
     head = head_revision()
-    floor = None
-    if recorded:
-        try:
-            noted = json.loads(recorded)
-        except ValueError:
-            noted = None
-        if isinstance(noted, dict) and noted.get("revision") == revision:
-            floor = noted.get("compatible_from")
+    floor = _floor(revision, recorded)
     if revision is None:
         return Compatibility(False, None, f"no schema yet (expected {head}): run `jobq migrate`")
     if revision == head:

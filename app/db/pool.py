@@ -9,7 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import asyncpg
@@ -185,5 +185,8 @@ class _Acquire:
         # A connection that failed the block (lost, timed out, or left by a lost server in a state asyncpg
         # cannot go on from) is closed rather than handed to the next request, which would fail on it too.
         if kind is not None and self._conn is not None and issubclass(kind, CONNECTION_TROUBLE):
-            self._conn.terminate()
+            # asyncpg releases a connection it saw lost at once, and the proxy then refuses every call:
+            # there is nothing left to close, and the block's own error is the one to raise.
+            with suppress(asyncpg.InterfaceError):
+                self._conn.terminate()
         await self._context.__aexit__(kind, *exc)

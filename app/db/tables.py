@@ -6,7 +6,6 @@ test compares them. The hot paths run the hand-written SQL in ``app/db/sql/`` ag
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
 from uuid import UUID
 
@@ -30,6 +29,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from app.core.cron import CatchUp
 from app.core.limits import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,
@@ -288,15 +288,6 @@ class Key(Base):
     rate_counts: Mapped[list[int] | None] = mapped_column(ARRAY(Integer))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-
-
-class CatchUp(enum.StrEnum):
-    """What a schedule fires for the slots it missed (the service down, the schedule's replica gone): a
-    slot is missed when the scheduler reaches it more than JOBQ_SCHEDULE_GRACE seconds late."""
-
-    SKIP = "skip"  # nothing: the next slot on time is the next job
-    ONCE = "once"  # one job, for the latest missed slot
-    ALL = "all"  # a job for every missed slot, the latest 1,000 at most
 
 
 class Schedule(Base):

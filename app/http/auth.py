@@ -39,7 +39,7 @@ async def _caller(request: Request) -> Grant:
     grant = request.scope.get(GRANT)
     if grant is None:
         # Route dependencies run before the endpoint's own, so a route with a role check always has
-        # its caller here; tests/test_scopes.py holds every route to a role decision.
+        # its caller here; tests/http/test_scopes.py holds every route to a role decision.
         raise RuntimeError(f"{request.url.path} asks for its caller but has no role check")
     return grant
 

@@ -39,7 +39,7 @@ class ProblemCode(enum.StrEnum):
     additions: a later release may add codes (never rename or drop one), so read an unknown code by the
     answer's status."""
 
-    # The OpenAPI document lists these as `ProblemCode`; tests/test_openapi.py checks that every code the
+    # The OpenAPI document lists these as `ProblemCode`; tests/unit/test_openapi.py checks that every code the
     # service sends is here.
 
     BAD_REQUEST = "bad_request"

@@ -26,12 +26,11 @@ from typing import Any
 
 import asyncpg
 
-from app.core.cron import Cron, CronError
+from app.core.cron import CatchUp, Cron, CronError
 from app.core.errors import Forbidden, Invalid, NotFound, PayloadTooLarge
 from app.core.jsontext import JSONText, NumberOutOfRange, encode_json, written_out, written_size
 from app.db import sql as q
 from app.db.pool import Database
-from app.db.tables import CatchUp
 from app.service.rows import Row, Scope
 from app.service.runtime import Runtime
 

@@ -1,5 +1,6 @@
-"""The layers of app/ hold (pyproject.toml, [tool.importlinter]; README: Map of the code): each imports only
-the layers below it, and nothing imports its way back round to itself, imports inside functions included."""
+"""The layers of app/ hold (pyproject.toml, [tool.importlinter]; docs/explanations/architecture.md):
+each imports only the layers below it, and nothing imports its way back round to itself, imports
+inside functions included."""
 
 import shutil
 import subprocess

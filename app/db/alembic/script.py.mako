@@ -21,7 +21,7 @@ compatible_from = "<the previous revision's compatible_from>"
 
 # Changing (or adding) an SQL function or trigger? Change it in app/db/functions.sql first, where every
 # function's current body is, and copy its body from there into this revision's CREATE OR REPLACE
-# FUNCTION: tests/test_functions_sql.py fails while the head and that file disagree.
+# FUNCTION: tests/service/test_functions_sql.py fails while the head and that file disagree.
 
 
 def upgrade() -> None:

@@ -27,12 +27,12 @@ order. Each state change names the state it expects (and the lease token, where 
 
 A job's status changes only through the statements of this package, and through ``jobq.enqueue()``, the
 SQL function producers call in their own transaction (app/db/functions.sql). Which statement moves a job
-from which status to which is app/core/states.py (``MOVES``); tests/test_states.py runs each statement
+from which status to which is app/core/states.py (``MOVES``); tests/service/test_states.py runs each statement
 against a job in each status and checks it lands there, and that no other statement here changes a
 status. Statuses are written in the SQL as literals ('pending'): the test checks each is a ``JobStatus``.
 """
 
-# ruff: noqa: F401 (every import here is a re-export; tests/test_states.py checks none is missing)
+# ruff: noqa: F401 (every import here is a re-export; tests/service/test_states.py checks none is missing)
 from __future__ import annotations
 
 from app.db.sql.claim import FLOW_KEYS, FLOW_KEYS_RATED, LEASE, LEASE_FLOW, LEASE_FLOW_FRONT, LEASE_FLOW_RATED

@@ -6,7 +6,6 @@ queue locks every insert of jobs takes, a token's scope, and the clock of rate w
 from __future__ import annotations
 
 from app.core.limits import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION
-from app.db.tables import JobHistory
 
 # The columns of a job as the API shows it. `max_attempts` NULL on the job means "the queue's setting",
 # so it is resolved against the queue row `q` (absent only in the statement that creates the queue).
@@ -37,7 +36,14 @@ TRACED_OUT = "traceparent, tracestate, attempts"
 # many finished jobs are kept; jobs_history is written once per job and never updated, and retention
 # drops its partitions a day at a time (app/service/history.py). Statements that look a job up by id, or
 # list or count jobs of every status, read the view jobq.all_jobs, both tables in one snapshot.
-JOB_COLUMNS = tuple(c.name for c in JobHistory.__table__.columns if c.name != "purge_after")
+# A job's columns, in jobq.jobs_history's order (app/db/tables.py, JobColumns; tests/service/test_tables.py
+# holds the two together), written out: the service does not load the table models.
+JOB_COLUMNS = (
+    "id", "queue", "status", "payload", "priority", "run_at", "attempts", "max_attempts", "dedup_key",
+    "last_error", "lease_token", "lease_expires_at", "worker_id", "created_at", "updated_at",
+    "completed_at", "message_attributes", "first_received_at", "kind", "result", "progress", "awaited",
+    "key", "schedule", "schedule_slot", "traceparent", "tracestate",
+)  # fmt: skip
 
 
 RETAINED = f"make_interval(secs => coalesce(r.retention, {DEFAULT_RETENTION}))"  # r: the job's queue

@@ -9,8 +9,8 @@ parses into jsonb in any case. An ack batch of 1,000 items is read in 0.17 ms in
 
 One definition of a valid body stays, the model's (app/http/schemas/). A reader here may refuse more than
 the model, never less, and what it accepts it reads as the model does; a body it refuses goes on to the
-model, which accepts it or words the refusal (tests/test_fast_bodies.py holds the two to this, field by
-field, at every edge). So the rarer shapes are simply left to the model:
+model, which accepts it or words the refusal (tests/unit/test_fastpath_bodies.py holds the two to this, field
+by field, at every edge). So the rarer shapes are simply left to the model:
 - `run_at`, `traceparent` and `tracestate` must be absent or null here. Their rules (RFC 3339 in the
   model's reading, W3C's forbidden values) would need copies of the model's validators;
 - a whole number written with a fraction (`"priority": 2.0`), which the model takes as 2;

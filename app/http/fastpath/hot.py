@@ -21,7 +21,7 @@ and adds no rule of its own: each step of a request has one home, which both way
 Only the ordinary case is taken this way. A query string, a content type other than `application/json`,
 a body nested too deeply or that the parser or the model refuses: these go on to FastAPI as if nothing had
 happened (the body already read is handed on), so every refusal is worded in one place, FastAPI's
-(tests/test_hot.py sends each request both ways and compares).
+(tests/http/test_fastpath_hot.py sends each request both ways and compares).
 
 A route of the routers given is hot when it is a ``POST`` to a fixed path (no path parameters), every
 dependency of it is a role check, and its endpoint takes nothing but `body` (a pydantic model), `db`,

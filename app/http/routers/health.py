@@ -12,12 +12,18 @@ from app.core.errors import DATABASE_UNAVAILABLE
 from app.db.migrations import compatibility, head_revision
 from app.http.deps import RuntimeDep, Unready, answers, problems
 from app.http.fastpath.route import JobqRoute
+from app.http.openapi import operation_id
 from app.http.problems import problem
 from app.http.schemas import Health, Readiness
 from app.http.web import JSONBody
 from app.telemetry.metrics import QueueGauges, holding_back
 
-router = APIRouter(tags=["health"], route_class=JobqRoute, default_response_class=JSONBody)
+router = APIRouter(
+    tags=["health"],
+    route_class=JobqRoute,
+    default_response_class=JSONBody,
+    generate_unique_id_function=operation_id,
+)
 
 
 def database_health(gauges: QueueGauges) -> dict[str, Any]:

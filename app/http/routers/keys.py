@@ -15,11 +15,17 @@ from app.core.limits import MAX_KEY, MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import Admin, Caller, QueueReader
 from app.http.deps import DB, RuntimeDep, answers
 from app.http.fastpath.route import JobqRoute
+from app.http.openapi import operation_id
 from app.http.schemas import DeletedKey, KeyList, KeyOverrides, KeyView
 from app.http.web import JSONBody
 from app.service import flow
 
-router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_class=JSONBody)
+router = APIRouter(
+    tags=["operators"],
+    route_class=JobqRoute,
+    default_response_class=JSONBody,
+    generate_unique_id_function=operation_id,
+)
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
 # Any text of 1-256 characters, percent-encoded in the path (a '/' in a key as %2F, or as it is).
 KeyPath = Annotated[str, Path(min_length=1, max_length=MAX_KEY, examples=["tenant-42"])]

@@ -8,9 +8,14 @@ from fastapi import APIRouter, Request, Response
 
 from app.http.auth import Caller, Viewer
 from app.http.deps import problems
+from app.http.openapi import operation_id
 from app.telemetry.metrics import CONTENT_TYPE_LATEST
 
-router = APIRouter(tags=["health"], dependencies=[Viewer])
+router = APIRouter(
+    tags=["health"],
+    dependencies=[Viewer],
+    generate_unique_id_function=operation_id,
+)
 
 
 @router.get(

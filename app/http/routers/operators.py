@@ -24,6 +24,7 @@ from app.core.states import JobStatus
 from app.http.auth import Admin, Caller, QueueReader, Viewer
 from app.http.deps import DB, RuntimeDep, answers
 from app.http.fastpath.route import JobqRoute
+from app.http.openapi import operation_id
 from app.http.schemas import (
     DeadPage,
     Job,
@@ -38,7 +39,12 @@ from app.http.schemas import (
 )
 from app.http.web import JSONBody
 
-router = APIRouter(tags=["operators"], route_class=JobqRoute, default_response_class=JSONBody)
+router = APIRouter(
+    tags=["operators"],
+    route_class=JobqRoute,
+    default_response_class=JSONBody,
+    generate_unique_id_function=operation_id,
+)
 QueuePath = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, max_length=MAX_QUEUE_NAME)]
 
 

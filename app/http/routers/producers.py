@@ -14,6 +14,7 @@ from app.core.limits import MAX_JOB_ID
 from app.http.auth import Admin, Caller, Producer, Reader
 from app.http.deps import DB, RuntimeDep, answers
 from app.http.fastpath.route import JobqRoute
+from app.http.openapi import operation_id
 from app.http.schemas import (
     EnqueueBatchRequest,
     EnqueueBatchResponse,
@@ -24,7 +25,12 @@ from app.http.schemas import (
 )
 from app.http.web import JSONBody, disconnected
 
-router = APIRouter(tags=["producers"], route_class=JobqRoute, default_response_class=JSONBody)
+router = APIRouter(
+    tags=["producers"],
+    route_class=JobqRoute,
+    default_response_class=JSONBody,
+    generate_unique_id_function=operation_id,
+)
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 
 # Enqueue at most once through retries: see app/service/idempotency.py `Once`. Read from the request rather

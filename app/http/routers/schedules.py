@@ -18,11 +18,17 @@ from app.core.limits import MAX_QUEUE_NAME, QUEUE_NAME_PATTERN
 from app.http.auth import Admin, Caller, Reader
 from app.http.deps import DB, RuntimeDep, answers
 from app.http.fastpath.route import JobqRoute
+from app.http.openapi import operation_id
 from app.http.schemas import DeletedSchedule, Schedule, ScheduleList, ScheduleRequest, TriggeredSchedule
 from app.http.web import JSONBody
 from app.service import schedules
 
-router = APIRouter(tags=["schedules"], route_class=JobqRoute, default_response_class=JSONBody)
+router = APIRouter(
+    tags=["schedules"],
+    route_class=JobqRoute,
+    default_response_class=JSONBody,
+    generate_unique_id_function=operation_id,
+)
 ScheduleName = Annotated[
     str,
     Path(pattern=QUEUE_NAME_PATTERN, min_length=1, max_length=MAX_QUEUE_NAME, examples=["nightly-report"]),

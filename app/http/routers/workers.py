@@ -13,6 +13,7 @@ from app.http.auth import Caller, Worker
 from app.http.deps import DB, RuntimeDep, answers
 from app.http.fastpath.route import JobqRoute
 from app.http.middleware.access_log import note
+from app.http.openapi import operation_id
 from app.http.schemas import (
     AckBatchRequest,
     AckRequest,
@@ -31,7 +32,11 @@ from app.http.schemas import (
 from app.http.web import JSONBody, disconnected
 
 router = APIRouter(
-    tags=["workers"], dependencies=[Worker], route_class=JobqRoute, default_response_class=JSONBody
+    tags=["workers"],
+    dependencies=[Worker],
+    route_class=JobqRoute,
+    default_response_class=JSONBody,
+    generate_unique_id_function=operation_id,
 )
 
 

@@ -9,8 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.core.cron import Cron
-from app.db.tables import CatchUp
+from app.core.cron import CatchUp, Cron
 from app.http.schemas.common import Body, Kind, MaxAttempts, Priority, QueueName
 
 _SCHEDULE_EXAMPLE = {

@@ -35,12 +35,11 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from jobq.client import AsyncClient, Client
-from jobq.tasks import Fail, Retry, Task, Tasks, current_job, progress
-from jobq.types import Conflict, JobqError, LeaseLost, NotFound, Unavailable, ValidationError
-from jobq.worker import Worker
-
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from jobq.client import AsyncClient, Client
+    from jobq.tasks import Fail, Retry, Task, Tasks, current_job, progress
+    from jobq.types import Conflict, JobqError, LeaseLost, NotFound, Unavailable, ValidationError
+    from jobq.worker import Worker
 
 __all__ = [
     "AsyncClient",
@@ -59,6 +58,18 @@ __all__ = [
     "current_job",
     "progress",
 ]
+
+# Each name above with the module it lives in, imported at its first use: a program that runs only
+# `jobq serve` (or any command that speaks to no service) does not load the HTTP clients (aiohttp and
+# httpx take 0.3 s to import).
+_HOME = {
+    **dict.fromkeys(("AsyncClient", "Client"), "jobq.client"),
+    **dict.fromkeys(("Fail", "Retry", "Task", "Tasks", "current_job", "progress"), "jobq.tasks"),
+    **dict.fromkeys(
+        ("Conflict", "JobqError", "LeaseLost", "NotFound", "Unavailable", "ValidationError"), "jobq.types"
+    ),
+    "Worker": "jobq.worker",
+}
 
 # The names this package exported before, each with the module it lives in: `from jobq import Job` goes
 # on working for a release, with a warning that says where to import it from.
@@ -101,6 +112,22 @@ _MOVED = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # pyproject.toml's version, read from the installed distribution at its first use: written in one
+        # place, and `import jobq` does not load importlib.metadata for it.
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("jobq")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            value = "0+unknown"
+        globals()[name] = value
+        return value
+    home = _HOME.get(name)
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # found here from now on, without this function
+        return value
     module = _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module 'jobq' has no attribute {name!r}")
@@ -114,6 +141,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    __version__: str
     # The same names, for type checkers, which do not run `__getattr__`: code importing them from here
     # keeps its types while it moves.
     from jobq.client import Call as Call

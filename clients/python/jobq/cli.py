@@ -19,14 +19,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from importlib.metadata import entry_points
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from jobq.client import AsyncClient, Client, RetryPolicy
-from jobq.serving import StatusLine, load_target, serve
-from jobq.tasks import Tasks
-from jobq.tracing import export_from_environment
 from jobq.types import (
     FINISHED,
     NO_LIMIT,
@@ -44,7 +40,11 @@ from jobq.types import (
     Unauthorized,
     Unavailable,
 )
-from jobq.worker import Worker
+
+# The HTTP clients and the runner are imported by the commands that use them: the commands other
+# distributions add (`jobq serve`, `jobq migrate`) speak to no service and start without them.
+if TYPE_CHECKING:
+    from jobq.client import Client
 
 cli = typer.Typer(
     help="jobq: an HTTP job queue on PostgreSQL.",
@@ -75,8 +75,9 @@ BeforeId = Annotated[
     int | None, typer.Option(help="Older than this id (for the next page).", show_default=False)
 ]
 DEFAULT_URL = "http://127.0.0.1:8000"
-# A command gives up on an unreachable service after about 2 s (the worker keeps trying).
-CLI_RETRY = RetryPolicy(attempts=4)
+# How a command retries (jobq.client.RetryPolicy's arguments): it gives up on an unreachable service
+# after about 2 s (the worker keeps trying).
+CLI_RETRY: dict[str, Any] = {"attempts": 4}
 
 
 # --- talking to the service and printing answers ---------------------------------------------------
@@ -85,8 +86,10 @@ CLI_RETRY = RetryPolicy(attempts=4)
 @contextmanager
 def service(url: str, token: str | None) -> Iterator[Client]:
     """A client for one command; the service's refusals become an exit status and a line on stderr."""
+    from jobq.client import Client, RetryPolicy
+
     try:
-        with Client(url, token=token, retry=CLI_RETRY) as client:
+        with Client(url, token=token, retry=RetryPolicy(**CLI_RETRY)) as client:
             yield client
     except JobqError as exc:
         _refused(exc, token)
@@ -828,6 +831,12 @@ def worker(
 
     SIGTERM or Ctrl-C stops leasing and lets running jobs finish for --grace seconds; jobs still
     running then are released to run again elsewhere. A second signal releases them at once."""
+    from jobq.client import AsyncClient
+    from jobq.serving import StatusLine, load_target, serve
+    from jobq.tasks import Tasks
+    from jobq.tracing import export_from_environment
+    from jobq.worker import Worker
+
     try:
         handler = load_target(target, queue[0] if queue else "default")
     except (ImportError, AttributeError, ValueError, TypeError) as exc:

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jobq import Client
+from jobq import cli as cli_module
 from jobq.cli import cli
 from tests.service_process import free_port
 
@@ -330,7 +331,9 @@ async def test_workers(start_service, db):
     assert lines[1].startswith("host-a:9  emails") and lines[1].endswith("1     1")
 
 
-def test_unreachable_service_exits_3():
+def test_unreachable_service_exits_3(monkeypatch):
+    # The command's own tries (4), with sleeps between them of hundredths of a second, not of seconds.
+    monkeypatch.setattr(cli_module, "CLI_RETRY", {**cli_module.CLI_RETRY, "backoff": 0.01, "cap": 0.01})
     done = jobq("stats", url=f"http://127.0.0.1:{free_port()}")
     assert done.exit_code == 3
     assert done.stderr.startswith("jobq: GET /queues: ConnectError") and done.stderr.endswith(
@@ -398,15 +401,39 @@ def _installed_plugin(site: Path) -> None:
     )
 
 
+def jobq_processes(*commands: list[str], env: dict[str, str]) -> list[subprocess.CompletedProcess]:
+    """`python -m jobq` with each list of arguments, all at once: each takes most of a second to import the
+    client, and none depends on another."""
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "jobq", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in commands
+    ]
+    try:
+        outputs = [process.communicate(timeout=60) for process in started]
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return [
+        subprocess.CompletedProcess(process.args, process.returncode, out, err)
+        for process, (out, err) in zip(started, outputs, strict=True)
+    ]
+
+
 def test_other_distributions_add_commands_and_a_broken_one_breaks_nothing(tmp_path):
     _installed_plugin(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
-    def jobq_process(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "jobq", *args]
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-
-    listed = jobq_process("--help")
+    listed, hello, stats = jobq_processes(
+        ["--help"], ["hello", "--name", "ada"], ["stats", "--help"], env=env
+    )
     assert listed.returncode == 0, listed.stderr
     for command in ("worker", "enqueue", "stats", "dead", "queues", "hello"):
         assert f" {command} " in listed.stdout
@@ -414,29 +441,27 @@ def test_other_distributions_add_commands_and_a_broken_one_breaks_nothing(tmp_pa
     assert "jobq: left out broken: ModuleNotFoundError: No module named 'no_such_module'\n" in listed.stderr
     assert "jobq: left out stats: the name is taken (hello_plugin:hello)\n" in listed.stderr
 
-    assert jobq_process("hello", "--name", "ada").stdout == "hello ada\n"
-    stats = jobq_process("stats", "--help")  # still the client's
-    assert stats.returncode == 0 and "--url" in stats.stdout
+    assert hello.stdout == "hello ada\n"
+    assert stats.returncode == 0 and "--url" in stats.stdout  # still the client's
 
 
 async def test_service_options_may_come_before_the_command(start_service, db):
     service = start_service(tokens={"a": "admin"})
-    await db.execute("INSERT INTO jobq.queues (name) VALUES ('q')")
+    await db.execute("INSERT INTO jobq.queues (name, paused) VALUES ('q', false), ('r', true)")
+    env = {k: v for k, v in os.environ.items() if k not in ("JOBQ_URL", "JOBQ_TOKEN")}
 
-    def jobq_process(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "jobq", *args]
-        env = {k: v for k, v in os.environ.items() if k not in ("JOBQ_URL", "JOBQ_TOKEN")}
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-
-    for args in (
+    # One queue paused and the other resumed, so that no command waits for another.
+    paused, resumed, stats, refused = jobq_processes(
         ["--url", service.url, "--token", "a", "queues", "pause", "q"],
-        [f"--url={service.url}", "queues", "resume", "--token", "a", "q"],
-    ):
-        done = jobq_process(*args)
-        assert done.returncode == 0, done.stderr
-    stats = jobq_process("--token", "a", "--url", service.url, "stats", "--json")
-    assert stats.returncode == 0 and json.loads(stats.stdout)[0]["queue"] == "q"
-    assert await db.fetchval("SELECT paused FROM jobq.queues WHERE name = 'q'") is False
-    # A command's own --url wins over the one before it.
-    refused = jobq_process("--url", service.url, "stats", "--url", f"http://127.0.0.1:{free_port()}")
+        [f"--url={service.url}", "queues", "resume", "--token", "a", "r"],
+        ["--token", "a", "--url", service.url, "stats", "--json"],
+        # A command's own --url wins over the one before it.
+        ["--url", service.url, "stats", "--url", f"http://127.0.0.1:{free_port()}"],
+        env=env,
+    )
+    assert paused.returncode == 0, paused.stderr
+    assert resumed.returncode == 0, resumed.stderr
+    rows = await db.fetch("SELECT name, paused FROM jobq.queues ORDER BY name")
+    assert [tuple(row) for row in rows] == [("q", True), ("r", False)]
+    assert stats.returncode == 0 and [q["queue"] for q in json.loads(stats.stdout)] == ["q", "r"]
     assert refused.returncode == 3

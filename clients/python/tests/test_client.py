@@ -424,18 +424,22 @@ async def test_retries_connection_errors_until_the_service_is_up(database_url, d
         create_app(settings_for(database_url)), host="127.0.0.1", port=port, log_level="error"
     )
     server = uvicorn.Server(config)
-    starter = threading.Timer(0.5, server.run)
-    starter.start()
+    starter = threading.Thread(target=server.run)
     sent, hooks = _counting()
     try:
         patient = RetryPolicy(attempts=50, backoff=0.05, cap=0.2)
         async with AsyncClient(f"http://127.0.0.1:{port}", retry=patient, **hooks) as jobq:
-            job = await jobq.enqueue("late", "hello")  # no dedup_key: only safe because nothing got through
-        assert len(sent) > 1 and set(sent) == {"POST /jobs"}
+            # No dedup_key: only safe because nothing got through.
+            enqueue = asyncio.create_task(jobq.enqueue("late", "hello"))
+            await until(lambda: len(sent) >= 2)  # refused twice, nothing listening yet: started now
+            starter.start()
+            job = await enqueue
+        assert len(sent) > 2 and set(sent) == {"POST /jobs"}
     finally:
-        await until(lambda: server.started)
-        server.should_exit = True
-        starter.join(10)
+        if starter.ident is not None:  # started
+            await until(lambda: server.started)
+            server.should_exit = True
+            starter.join(10)
     assert await db.fetchval("SELECT array_agg(id) FROM jobq.all_jobs") == [job.id]
 
     with Client(f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(attempts=3, backoff=0.01)) as nobody:

@@ -175,12 +175,14 @@ async def test_a_task_s_visibility_timeout_is_its_lease_while_it_runs(service, d
         await release.wait()
 
     async with AsyncClient(service.url) as client:
-        await client.admin.configure_queue("slow", visibility_timeout=30)
+        # The worker looks at its leases every tenth of the shortest (at most every second): with 5 s, the
+        # task's own timeout is set half a second after it starts.
+        await client.admin.configure_queue("slow", visibility_timeout=5)
         job = await client.enqueue("slow", None, kind="crunch")
         worker = Worker(tasks, client=client, wait=0.2)
         run = asyncio.create_task(worker.run())
         remaining = "SELECT extract(epoch FROM lease_expires_at - now()) FROM jobq.all_jobs WHERE id = $1"
-        # Leased for the queue's 30 s, then extended to the task's 120 s as soon as it runs.
+        # Leased for the queue's 5 s, then extended to the task's 120 s as soon as it runs.
         await until(lambda: _over(db, remaining, job.id, 90))
         release.set()
         await until(lambda: worker.stats.done == 1)
@@ -298,7 +300,8 @@ async def test_progress_goes_with_the_lease_s_extensions_not_a_request_per_call(
     sent: list[str] = []
     async with AsyncClient(service.url, **recording(sent)) as client:
         job = await client.enqueue("p", None, kind="work")
-        worker = Worker(tasks, client=client, wait=0.2)
+        # Leases of 5 s: the worker looks at them, and sends the progress, every half second.
+        worker = Worker(tasks, client=client, wait=0.2, visibility_timeout=5)
         run = asyncio.create_task(worker.run())
         shown = "SELECT progress FROM jobq.all_jobs WHERE id = $1"
         await until(equals(lambda: db.fetchval(shown, job.id), '{"step": 100}'), 10)

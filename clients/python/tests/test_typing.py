@@ -4,10 +4,16 @@ have the calls' own signatures)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.fixtures import once_per_run
 
 PACKAGE = Path(__file__).resolve().parent.parent / "jobq"
 
@@ -56,15 +62,44 @@ def mypy(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_package_passes_mypy_strict():
-    done = mypy(str(PACKAGE))
-    assert done.returncode == 0, done.stdout + done.stderr
+def checked(where: Path) -> dict[str, object]:
+    """One run of mypy over the package and the user code together: most of a run is reading the standard
+    library's stubs and those of the dependencies, the same for both, so each test reads its part of the
+    one output (the user code's lines name user.py, any other line is the package's)."""
+    (where / "user.py").write_text(USER_CODE)
+    done = mypy(str(PACKAGE), str(where / "user.py"))
+    return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 
 
-def test_a_task_s_arguments_are_checked_as_a_call_s(tmp_path):
-    (tmp_path / "user.py").write_text(USER_CODE)
-    done = mypy(str(tmp_path / "user.py"))
-    found = [line for line in done.stdout.splitlines() if ": error: " in line and "user.py" in line]
+@pytest.fixture(scope="session")
+def mypy_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The run of `checked`, once per run of the tests (its workers read the one output)."""
+
+    def run(where: Path) -> None:
+        where.mkdir()
+        (where / "mypy.json").write_text(json.dumps(checked(where)))
+
+    return json.loads((once_per_run(tmp_path_factory, "typing", run) / "mypy.json").read_text())
+
+
+def diagnostics(output: str) -> list[str]:
+    """mypy's lines about the code (`path:line: error: ...`, and its notes), without the summary."""
+    return [line for line in output.splitlines() if re.match(r"[^:]+:(\d+:)? (error|note|warning): ", line)]
+
+
+def test_the_package_passes_mypy_strict(mypy_run):
+    output = str(mypy_run["stdout"]) + str(mypy_run["stderr"])
+    # Exit status 1 is errors found (the user code's, below); 2 would be a crash or a bad option.
+    assert mypy_run["returncode"] in (0, 1) and mypy_run["stderr"] == "", output
+    assert [line for line in diagnostics(output) if "user.py:" not in line] == [], output
+    # Every file of the package was checked, with user.py.
+    files = len(list(PACKAGE.rglob("*.py")))
+    assert re.search(rf" {files + 1} source files\)?$", output, re.M), output
+
+
+def test_a_task_s_arguments_are_checked_as_a_call_s(mypy_run):
+    stdout = str(mypy_run["stdout"])
+    found = [line for line in diagnostics(stdout) if ": error: " in line and "user.py:" in line]
     errors = [line.split(": error: ")[1] for line in found]
     lines = [int(line.split(":")[1]) for line in found]
     source = USER_CODE.splitlines()
@@ -73,7 +108,7 @@ def test_a_task_s_arguments_are_checked_as_a_call_s(tmp_path):
         "error: no such argument",
         "error: month missing",
         "error: a queue's name",
-    ], done.stdout
+    ], stdout
     assert 'incompatible type "int"; expected "str"' in errors[0]
     assert 'Unexpected keyword argument "subjekt"' in errors[1]
     assert 'Missing positional argument "month"' in errors[2]

@@ -93,21 +93,28 @@ async def test_acks_successes_and_nacks_failures_with_their_error(service, db, k
 
 
 async def test_extends_the_lease_of_a_long_job(service, db):
+    finish = threading.Event()
     async with AsyncClient(service.url) as client:
         job = await client.enqueue("slow", "work")
 
         def slow(job):
-            time.sleep(1.5)
+            finish.wait(30)
 
         worker = Worker(slow, "slow", client=client, visibility_timeout=0.6, wait=0.2)
         run = asyncio.create_task(worker.run())
-        first = await until(
-            lambda: db.fetchval("SELECT lease_expires_at FROM jobq.all_jobs WHERE status = 'running'")
-        )
-        # Past the first deadline the job is still running, on a later one: it was extended, not expired.
-        await asyncio.sleep(0.8)
-        row = await db.fetchrow("SELECT status, lease_expires_at FROM jobq.all_jobs WHERE id = $1", job.id)
-        assert row["status"] == "running" and row["lease_expires_at"] > first
+        try:
+            first = await until(
+                lambda: db.fetchval("SELECT lease_expires_at FROM jobq.all_jobs WHERE status = 'running'")
+            )
+            # Past the first deadline, by more than the service's expiry interval (0.2 s), the job is still
+            # running, on a later one: it was extended, not expired.
+            await until(lambda: db.fetchval("SELECT now() > $1::timestamptz + interval '0.25 s'", first))
+            row = await db.fetchrow(
+                "SELECT status, lease_expires_at FROM jobq.all_jobs WHERE id = $1", job.id
+            )
+            assert row["status"] == "running" and row["lease_expires_at"] > first
+        finally:
+            finish.set()
         await until(lambda: worker.stats.done == 1)
         worker.stop()
         await run
@@ -342,20 +349,26 @@ async def test_jobq_worker_command_logs_status_and_stops_on_signals(service, db,
     process = _worker_process(
         tmp_path, service.url, "-c", "4", "--status-interval", "0.2", stderr=subprocess.PIPE, text=True
     )
+    said: list[str] = []  # its log, read as it goes
     try:
         by_payload = "SELECT array_agg(DISTINCT status) FROM jobq.all_jobs WHERE payload = $1::jsonb"
         await until(equals(states(db, "cli"), {"completed": 20, "pending": 1, "running": 1}), 20)
         await until(equals(lambda: db.fetchval(by_payload, '"fail"'), ["pending"]))
         await until(equals(lambda: db.fetchval(by_payload, '"block"'), ["running"]))
         process.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.5)
-        assert process.poll() is None  # the blocked job holds it, within the 30 s grace
+        # The blocked job holds it, within the 30 s grace: it says so, and has not exited; its status, every
+        # 0.2 s, counts the blocked job in flight.
+        waiting, status = "stopping: 1 jobs running, waiting up to 30s", "status: cli: 20 done, 1 failed, 1/4"
+        while not (any(waiting in line for line in said) and any(status in line for line in said)):
+            said.append(await asyncio.wait_for(asyncio.to_thread(process.stderr.readline), 15))
+            assert said[-1], "".join(said)  # the end of its output: it exited
+        assert process.poll() is None
         process.send_signal(signal.SIGTERM)  # again: release it now
         assert process.wait(5) == 0
     finally:
         if process.poll() is None:
             process.kill()
-    log = process.stderr.read()
+    log = "".join(said) + process.stderr.read()
     assert await states(db, "cli")() == {"completed": 20, "pending": 2}
     blocked = await db.fetchrow("SELECT attempts, last_error FROM jobq.all_jobs WHERE payload = '\"block\"'")
     assert blocked["attempts"] == 1 and blocked["last_error"].startswith("released: the worker stopped")
@@ -489,10 +502,12 @@ async def test_the_buffer_grows_for_fast_handlers_and_stays_small_for_slow_ones(
 async def test_a_job_buffered_too_long_is_given_back_rather_than_started_late(service, db):
     started: dict[object, float] = {}
     finished: dict[object, float] = {}
+    let_go = asyncio.Event()
 
     async def handler(job):
         started[job.payload] = time.monotonic()
-        await asyncio.sleep(1.2 if job.payload == "long" else 0)  # the lease (0.9 s) is extended meanwhile
+        if job.payload == "long":
+            await let_go.wait()  # holds the one slot until "short" has been given back
         finished[job.payload] = time.monotonic()
 
     async with AsyncClient(service.url) as client:
@@ -503,6 +518,7 @@ async def test_a_job_buffered_too_long_is_given_back_rather_than_started_late(se
         await until(lambda: worker.stats.released == 1)
         row = await db.fetchrow("SELECT status, attempts FROM jobq.all_jobs WHERE id = $1", short.id)
         assert "long" not in finished and tuple(row) == ("pending", 0)
+        let_go.set()
         await until(lambda: worker.stats.done == 2)
         worker.stop()
         stats = await run
