@@ -19,4 +19,10 @@ One name runs through the layers: ``POST /ack`` -> ``app/http/routers/workers.py
 ``app.service.ack`` -> the ``ACK`` statement.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+# The version is pyproject.toml's, read from the installed distribution: written in one place.
+try:
+    __version__ = version("jobq-server")
+except PackageNotFoundError:  # run from a checkout that was never installed
+    __version__ = "0+unknown"

@@ -1,4 +1,4 @@
-"""The server's commands of `jobq`: serve, migrate, openapi.
+"""The server's commands of `jobq`: serve, migrate, database-url, openapi.
 
 The `jobq` command belongs to the client distribution (`jobq.cli`), which has the commands that talk to a
 running service (worker, enqueue, stats, dead, queues); it adds these three from the `jobq.commands` entry
@@ -69,6 +69,10 @@ def serve(
         except ValueError as exc:
             typer.echo(f"jobq: {exc}", err=True)
             raise typer.Exit(2) from None
+    if not settings.database_url:
+        # No database, and no embedded server to start either: said here in one line, before uvicorn
+        # starts (the app says the same at start-up, for servers that run it without this command).
+        _need_embedded()
     # The app, built by uvicorn in each of its processes, reads Settings from the environment: it must know
     # the address it listens on, which decides the host names it answers to (app/http/middleware/origin.py).
     os.environ["JOBQ_HOST"] = host
@@ -93,6 +97,16 @@ def serve(
     )
     if failed.exists():
         raise typer.Exit(3)
+
+
+def _need_embedded() -> None:
+    """End the command in one line (exit 2) when no database is set and the embedded one is not
+    installed."""
+    from app.db import embedded
+
+    if not embedded.installed():
+        typer.echo(embedded.NOT_INSTALLED, err=True)
+        raise typer.Exit(2)
 
 
 def _settings(debug: bool = False) -> Settings:
@@ -143,8 +157,8 @@ def migrate(
     from app.main import resolve_database_url
 
     settings = _settings()
-    dsn = settings.session_url(asyncio.run(resolve_database_url(settings)))
     try:
+        dsn = settings.session_url(asyncio.run(resolve_database_url(settings)))
         with startup.reaching(startup.session_setting(settings), dsn):
             if down:
                 migrations.downgrade(dsn, revision, settings=settings)
@@ -163,6 +177,27 @@ def migrate(
         typer.echo(str(blocked), err=True)
         raise typer.Exit(1) from None
     typer.echo(f"schema at {'base' if down and revision == 'base' else revision}")
+
+
+def database_url() -> None:
+    """Print the URL of the database jobq uses: JOBQ_DATABASE_URL, or, with none set, the embedded
+    PostgreSQL's while a `jobq serve` runs it (`psql "$(jobq database-url)"`)."""
+    from app.db import embedded
+
+    settings = _settings()
+    if settings.database_url:
+        typer.echo(settings.database_url)
+        return
+    _need_embedded()
+    url = embedded.running_url(settings.data_dir)
+    if url is None:
+        typer.echo(
+            f"JOBQ_DATA_DIR: no embedded PostgreSQL runs under {settings.data_dir}: start `jobq serve` "
+            "(make serve) in this directory first, or set JOBQ_DATA_DIR to where it keeps its data",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(url)
 
 
 def openapi() -> None:

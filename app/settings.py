@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     # Where the embedded PostgreSQL keeps its files (default ./.jobq, relative to the working directory).
     data_dir: Path = Path(".jobq")
 
+    # The address and port `jobq serve` listens on (default 127.0.0.1:8000, this machine only; beyond
+    # loopback it needs tokens, see JOBQ_ALLOW_INSECURE).
     host: str = "127.0.0.1"
     port: int = 8000
 
