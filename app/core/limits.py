@@ -37,3 +37,8 @@ NO_NUL = r"^[^\x00]*$"
 MAX_LEASE_TOKEN = 200
 # Job ids stay below 2^53, so every JSON client (JavaScript's numbers included) reads them exactly.
 MAX_JOB_ID = 2**53 - 1
+
+# Dependencies (API part 6): a job waits for 1-1,000 parents; a lease carries its parents' results when it
+# has at most MAX_LEASED_PARENTS of them (GET /jobs/{id}/parents pages them for any job).
+MAX_PARENTS = 1000
+MAX_LEASED_PARENTS = 100

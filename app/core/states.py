@@ -11,11 +11,15 @@ says the same as ``MOVES`` (a note in parentheses: the case in which the stateme
 =========  ==================================================  ============================================
 status     led in by                                           led out by
 =========  ==================================================  ============================================
+waiting    ENQUEUE_WAITING (with parents), jobq.enqueue()      jobq.decide(), CANCEL, CANCEL_JOBS,
+           (with parents)                                      DELETE_QUEUE
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED,
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(),              LEASE_FLOW_FRONT, REVIVE_LEASE (the last
-           FIRE_SCHEDULE, FIRE_DUE_SCHEDULES, NACK (attempts   holder, late), ACK (the last holder, late),
-           left), RELEASE, EXPIRE_LEASES (attempts left),      CANCEL, CANCEL_JOBS, PURGE_QUEUE,
-           RETRY_DEAD, REDRIVE_DEAD (into another queue)       DELETE_QUEUE
+           FIRE_SCHEDULE, FIRE_DUE_SCHEDULES, ENQUEUE_WAITING  holder, late), ACK (the last holder, late),
+           (without parents), jobq.decide() (run_if holds),    CANCEL, CANCEL_JOBS, PURGE_QUEUE,
+           NACK (attempts left), RELEASE, EXPIRE_LEASES        DELETE_QUEUE
+           (attempts left), RETRY_DEAD, REDRIVE_DEAD (into
+           another queue)
 running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, EXPIRE_LEASES,
            LEASE_FLOW_FRONT, REVIVE_LEASE (the last holder,    EXPIRE_MESSAGES, PURGE_QUEUE, DELETE_QUEUE
            late)
@@ -25,8 +29,8 @@ completed  ACK                                                 MOVE_FINISHED (pa
 dead       NACK (dead, or out of attempts), EXPIRE_LEASES      ACK (the last holder, late), RETRY_DEAD,
            (out of attempts)                                   PURGE_DEAD, PURGE_DEAD_JOBS, REDRIVE_DEAD
                                                                (into another queue), DELETE_QUEUE
-cancelled  CANCEL, CANCEL_JOBS                                 MOVE_FINISHED (past its retention already),
-                                                               PRUNE_HISTORY_DEFAULT (past its
+cancelled  jobq.decide() (run_if does not hold), CANCEL,       MOVE_FINISHED (past its retention already),
+           CANCEL_JOBS                                         PRUNE_HISTORY_DEFAULT (past its
                                                                purge_after), DELETE_QUEUE
 =========  ==================================================  ============================================
 
@@ -49,10 +53,13 @@ from dataclasses import dataclass
 # A job's status: the `status` column and its CHECK constraint, the API's `status` fields (openapi.json
 # lists them from here). Which statement moves a job from one status to another is MOVES below.
 class JobStatus(enum.StrEnum):
-    """A job's status: pending (waiting to run, now or at its run_at), running (leased to a worker),
-    completed (acked), dead (out of attempts, or nacked as dead; kept until retried or purged) or
-    cancelled (before it ran)."""
+    """A job's status: waiting (for its parents to end), pending (waiting to run, now or at its run_at),
+    running (leased to a worker), completed (acked), dead (out of attempts, or nacked as dead; kept until
+    retried or purged) or cancelled (before it ran)."""
 
+    # Cannot run yet: it waits for its parents (depends_on) to end, and is then decided, pending or
+    # cancelled (jobq.decide(), app/db/functions.sql). Never leased.
+    WAITING = "waiting"
     # Waiting to run, including jobs whose run_at is still in the future.
     PENDING = "pending"
     # Leased to a worker until lease_expires_at, fenced by lease_token; each lease counts an attempt.
@@ -86,7 +93,17 @@ class Move:
     when: str = ""
 
 
-PENDING, RUNNING, COMPLETED, DEAD, CANCELLED = JobStatus
+WAITING, PENDING, RUNNING, COMPLETED, DEAD, CANCELLED = JobStatus
+
+
+class RunIf(enum.StrEnum):
+    """What a job's parents must end as for it to run, once the last of them has ended; else it is
+    cancelled."""
+
+    COMPLETED = "completed"  # every parent completed
+    FINISHED = "finished"  # whatever they ended as (completed, dead or cancelled)
+    FAILED = "failed"  # one at least is dead or cancelled
+
 
 # Every move of a job, in the order of a job's life. A statement that moves one status two ways names
 # the case of each (`when`); a status it does not name, it leaves alone.
@@ -100,6 +117,14 @@ MOVES: tuple[Move, ...] = (
     Move("jobq.enqueue()", None, PENDING),
     Move("FIRE_SCHEDULE", None, PENDING),
     Move("FIRE_DUE_SCHEDULES", None, PENDING),
+    # A job with parents waits for them (app/db/sql/enqueue.py, ENQUEUE_WAITING), and is decided when the
+    # last of them ends, by the transaction that ends it (the triggers parent_dead and parent_gone), or at
+    # once when they had all ended (jobq.add_parents()).
+    Move("ENQUEUE_WAITING", None, WAITING, "with parents"),
+    Move("ENQUEUE_WAITING", None, PENDING, "without parents"),
+    Move("jobq.enqueue()", None, WAITING, "with parents"),
+    Move("jobq.decide()", WAITING, PENDING, "run_if holds"),
+    Move("jobq.decide()", WAITING, CANCELLED, "run_if does not hold"),
     # Claimed (app/db/sql/claim.py), and an SQS message whose visibility ran out made visible again by the
     # receive that had it (ends.py).
     Move("LEASE", PENDING, RUNNING),
@@ -121,7 +146,9 @@ MOVES: tuple[Move, ...] = (
     Move("EXPIRE_MESSAGES", RUNNING, None),
     # Operators (app/db/sql/jobs.py, dead.py).
     Move("CANCEL", PENDING, CANCELLED),
+    Move("CANCEL", WAITING, CANCELLED),
     Move("CANCEL_JOBS", PENDING, CANCELLED),
+    Move("CANCEL_JOBS", WAITING, CANCELLED),
     Move("RUN_NOW", PENDING, PENDING, "ready now"),
     Move("RETRY_DEAD", DEAD, PENDING),
     Move("PURGE_DEAD", DEAD, None),

@@ -18,7 +18,9 @@
 -- queue on first use, and wakes waiting workers with the service's NOTIFY (CHANNEL), delivered when the
 -- caller commits; a duplicate sends none. New parameters go last, defaulted, so existing calls run
 -- unchanged. Made by 0001; the queue lock from 0003, `kind` from 0004, `key` from 0008, the trace
--- context from 0015.
+-- context from 0015, `depends_on` and `run_if` from 0023: a job with parents starts `waiting` and is
+-- decided by jobq.add_parents() (below) or when its last parent ends; it takes no dedup_key (deciding it
+-- later could meet an active job holding the same key).
 CREATE OR REPLACE FUNCTION jobq.enqueue(
     queue text,
     payload jsonb,
@@ -29,7 +31,9 @@ CREATE OR REPLACE FUNCTION jobq.enqueue(
     kind text DEFAULT NULL,
     key text DEFAULT NULL,
     traceparent text DEFAULT NULL,
-    tracestate text DEFAULT NULL
+    tracestate text DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    run_if text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -38,6 +42,22 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext(enqueue.queue));
     INSERT INTO jobq.queues (name) VALUES (enqueue.queue) ON CONFLICT DO NOTHING;
+    IF enqueue.depends_on IS NOT NULL THEN
+        IF enqueue.dedup_key IS NOT NULL THEN
+            RAISE EXCEPTION 'a job with depends_on takes no dedup_key'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        INSERT INTO jobq.jobs
+            (queue, payload, priority, run_at, max_attempts, kind, key, traceparent, tracestate, status,
+             depends_on, run_if)
+        VALUES (enqueue.queue, coalesce(enqueue.payload, 'null'::jsonb), coalesce(enqueue.priority, 0),
+                coalesce(enqueue.run_at, now()), enqueue.max_attempts, enqueue.kind, enqueue.key,
+                enqueue.traceparent, enqueue.tracestate, 'waiting', enqueue.depends_on,
+                coalesce(enqueue.run_if, 'completed'))
+        RETURNING id INTO job_id;
+        PERFORM jobq.add_parents(ARRAY[job_id], ARRAY[NULL::double precision]);
+        RETURN job_id;
+    END IF;
     LOOP
         INSERT INTO jobq.jobs
             (queue, payload, priority, run_at, max_attempts, dedup_key, kind, key, traceparent, tracestate)
@@ -74,14 +94,14 @@ $$;
 -- COMMITTED), leases the jobs within their key's room. Rows as LEASE's, each with its slot, and on every
 -- row (on one row of NULL jobs when nothing was leased) how many jobs it `looked` at and how many it
 -- `passed` over because another claim held their key. Runs under the claims' plan settings (FLOW_PLANS,
--- app/service/flow.py). Made by 0021.
+-- app/service/flow.py). Made by 0021; `depends_on` among its columns from 0023.
 CREATE OR REPLACE FUNCTION jobq.lease_flow_front(
     p_queue text, p_lookahead integer, p_visibility_timeouts double precision[], p_worker_ids text[]
 ) RETURNS TABLE (
     id bigint, queue text, kind text, key text, payload jsonb, priority integer, attempts integer,
     max_attempts integer, run_at timestamptz, created_at timestamptz, last_error text, lease_token uuid,
-    lease_expires_at timestamptz, traceparent text, tracestate text, slot bigint, looked integer,
-    passed integer
+    lease_expires_at timestamptz, traceparent text, tracestate text, depends_on bigint[], slot bigint,
+    looked integer, passed integer
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off
@@ -167,12 +187,215 @@ BEGIN
     WHERE j.id = ready.id AND j.status = 'pending'
     RETURNING j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
               coalesce(j.max_attempts, q.max_attempts, 5) AS max_attempts, j.run_at, j.created_at,
-              j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate, ready.slot
+              j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate, j.depends_on,
+              ready.slot
 ) SELECT leased.*, n_looked, n_passed FROM leased;
     IF NOT FOUND THEN
         RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::integer,
             NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::text, NULL::uuid,
-            NULL::timestamptz, NULL::text, NULL::text, NULL::bigint, n_looked, n_passed;
+            NULL::timestamptz, NULL::text, NULL::text, NULL::bigint[], NULL::bigint, n_looked, n_passed;
     END IF;
 END
 $$;
+
+
+-- Dependencies (API part 6). A job with parents (`depends_on`) starts `waiting` and is decided once, when
+-- its last parent ends (completed, dead, cancelled, or deleted), by the transaction that ended it: no
+-- replica, restart or loop is needed for it, and no decision can be lost or made twice. The bookkeeping:
+-- jobq.job_edges holds one row per (parent, child) whose parent has not ended yet; jobq.job_waits one
+-- row per waiting child, with how many of its parents have yet to end. A parent's end deletes its edges
+-- and counts its children down under their job_waits rows' locks (so two parents ending at once, on two
+-- replicas, count one after the other), and the transaction that counts a child to zero decides it.
+-- `has_children` marks a job that has (or had) edges, so that the triggers below fire for it alone: a
+-- job without children pays the trigger's WHEN and nothing more. Made by 0023.
+
+-- jobq.decide(): decide the children whose parents have all ended (job_waits.parents_left = 0), each by
+-- its `run_if`: `completed` runs it when every parent completed, `finished` whatever they ended as,
+-- `failed` when one at least is dead or cancelled. Run: pending, at now + the `delay` it was enqueued
+-- with (else at its run_at, or now if that passed), the queue's long-polls woken as for a new job. Not
+-- run: cancelled (moved to jobq.jobs_history as every cancelled job is), `last_error` naming the parent
+-- that decided it, and its waiters woken. Returns the cancelled jobs that have children of their own, to
+-- be ended in turn (jobq.parents_ended()).
+CREATE OR REPLACE FUNCTION jobq.decide(p_children bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_cancelled bigint[];
+BEGIN
+    IF coalesce(cardinality(p_children), 0) = 0 THEN
+        RETURN '{}';
+    END IF;
+    WITH w AS (
+        DELETE FROM jobq.job_waits WHERE job_id = ANY(p_children) AND parents_left = 0 RETURNING *
+    ), c AS (
+        SELECT w.*, CASE j.run_if WHEN 'finished' THEN true WHEN 'failed' THEN w.failed_parent IS NOT NULL
+                                  ELSE w.failed_parent IS NULL END AS go
+        FROM w JOIN jobq.jobs j ON j.id = w.job_id AND j.status = 'waiting'
+    ), started AS (
+        UPDATE jobq.jobs j
+        SET status = 'pending', updated_at = now(),
+            run_at = CASE WHEN c.start_delay IS NULL THEN greatest(j.run_at, now())
+                          ELSE now() + make_interval(secs => c.start_delay) END
+        FROM c WHERE j.id = c.job_id AND c.go
+        RETURNING j.queue, j.run_at
+    ), woken AS (
+        SELECT pg_notify('jobq', json_build_object(
+                   'queue', queue, 'n', count(*), 'run_at', extract(epoch FROM min(run_at)))::text)
+        FROM started GROUP BY queue
+    ), taken AS (
+        DELETE FROM jobq.jobs j USING c
+        WHERE j.id = c.job_id AND NOT c.go
+        RETURNING j.*, CASE WHEN c.failed_parent IS NULL
+                            THEN format('cancelled: no parent failed (run_if failed; the last was job %s)',
+                                        c.last_parent)
+                            ELSE format('cancelled: parent job %s is %s (run_if %s)',
+                                        c.failed_parent, c.failed_status, j.run_if) END AS reason
+    ), cancelled AS (
+        INSERT INTO jobq.jobs_history AS j
+            (id, queue, status, payload, priority, run_at, attempts, max_attempts, dedup_key, last_error,
+             lease_token, lease_expires_at, worker_id, created_at, updated_at, completed_at,
+             message_attributes, first_received_at, kind, result, progress, awaited, key, schedule,
+             schedule_slot, traceparent, tracestate, depends_on, run_if, workflow_id, has_children,
+             purge_after)
+        SELECT m.id, m.queue, 'cancelled', m.payload, m.priority, m.run_at, m.attempts, m.max_attempts,
+               m.dedup_key, m.reason, m.lease_token, m.lease_expires_at, m.worker_id, m.created_at, now(),
+               now(), m.message_attributes, m.first_received_at, m.kind, m.result, m.progress, m.awaited,
+               m.key, m.schedule, m.schedule_slot, m.traceparent, m.tracestate, m.depends_on, m.run_if,
+               m.workflow_id, m.has_children,
+               now() + make_interval(secs => coalesce(r.retention, 86400.0))
+        FROM taken m LEFT JOIN jobq.queues r ON r.name = m.queue
+        RETURNING j.id, j.has_children,
+                  CASE WHEN j.awaited THEN pg_notify('jobq_done', j.id::text) END AS done
+    )
+    SELECT coalesce(array_agg(id) FILTER (WHERE has_children), '{}') INTO v_cancelled
+    FROM cancelled WHERE (SELECT count(*) FROM woken) >= 0;
+    RETURN v_cancelled;
+END
+$$;
+
+
+-- jobq.parents_ended(): the parents `p_parents` ended (or are gone): count their children down, decide
+-- those that reach zero (jobq.decide()), and go on with the children that this cancelled, until no job is
+-- left to end (a loop, not a trigger calling itself: a chain of a thousand cancellations stays one level
+-- deep). A parent's status is read as it is now; one that is nowhere was deleted, and counts as
+-- cancelled. The children's job_waits rows are locked in id order before they are counted down, so two
+-- parents ending at once wait for each other instead of deadlocking.
+CREATE OR REPLACE FUNCTION jobq.parents_ended(p_parents bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_frontier bigint[] := p_parents;
+    v_children bigint[];
+    v_parents bigint[];
+    v_statuses text[];
+    v_ready bigint[];
+BEGIN
+    WHILE coalesce(cardinality(v_frontier), 0) > 0 LOOP
+        WITH gone AS (
+            DELETE FROM jobq.job_edges WHERE parent_id = ANY(v_frontier) RETURNING parent_id, child_id
+        )
+        SELECT array_agg(g.child_id ORDER BY g.child_id, g.parent_id),
+               array_agg(g.parent_id ORDER BY g.child_id, g.parent_id),
+               array_agg(coalesce(a.status, 'cancelled') ORDER BY g.child_id, g.parent_id)
+        INTO v_children, v_parents, v_statuses
+        FROM gone g LEFT JOIN jobq.all_jobs a ON a.id = g.parent_id;
+        EXIT WHEN v_children IS NULL;
+        PERFORM 1 FROM jobq.job_waits WHERE job_id = ANY(v_children) ORDER BY job_id FOR UPDATE;
+        WITH per_child AS (
+            SELECT child_id, count(*) AS n, max(parent_id) AS last_parent,
+                   (array_agg(parent_id ORDER BY parent_id) FILTER (WHERE status <> 'completed'))[1]
+                       AS failed_parent,
+                   (array_agg(status ORDER BY parent_id) FILTER (WHERE status <> 'completed'))[1]
+                       AS failed_status
+            FROM unnest(v_children, v_parents, v_statuses) AS e(child_id, parent_id, status)
+            GROUP BY child_id
+        ), counted AS (
+            UPDATE jobq.job_waits w
+            SET parents_left = w.parents_left - p.n, last_parent = p.last_parent,
+                failed_parent = coalesce(w.failed_parent, p.failed_parent),
+                failed_status = CASE WHEN w.failed_parent IS NULL THEN p.failed_status
+                                     ELSE w.failed_status END
+            FROM per_child p WHERE w.job_id = p.child_id
+            RETURNING w.job_id, w.parents_left
+        )
+        SELECT coalesce(array_agg(job_id) FILTER (WHERE parents_left <= 0), '{}') INTO v_ready FROM counted;
+        v_frontier := jobq.decide(v_ready);
+    END LOOP;
+END
+$$;
+
+
+-- jobq.add_parents(): link new `waiting` jobs (`p_children`, each with its `depends_on`) to their parents,
+-- in the transaction that inserts them. Parents that have not ended are locked first (FOR NO KEY UPDATE,
+-- in id order): a parent's end under way is waited for, and one that comes after waits for this
+-- transaction and then finds its edges, so no end is missed. Parents that ended already count at once:
+-- a child whose parents have all ended is decided here. `p_delays`, one per child: the `delay` it was
+-- enqueued with, counted from its decision (NULL: none). An id that is no job raises
+-- foreign_key_violation, the ids in its DETAIL (the service answers 422 naming them).
+CREATE OR REPLACE FUNCTION jobq.add_parents(p_children bigint[], p_delays double precision[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_parents bigint[];
+    v_live bigint[];
+    v_unknown bigint[];
+    v_ready bigint[];
+BEGIN
+    SELECT array_agg(DISTINCT p) INTO v_parents
+    FROM jobq.jobs c CROSS JOIN LATERAL unnest(c.depends_on) p WHERE c.id = ANY(p_children);
+    SELECT coalesce(array_agg(id), '{}') INTO v_live FROM (
+        SELECT id FROM jobq.jobs
+        WHERE id = ANY(v_parents) AND status IN ('pending', 'running', 'waiting')
+        ORDER BY id FOR NO KEY UPDATE
+    ) l;
+    UPDATE jobq.jobs SET has_children = true WHERE id = ANY(v_live) AND NOT has_children;
+    WITH pairs AS (
+        SELECT DISTINCT d.child, p AS parent, d.delay, p = ANY(v_live) AS live
+        FROM unnest(p_children, p_delays) AS d(child, delay)
+        JOIN jobq.jobs c ON c.id = d.child CROSS JOIN LATERAL unnest(c.depends_on) p
+    ), linked AS (
+        INSERT INTO jobq.job_edges (parent_id, child_id) SELECT parent, child FROM pairs WHERE live
+    ), ended AS (
+        SELECT pairs.*, a.status FROM pairs LEFT JOIN jobq.all_jobs a ON a.id = pairs.parent AND NOT live
+    ), unknown AS (
+        SELECT array_agg(DISTINCT parent) AS ids FROM ended WHERE NOT live AND status IS NULL
+    ), waits AS (
+        INSERT INTO jobq.job_waits (job_id, parents_left, failed_parent, failed_status, last_parent,
+                                    start_delay)
+        SELECT child, count(*) FILTER (WHERE live),
+               (array_agg(parent ORDER BY parent) FILTER (WHERE status <> 'completed'))[1],
+               (array_agg(status ORDER BY parent) FILTER (WHERE status <> 'completed'))[1],
+               max(parent) FILTER (WHERE NOT live), min(delay)
+        FROM ended GROUP BY child
+        RETURNING job_id, parents_left
+    )
+    SELECT (SELECT ids FROM unknown), array_agg(job_id) FILTER (WHERE parents_left = 0)
+    INTO v_unknown, v_ready FROM waits;
+    IF v_unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'depends_on names jobs that do not exist: %', array_to_string(v_unknown, ', ')
+            USING ERRCODE = 'foreign_key_violation', DETAIL = array_to_string(v_unknown, ',');
+    END IF;
+    PERFORM jobq.parents_ended(jobq.decide(v_ready));
+END
+$$;
+
+
+-- jobq.parent_ended(): the trigger of a parent's end, below.
+CREATE OR REPLACE FUNCTION jobq.parent_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM jobq.parents_ended(ARRAY[OLD.id]);
+    RETURN NULL;
+END
+$$;
+
+
+-- A parent ends where its row goes dead (NACK, EXPIRE_LEASES) or leaves jobq.jobs (completed or cancelled
+-- into jobs_history, or deleted). After the statement, so that its status is read where it moved to. Not
+-- for the statements jobq.parents_ended() runs itself (pg_trigger_depth() > 0), whose cancellations its
+-- loop ends.
+CREATE TRIGGER parent_dead AFTER UPDATE OF status ON jobq.jobs
+    FOR EACH ROW WHEN (NEW.status = 'dead' AND OLD.status <> 'dead' AND NEW.has_children
+                       AND pg_trigger_depth() = 0)
+    EXECUTE FUNCTION jobq.parent_ended();
+CREATE TRIGGER parent_gone AFTER DELETE ON jobq.jobs
+    FOR EACH ROW WHEN (OLD.has_children AND pg_trigger_depth() = 0)
+    EXECUTE FUNCTION jobq.parent_ended();

@@ -38,11 +38,12 @@ from app.core.limits import (
     DEFAULT_VISIBILITY_TIMEOUT,
     KIND_PATTERN,
     MAX_KEY,
+    MAX_PARENTS,
     MAX_TRACESTATE,
     QUEUE_NAME_PATTERN,
     TRACEPARENT_PATTERN,
 )
-from app.core.states import JobStatus, status_in
+from app.core.states import JobStatus, RunIf, status_in
 
 SCHEMA = "jobq"
 
@@ -161,6 +162,15 @@ class JobColumns:
     # The W3C trace context the job was enqueued under (its producer's span); NULL: none given.
     traceparent: Mapped[str | None] = mapped_column(Text)
     tracestate: Mapped[str | None] = mapped_column(Text)
+    # The jobs this one waits for (its parents, as enqueued) and what they must end as for it to run:
+    # `completed`, `finished` or `failed` (app/db/functions.sql, jobq.decide()). NULL both: no parents.
+    depends_on: Mapped[list[int] | None] = mapped_column(ARRAY(BigInteger))
+    run_if: Mapped[str | None] = mapped_column(Text)
+    # The workflow that made the job (POST /workflows); NULL: none.
+    workflow_id: Mapped[int | None] = mapped_column(BigInteger)
+    # Some job has (or had) this one among its parents: its end then decides them (the triggers
+    # parent_dead and parent_gone fire for such jobs alone).
+    has_children: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class Job(JobColumns, Base):
@@ -174,6 +184,8 @@ class Job(JobColumns, Base):
         CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="max_attempts_positive"),
         CheckConstraint(f"kind ~ '{KIND_PATTERN}'", name="kind_format"),
         CheckConstraint(f"char_length(key) BETWEEN 1 AND {MAX_KEY}", name="key_length"),
+        CheckConstraint(f"run_if IN ({', '.join(repr(str(r)) for r in RunIf)})", name="run_if_known"),
+        CheckConstraint(f"cardinality(depends_on) BETWEEN 1 AND {MAX_PARENTS}", name="depends_on_size"),
         CheckConstraint(
             f"traceparent ~ '{TRACEPARENT_PATTERN}'"
             f" AND char_length(coalesce(tracestate, '')) <= {MAX_TRACESTATE}",
@@ -189,6 +201,8 @@ class Job(JobColumns, Base):
             "id",
             postgresql_where=text("status = 'pending'"),
         ),
+        # Jobs waiting for their parents, per queue (GET /jobs?status=waiting, the gauges).
+        Index("ix_jobs_waiting", "queue", "id", postgresql_where=text("status = 'waiting'")),
         # Lease expiry: running jobs by deadline.
         Index("ix_jobs_lease_expiry", "lease_expires_at", postgresql_where=text("status = 'running'")),
         # At most one active job per (queue, dedup_key); enqueue uses ON CONFLICT DO NOTHING against it.
@@ -268,6 +282,32 @@ class JobHistory(JobColumns, Base):
 
     id: Mapped[int] = mapped_column(BigInteger)
     purge_after: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class JobEdge(Base):
+    """A parent that has not ended yet, and a child waiting for it: deleted when the parent ends, by the
+    transaction that ends it (app/db/functions.sql, jobq.parents_ended())."""
+
+    __tablename__ = "job_edges"
+
+    parent_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    child_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+
+
+class JobWait(Base):
+    """A `waiting` job's count of parents yet to end; deleted when it is decided (jobq.decide())."""
+
+    __tablename__ = "job_waits"
+
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    parents_left: Mapped[int] = mapped_column(Integer)
+    # The first parent (by id) that ended other than completed, and how it ended; NULL: none so far.
+    failed_parent: Mapped[int | None] = mapped_column(BigInteger)
+    failed_status: Mapped[str | None] = mapped_column(Text)
+    # The parent whose end was counted last: the one that decided the job.
+    last_parent: Mapped[int | None] = mapped_column(BigInteger)
+    # The `delay` the job was enqueued with, counted from its decision; NULL: none.
+    start_delay: Mapped[float | None] = mapped_column(Double)
 
 
 class Key(Base):

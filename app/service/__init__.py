@@ -46,6 +46,7 @@ from app.service.operators import (
     run_now,
     set_paused,
 )
+from app.service.parents import job_parents
 from app.service.producers import cancel, enqueue, enqueue_batch, get_job, wait_for_job
 from app.service.rollups import completed_lately, forget_rollups, rollup_series, write_rollups
 from app.service.rows import Row, Scope
@@ -87,6 +88,7 @@ __all__ = [
     "forget_rollups",
     "forget_workers",
     "get_job",
+    "job_parents",
     "keep_history",
     "lease",
     "lock_waits",

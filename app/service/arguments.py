@@ -39,6 +39,10 @@ class NewJobLike(Protocol):
     def traceparent(self) -> str | None: ...  # the W3C trace context it was enqueued under (valid)
     @property
     def tracestate(self) -> str | None: ...  # only with a traceparent
+    @property
+    def depends_on(self) -> list[int] | None: ...  # its parents (existing jobs); None: none
+    @property
+    def run_if(self) -> str | None: ...  # with parents: what they must end as (RunIf); None: completed
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ class NewJob:
     key: str | None = None
     traceparent: str | None = None
     tracestate: str | None = None
+    depends_on: list[int] | None = None
+    run_if: str | None = None
 
 
 class JobLeaseLike(Protocol):

@@ -296,6 +296,51 @@ async def _insert_or_find_holders(
     raise Unavailable("dedup keys kept changing hands; retry the request")
 
 
+async def insert_waiting(
+    conn: asyncpg.Connection,
+    requests: Sequence[NewJobLike],
+    payloads: list[str],
+    workflow_id: int | None = None,
+) -> list[Row]:
+    """Insert jobs some of which have parents, in the caller's transaction: those `waiting`, linked to
+    their parents (ADD_PARENTS), which decides at once the ones whose parents have all ended. The jobs as
+    they are then, in request order. A parent that is no job: Invalid, naming every such id."""
+    columns = _columns(requests, payloads)
+    parents = [None if r.depends_on is None else _id_array(r.depends_on) for r in requests]
+    run_ifs = [r.run_if for r in requests]
+    try:
+        rows = await conn.fetch(
+            q.ENQUEUE_WAITING.text,
+            *q.ENQUEUE_WAITING.args(
+                **columns,
+                parents=parents,
+                run_ifs=None if run_ifs.count(None) == len(run_ifs) else run_ifs,
+                workflow_id=workflow_id,
+            ),
+        )
+    except asyncpg.NumericValueOutOfRangeError:
+        refuse_unstorable_numbers(requests)
+        raise
+    ids = [row["id"] for row in rows]
+    children = [(i, r.delay) for i, r in zip(ids, requests, strict=True) if r.depends_on is not None]
+    try:
+        await conn.execute(
+            q.ADD_PARENTS.text,
+            *q.ADD_PARENTS.args(ids=[c[0] for c in children], delays=[c[1] for c in children]),
+        )
+    except asyncpg.ForeignKeyViolationError as exc:
+        unknown = (exc.detail or "").replace(",", ", ")
+        raise Invalid(f"depends_on names jobs that do not exist: {unknown}") from None
+    jobs = await conn.fetch(q.GET_JOBS.text, *q.GET_JOBS.args(ids=ids))
+    return [as_job(row) | {"duplicate": False} for row in jobs]
+
+
+def _id_array(ids: Sequence[int]) -> str:
+    """Job ids as the text of a PostgreSQL array: a batch's jobs each have a list of parents of its own
+    length, which no two-dimensional array holds, so each list goes as one text element."""
+    return "{" + ",".join(str(int(i)) for i in ids) + "}"
+
+
 def new_job(
     request: NewJobLike,
     payload: str,
@@ -329,5 +374,8 @@ def new_job(
         "worker_id": None,
         "traceparent": request.traceparent,
         "tracestate": request.tracestate,
+        "depends_on": None,
+        "run_if": None,
+        "workflow_id": None,
         "duplicate": False,
     }

@@ -16,6 +16,7 @@ from app.db.pool import Database
 from app.service.arguments import JobLease
 from app.service.coalesce import Shared
 from app.service.flow import BUSY_RETRY, FlowClaim, lease_flow, queue_flow
+from app.service.parents import attach_parents
 from app.service.rows import Row, as_job
 from app.service.runtime import Runtime
 from app.service.wakeups import Wakeups
@@ -125,8 +126,10 @@ async def _lease_shared(runtime: Runtime, queue: str, calls: list[LeaseCall]) ->
     runtime.metrics.claimed(queue, time.perf_counter() - started, len(rows))
     tracing.record("lease", rows, began)
     shares: list[list[tuple[int, Row]]] = [[] for _ in calls]
-    for slot, row in zip(slots, rows, strict=True):
-        shares[owner[slot - 1]].append((slot, as_job(row)))
+    jobs = [as_job(row) for row in rows]
+    await attach_parents(runtime.db, jobs)
+    for slot, job in zip(slots, jobs, strict=True):
+        shares[owner[slot - 1]].append((slot, job))
     return [[job for _, job in sorted(share, key=lambda pair: pair[0])] for share in shares]
 
 

@@ -9,14 +9,14 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 
-from app.core.errors import JobqError, NotFound
+from app.core.errors import Invalid, JobqError, NotFound
 from app.core.states import FINISHED
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import NewJobLike
 from app.service.coalesce import Shared
 from app.service.idempotency import Once, enqueue_once, enqueue_singles_once, keyed
-from app.service.inserts import encode_payloads, insert_deduplicated, insert_new
+from app.service.inserts import encode_payloads, insert_deduplicated, insert_new, insert_waiting
 from app.service.rows import Row, Scope, as_job, run_guarded
 from app.service.runtime import Runtime
 from app.telemetry import tracing
@@ -26,7 +26,11 @@ async def enqueue(runtime: Runtime, job: NewJobLike, once: Once | None = None) -
     """Enqueue one job, sharing its INSERT with concurrent single enqueues. A shared statement PostgreSQL
     refused is retried call by call, so each call still succeeds or fails on its own
     (app/service/coalesce.py). Enqueues with an idempotency key (`once`) share theirs with each other, so the
-    others' statement stays ENQUEUE_NEW, with nothing of the keys."""
+    others' statement stays ENQUEUE_NEW, with nothing of the keys. A job with parents is inserted on its
+    own (enqueue_batch)."""
+    if job.depends_on is not None:
+        (row,) = await enqueue_batch(runtime, [job], once=once)
+        return row
     if once is None:
         return await runtime.coalescing.submit(ENQUEUES, job)
     answer = await runtime.coalescing.submit(KEYED_ENQUEUES, (job, once))
@@ -54,6 +58,9 @@ async def enqueue_batch(
     """
     limit = runtime.settings.max_payload_bytes if payload_limit is None else payload_limit
     payloads = encode_payloads(requests, limit)
+    waiting = any(r.depends_on is not None for r in requests)
+    if waiting and once is not None:
+        raise Invalid("an Idempotency-Key is not taken with depends_on yet: send the request without the key")
     if once is not None:
         if then is not None:
             raise TypeError("enqueue_batch: `then` and `once` do not go together")
@@ -62,6 +69,15 @@ async def enqueue_batch(
             raise answer
         return answer
     started = time.time_ns()
+    if waiting:
+        async with runtime.db.acquire() as conn:
+            async with conn.transaction():
+                rows = await insert_waiting(conn, requests, payloads)
+                if then is not None:
+                    await then(conn, rows)
+        runtime.metrics.enqueued.count(rows)
+        tracing.record("send", rows, started)
+        return rows
     if all(r.dedup_key is None for r in requests):
         async with runtime.db.acquire() as conn:
             if then is None:
@@ -164,5 +180,5 @@ WATCHES = Shared("watch", _watch_shared, per_key=True, alone=_not_shared)
 
 async def cancel(db: Database, job_id: int, scope: Scope = None) -> Row:
     async with db.acquire() as conn:
-        row = await run_guarded(conn, q.CANCEL, job_id, scope, "pending jobs can be cancelled")
+        row = await run_guarded(conn, q.CANCEL, job_id, scope, "pending and waiting jobs can be cancelled")
     return as_job(row)

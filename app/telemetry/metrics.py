@@ -45,7 +45,7 @@ REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 # How far back the dashboard's throughput looks (seconds).
 THROUGHPUT_WINDOW = 60.0
 
-JOB_STATES = ("pending", "scheduled", "running", "dead")
+JOB_STATES = ("waiting", "pending", "scheduled", "running", "dead")
 _QUEUE = itemgetter("queue")
 
 
@@ -142,7 +142,8 @@ class _Gauges:
         snap = self._metrics.gauges
         jobs = GaugeMetricFamily(
             "jobq_queue_jobs",
-            "Jobs per queue and state: pending (ready now), scheduled (waiting for run_at), running, dead.",
+            "Jobs per queue and state: waiting (for their parents), pending (ready now), scheduled (waiting"
+            " for run_at), running, dead.",
             labels=["queue", "state"],
         )
         lag = GaugeMetricFamily(

@@ -26,6 +26,7 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/jobs"): {"producer"},
     ("POST", "/jobs/batch"): {"producer"},
     ("GET", "/jobs/{id}"): {"producer", "worker", "viewer"},
+    ("GET", "/jobs/{id}/parents"): {"producer", "worker", "viewer"},
     ("DELETE", "/jobs/{id}"): set(),
     ("POST", "/jobs/{id}/run"): set(),
     ("GET", "/workers"): {"viewer"},

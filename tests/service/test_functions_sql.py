@@ -64,8 +64,8 @@ async def test_functions_sql_is_what_the_migrations_leave(db, another_database):
     assert await db.fetchval("SELECT version_num FROM jobq.alembic_version") == migrations.head_revision()
     migrated = await definitions(db)
     assert (
-        "jobq.enqueue(text,jsonb,integer,timestamp with time zone,integer,text,text,text,text,text)"
-        in migrated
+        "jobq.enqueue(text,jsonb,integer,timestamp with time zone,integer,text,text,text,text,text,"
+        "bigint[],text)" in migrated
     )
     written = await from_functions_sql(another_database)
     assert sorted(written) == sorted(migrated), "a function or trigger is in one and not the other"

@@ -27,7 +27,7 @@ from app.db import sql as q
 
 pytestmark = pytest.mark.anyio
 
-PENDING, RUNNING, COMPLETED, DEAD, CANCELLED = JobStatus
+WAITING, PENDING, RUNNING, COMPLETED, DEAD, CANCELLED = JobStatus
 GONE = "(deleted)"
 QUEUE = "q"
 TOKEN = uuid.UUID("00000000-0000-4000-8000-000000000001")
@@ -64,7 +64,7 @@ async def delete_queue(conn: asyncpg.Connection, job_id: int) -> None:
 
 @dataclass
 class Case:
-    query: q.Query
+    query: q.Query | None  # None: an SQL function of app/db/functions.sql, named `jobq.<name>()`
     run: Run
     # Which of the statement's moves this case makes, where it moves a status more than one way (the
     # `when` of those moves); None: every move of the statement.
@@ -96,6 +96,14 @@ FINISHED_IN_JOBS = f"""
     WITH moved AS (DELETE FROM jobq.jobs_history RETURNING *)
     INSERT INTO jobq.jobs ({COLUMNS}) SELECT {COLUMNS} FROM moved
 """
+
+
+async def decide(conn: asyncpg.Connection, job_id: int) -> None:
+    await conn.execute("SELECT jobq.decide(ARRAY[$1::bigint])", job_id)
+
+
+# The job's parents have all ended (as jobq.parents_ended() leaves a waiting job's count).
+DECIDED = "INSERT INTO jobq.job_waits (job_id, parents_left) SELECT id, 0 FROM jobq.jobs"
 
 CASES: dict[str, Case] = {
     "LEASE": Case(q.LEASE, statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"])),
@@ -188,6 +196,13 @@ CASES: dict[str, Case] = {
         given="UPDATE jobq.jobs_history SET purge_after = now() - interval '1 second'",
     ),
     "PURGE_QUEUE": Case(q.PURGE_QUEUE, statement(q.PURGE_QUEUE, queue=QUEUE)),
+    "jobq.decide()": Case(None, decide, when="run_if holds", given=DECIDED),
+    "jobq.decide() a failed parent": Case(
+        None,
+        decide,
+        when="run_if does not hold",
+        given=f"{DECIDED}; UPDATE jobq.job_waits SET failed_parent = 1, failed_status = 'dead'",
+    ),
     "EXPIRE_MESSAGES": Case(
         q.EXPIRE_MESSAGES,
         statement(q.EXPIRE_MESSAGES, retention=60.0),
@@ -229,8 +244,10 @@ FIRE_DUE_ARGS = EACH_SECOND | dict(
     names=["s"], firsts=[SLOT], next_run_ats=[SLOT], slot_names=["s"], slots=[SLOT]
 )
 EACH_ONCE = dict(scopes=[""], keys=["k"], request_hashes=[b"h"], ttl=60.0)
-ENQUEUES: dict[str, tuple[str, list[Any]]] = {
-    name: (query.text, query.args(**args))
+WAITING_ARGS = ENQUEUE_ARGS | dict(parents=["{1}"], run_ifs=NO, workflow_id=None)
+# Each enqueue, and the statuses of the jobs it leaves, in id order (a job with parents needs one).
+ENQUEUES: dict[str, tuple[str, list[Any], list[JobStatus]]] = {
+    name: (query.text, query.args(**args), [PENDING])
     for name, query, args in [
         ("ENQUEUE_NEW", q.ENQUEUE_NEW, ENQUEUE_ARGS),
         ("ENQUEUE", q.ENQUEUE, ENQUEUE_ARGS | {"dedup_keys": ["d"]}),
@@ -238,8 +255,21 @@ ENQUEUES: dict[str, tuple[str, list[Any]]] = {
         ("ENQUEUE_NEW_EACH_ONCE", q.ENQUEUE_NEW_EACH_ONCE, ENQUEUE_ARGS | EACH_ONCE),
         ("FIRE_SCHEDULE", q.FIRE_SCHEDULE, {"name": "s", "slots": [datetime.now(UTC)]}),
         ("FIRE_DUE_SCHEDULES", q.FIRE_DUE_SCHEDULES, FIRE_DUE_ARGS),
+        ("ENQUEUE_WAITING without parents", q.ENQUEUE_WAITING, WAITING_ARGS | {"parents": NO}),
     ]
-} | {"jobq.enqueue()": (f"SELECT jobq.enqueue('{QUEUE}', '{{}}')", [])}
+} | {
+    "ENQUEUE_WAITING with parents": (
+        q.ENQUEUE_WAITING.text,
+        q.ENQUEUE_WAITING.args(**WAITING_ARGS),
+        [WAITING],
+    ),
+    "jobq.enqueue()": (f"SELECT jobq.enqueue('{QUEUE}', '{{}}')", [], [PENDING]),
+    "jobq.enqueue() with parents": (
+        f"SELECT jobq.enqueue('{QUEUE}', '{{}}', depends_on => ARRAY[jobq.enqueue('{QUEUE}', '{{}}')])",
+        [],
+        [PENDING, WAITING],
+    ),
+}
 
 
 async def job_in(conn: asyncpg.Connection, status: JobStatus) -> int:
@@ -286,18 +316,24 @@ def test_every_move_is_run_by_a_case():
     another's name); each that creates a job, by an enqueue below."""
     made = set()
     for name, case in CASES.items():
-        assert getattr(q, name.split()[0]) is case.query, name
+        statement_name = name.split()[0]
+        if case.query is None:
+            assert statement_name.startswith("jobq.") and statement_name.endswith("()"), name
+        else:
+            assert getattr(q, statement_name) is case.query, name
         made |= {
             (name.split()[0], before, None if after == GONE else after)
             for before, after in expected(name).items()
         }
     assert made == {(m.statement, m.before, m.after) for m in states.MOVES if m.before is not None}
-    assert set(ENQUEUES) == {m.statement for m in states.MOVES if m.before is None}
+    assert {
+        (name.split()[0], status) for name, (_, _, statuses) in ENQUEUES.items() for status in statuses[-1:]
+    } == {(m.statement, m.after) for m in states.MOVES if m.before is None}
 
 
 @pytest.mark.parametrize("name", list(ENQUEUES))
-async def test_each_enqueue_makes_a_pending_job(db, name: str):
-    sql, args = ENQUEUES[name]
+async def test_each_enqueue_makes_the_jobs_it_says(db, name: str):
+    sql, args, statuses = ENQUEUES[name]
     await db.execute("INSERT INTO jobq.queues (name) VALUES ($1)", QUEUE)
     await db.execute(  # FIRE_SCHEDULE's and FIRE_DUE_SCHEDULES'
         "INSERT INTO jobq.schedules (name, cron, queue, payload, next_run_at)"
@@ -306,4 +342,4 @@ async def test_each_enqueue_makes_a_pending_job(db, name: str):
         SLOT,
     )
     await db.fetch(sql, *args)
-    assert await db.fetch("SELECT status FROM jobq.all_jobs") == [(PENDING,)]
+    assert [r["status"] for r in await db.fetch("SELECT status FROM jobq.all_jobs ORDER BY id")] == statuses

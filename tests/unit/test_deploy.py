@@ -439,6 +439,7 @@ def test_the_keda_example(rendered):
         "pending": 7,
         "scheduled": 0,
         "running": 0,
+        "waiting": 0,
         "dead": 0,
     }
     metrics.refreshed(QueueGauges(queues=[row]))

@@ -132,6 +132,7 @@ def test_job_status_is_an_enum_and_servers_are_named():
         job["properties"]["status"]["$ref"] == "#/components/schemas/JobStatus"
     )
     assert DOCUMENT["components"]["schemas"]["JobStatus"]["enum"] == [
+        "waiting",
         "pending",
         "running",
         "completed",

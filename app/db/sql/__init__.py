@@ -1,6 +1,7 @@
 """Every SQL statement jobq runs, each with a name, a purpose and its reasons, one module per topic:
 
 - enqueue.py: batches of jobs inserted, their queues made on first use; a duplicate's holder
+- parents.py: a job's parents: linked, their results for a lease, a page of them
 - idempotency.py: enqueues that keep their answer under an idempotency key; the kept answers
 - jobs.py: one job by id: read, cancelled, run now, watched by a waiter
 - claim.py: leases: LEASE, and under flow control FLOW_KEYS, LEASE_FLOW, LEASE_FLOW_FRONT
@@ -57,7 +58,7 @@ from app.db.sql.ends import (
     RELEASE,
     REVIVE_LEASE,
 )
-from app.db.sql.enqueue import DEDUP_HOLDERS, ENQUEUE, ENQUEUE_NEW
+from app.db.sql.enqueue import DEDUP_HOLDERS, ENQUEUE, ENQUEUE_NEW, ENQUEUE_WAITING
 from app.db.sql.fragments import (
     CHANNEL,
     DONE_CHANNEL,
@@ -89,7 +90,7 @@ from app.db.sql.idempotency import (
     KEEP_ANSWERS,
     PRUNE_IDEMPOTENCY_KEYS,
 )
-from app.db.sql.jobs import CANCEL, CANCEL_JOBS, GET_JOB, JOB_STATUS, RUN_NOW, WATCH_JOB, WATCH_JOBS
+from app.db.sql.jobs import CANCEL, CANCEL_JOBS, GET_JOB, GET_JOBS, JOB_STATUS, RUN_NOW, WATCH_JOB, WATCH_JOBS
 from app.db.sql.keys import DELETE_KEY, GET_KEY, KEY, LIST_KEYS, PRUNE_KEYS, PUT_KEY
 from app.db.sql.lists import (
     BYTE_UNIT,
@@ -100,6 +101,7 @@ from app.db.sql.lists import (
     SCOPE_QUEUES,
     list_filters,
 )
+from app.db.sql.parents import ADD_PARENTS, JOB_PARENTS, PARENTS
 from app.db.sql.query import Query
 from app.db.sql.queues import (
     CONFIGURE_FLOW,

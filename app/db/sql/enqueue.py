@@ -109,3 +109,37 @@ DEDUP_HOLDERS = Query.define(
     LEFT JOIN jobq.queues q ON q.name = j.queue
     """,
 )
+
+# Insert a batch of jobs with parents (`depends_on`), `waiting`: as ENQUEUE_NEW, with each job's parents
+# and `run_if`, and no wake-up (none of them is ready). ADD_PARENTS then links them to their parents in the
+# same transaction, and decides at once those whose parents have all ended. A job with parents has no
+# dedup_key (the API refuses the two together): decided later, it could meet an active job holding it.
+# Ids come back in request order, one row per job.
+ENQUEUE_WAITING = Query.define(
+    "enqueue_waiting",
+    f"""
+    WITH {_queues_made("unnest(:queues::text[]) AS t(queue)")}, j AS (
+        INSERT INTO jobq.jobs AS j
+            (queue, payload, priority, run_at, max_attempts, kind, key, traceparent, tracestate, status,
+             depends_on, run_if, workflow_id)
+        SELECT queue, payload::jsonb, coalesce(priority, 0),
+               coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, kind, key,
+               traceparent, tracestate, CASE WHEN parents IS NULL THEN 'pending' ELSE 'waiting' END,
+               parents, CASE WHEN parents IS NOT NULL THEN coalesce(run_if, 'completed') END, :workflow_id
+        FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
+                    :delays::float8[], :max_attempts::int[], :kinds::text[], :job_keys::text[],
+                    :traceparents::text[], :tracestates::text[], :parents::text[], :run_ifs::text[])
+             WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, kind, key,
+                                  traceparent, tracestate, parents_text, run_if, ord)
+             CROSS JOIN LATERAL (SELECT parents_text::bigint[] AS parents) p
+        WHERE {LOCKED}
+        ORDER BY ord
+        RETURNING j.id, j.queue, j.status, j.run_at, j.created_at, j.max_attempts
+    ), {_notify("j", "status = 'pending'")}
+    SELECT j.id, j.status, j.run_at, j.created_at,
+           coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts
+    FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
+    WHERE {NOTIFIED}
+    ORDER BY j.id
+    """,
+)

@@ -13,15 +13,18 @@ JOB = f"""
     j.id, j.queue, j.kind, j.key, j.status, j.payload, j.priority, j.run_at, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at,
-    j.result, j.progress, j.schedule, j.schedule_slot, j.worker_id, j.traceparent, j.tracestate
+    j.result, j.progress, j.schedule, j.schedule_slot, j.worker_id, j.traceparent, j.tracestate,
+    j.depends_on, j.run_if, j.workflow_id
 """
 
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs
-# decodes every column of every row).
+# decodes every column of every row). `depends_on` (NULL but for a job with parents) tells the service
+# whose parents' results to fetch for the lease (app/service/leasing.py); it is not handed out itself.
 LEASED_JOB = f"""
     j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
-    j.run_at, j.created_at, j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate
+    j.run_at, j.created_at, j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate,
+    j.depends_on
 """
 
 # What the spans of a statement that ends attempts need of each job (app/telemetry/tracing.py): its trace
@@ -42,7 +45,8 @@ JOB_COLUMNS = (
     "id", "queue", "status", "payload", "priority", "run_at", "attempts", "max_attempts", "dedup_key",
     "last_error", "lease_token", "lease_expires_at", "worker_id", "created_at", "updated_at",
     "completed_at", "message_attributes", "first_received_at", "kind", "result", "progress", "awaited",
-    "key", "schedule", "schedule_slot", "traceparent", "tracestate",
+    "key", "schedule", "schedule_slot", "traceparent", "tracestate", "depends_on", "run_if", "workflow_id",
+    "has_children",
 )  # fmt: skip
 
 

@@ -21,12 +21,15 @@ QUEUE_GAUGES = Query.define(
         SELECT queue, status, run_at FROM jobq.jobs WHERE status = 'running'
         UNION ALL
         SELECT queue, status, run_at FROM jobq.jobs WHERE status = 'dead'
+        UNION ALL
+        SELECT queue, status, run_at FROM jobq.jobs WHERE status = 'waiting'
     ), s AS (
         SELECT queue,
                count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS pending,
                count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,
                count(*) FILTER (WHERE status = 'running') AS running,
                count(*) FILTER (WHERE status = 'dead') AS dead,
+               count(*) FILTER (WHERE status = 'waiting') AS waiting,
                min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()) AS oldest_ready
         FROM active
         GROUP BY queue
@@ -34,6 +37,7 @@ QUEUE_GAUGES = Query.define(
     SELECT q.name AS queue, q.paused,
            coalesce(s.pending, 0) AS pending, coalesce(s.scheduled, 0) AS scheduled,
            coalesce(s.running, 0) AS running, coalesce(s.dead, 0) AS dead,
+           coalesce(s.waiting, 0) AS waiting,
            coalesce(extract(epoch FROM now() - s.oldest_ready), 0)::float8 AS lag_seconds,
            q.flow, q.key_concurrency, q.fair, q.rate_limit, q.rate_period, q.key_rate_limit, q.key_rate_period
     FROM jobq.queues q LEFT JOIN s ON s.queue = q.name

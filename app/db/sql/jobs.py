@@ -15,14 +15,25 @@ GET_JOB = Query.define(
     """,
 )
 
+# Jobs by id, in id order (an enqueue of jobs with parents answers with them as they are once linked).
+GET_JOBS = Query.define(
+    "get_jobs",
+    f"""
+    SELECT {JOB} FROM jobq.all_jobs j LEFT JOIN jobq.queues q ON q.name = j.queue
+    WHERE j.id = ANY(:ids::bigint[])
+    ORDER BY j.id
+    """,
+)
 
-# Cancel jobs that have not started (CANCEL: one, CANCEL_JOBS: the dashboard's selection), moving them
-# to jobq.jobs_history. Running, finished and dead jobs are left alone.
+
+# Cancel jobs that have not started (CANCEL: one, CANCEL_JOBS: the dashboard's selection), pending or
+# waiting for their parents, moving them to jobq.jobs_history. Running, finished and dead jobs are left
+# alone. A cancelled job's own children are then decided (the trigger parent_gone).
 def _cancel(which: str) -> str:
     return f"""
     WITH taken AS (
         DELETE FROM jobq.jobs j USING jobq.queues q
-        WHERE {which} AND j.status = 'pending' AND q.name = j.queue AND {_in_scope("j.queue")}
+        WHERE {which} AND j.status IN ('pending', 'waiting') AND q.name = j.queue AND {_in_scope("j.queue")}
         RETURNING j.*
     ), j AS ({_CANCELLED}
         RETURNING j.*, {_notify_done()}

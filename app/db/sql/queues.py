@@ -44,7 +44,8 @@ DELETE_QUEUE = Query.define(
     """,
 )
 
-# Per-queue counts. `pending` is ready now; `scheduled` waits for a future run_at (both are state pending).
+# Per-queue counts. `pending` is ready now; `scheduled` waits for a future run_at (both are state pending);
+# `waiting` waits for its parents.
 # The oldest ready job's age is the lag behind run_at, the first sign of workers falling behind.
 QUEUE_STATS = Query.define(
     "queue_stats",
@@ -52,7 +53,7 @@ QUEUE_STATS = Query.define(
     SELECT q.name AS queue,
            coalesce(s.pending, 0) AS pending, coalesce(s.scheduled, 0) AS scheduled,
            coalesce(s.running, 0) AS running, coalesce(s.dead, 0) AS dead,
-           coalesce(s.completed, 0) AS completed,
+           coalesce(s.completed, 0) AS completed, coalesce(s.waiting, 0) AS waiting,
            coalesce(extract(epoch FROM now() - s.oldest_ready), 0)::float8 AS oldest_pending_age_seconds,
            q.paused,
            q.visibility_timeout, q.max_attempts, q.backoff_base, q.backoff_cap, q.retention,
@@ -65,6 +66,7 @@ QUEUE_STATS = Query.define(
                count(*) FILTER (WHERE status = 'running') AS running,
                count(*) FILTER (WHERE status = 'dead') AS dead,
                count(*) FILTER (WHERE status = 'completed') AS completed,
+               count(*) FILTER (WHERE status = 'waiting') AS waiting,
                min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()) AS oldest_ready
         FROM jobq.all_jobs
         WHERE status <> 'cancelled' AND (:queue::text IS NULL OR queue = :queue::text)

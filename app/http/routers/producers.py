@@ -21,6 +21,7 @@ from app.http.schemas import (
     EnqueuedJob,
     EnqueueRequest,
     Job,
+    ParentPage,
     trace_context,
 )
 from app.http.web import JSONBody, disconnected
@@ -157,7 +158,25 @@ async def get_job(
     return JSONBody(await service.wait_for_job(runtime, id, wait, caller.like, disconnected(request)))
 
 
+@router.get(
+    "/jobs/{id}/parents", dependencies=[Reader], response_model=None, responses=answers(ParentPage, 404)
+)
+async def get_parents(
+    id: JobIdPath,
+    db: DB,
+    caller: Caller,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Parents per page.")] = 100,
+    after_id: Annotated[
+        int, Query(ge=0, le=MAX_JOB_ID, description="Parents after this id (the last page's next_after_id).")
+    ] = 0,
+) -> JSONBody:
+    """A page of the job's parents (depends_on) in id order: each one's id, kind, status and result. A job
+    without parents has none; a job of a queue the token may not use is 404, as if it did not exist."""
+    return JSONBody(await service.job_parents(db, id, limit, after_id, caller.like))
+
+
 @router.delete("/jobs/{id}", dependencies=[Admin], response_model=None, responses=answers(Job, 404, 409))
 async def cancel_job(id: JobIdPath, db: DB, caller: Caller) -> JSONBody:
-    """Cancel a pending job; any other state is 409 conflict."""
+    """Cancel a pending or waiting job (its own children are then decided); any other state is 409
+    conflict."""
     return JSONBody(await service.cancel(db, id, caller.like))

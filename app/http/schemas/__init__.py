@@ -67,6 +67,8 @@ from app.http.schemas.producers import (
     EnqueuedJob,
     EnqueueRequest,
     Job,
+    ParentJob,
+    ParentPage,
 )
 from app.http.schemas.schedules import (
     DeletedSchedule,
@@ -134,6 +136,8 @@ __all__ = [
     "EnqueueBatchRequest",
     "Job",
     "EnqueuedJob",
+    "ParentJob",
+    "ParentPage",
     "EnqueueBatchResponse",
     "LeaseRequest",
     "LeasedJob",

@@ -180,6 +180,7 @@ _QUEUE_ROW_EXAMPLE = {
     "running": 4,
     "dead": 1,
     "completed": 5820,
+    "waiting": 0,
     "oldest_pending_age_seconds": 0.84,
     "paused": False,
 }
@@ -194,6 +195,7 @@ class QueueRow(BaseModel):
     running: int = Field(description="Leased to workers now.")
     dead: int = Field(description="Kept until retried or purged.")
     completed: int = Field(description="Not yet pruned.")
+    waiting: int = Field(default=0, description="Waiting for their parents to end (depends_on).")
     oldest_pending_age_seconds: float = Field(description="Age of the oldest ready job (lag); 0 if none.")
     paused: bool = Field(description="Paused: leases take nothing from it; enqueues still land.")
 

@@ -9,12 +9,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.core.states import JobStatus
+from app.core.limits import MAX_PARENTS
+from app.core.states import JobStatus, RunIf
 from app.http.schemas.common import (
     EXAMPLE_TRACEPARENT,
     MAX_BATCH,
     Body,
     DedupKey,
+    JobId,
     JobKey,
     Kind,
     MaxAttempts,
@@ -55,6 +57,20 @@ class EnqueueRequest(Body):
             # A tracestate (not null) needs a traceparent (not null).
             "if": {"required": ["tracestate"], "properties": {"tracestate": {"type": "string"}}},
             "then": {"required": ["traceparent"], "properties": {"traceparent": {"type": "string"}}},
+            "allOf": [
+                # A run_if (not null) needs parents (not null); parents take no dedup_key.
+                {
+                    "if": {"required": ["run_if"], "properties": {"run_if": {"type": "string"}}},
+                    "then": {"required": ["depends_on"], "properties": {"depends_on": {"type": "array"}}},
+                },
+                {
+                    "if": {
+                        "required": ["depends_on", "dedup_key"],
+                        "properties": {"depends_on": {"type": "array"}, "dedup_key": {"type": "string"}},
+                    },
+                    "then": False,
+                },
+            ],
             "examples": _ENQUEUE_EXAMPLES,
         }
     )
@@ -99,6 +115,21 @@ class EnqueueRequest(Body):
     tracestate: TraceState | None = Field(
         default=None, description="The W3C tracestate that goes with `traceparent` (never without it)."
     )
+    depends_on: list[JobId] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PARENTS,
+        description="1-1000 ids of existing jobs (its parents): the job starts `waiting` and is decided once,"
+        " when the last of them ends (completed, dead or cancelled), by `run_if`: pending then (a `delay`"
+        " counts from then), else cancelled. Parents that have ended already count at once. Not with"
+        " `dedup_key`. Null: none.",
+    )
+    run_if: RunIf | None = Field(
+        default=None,
+        strict=False,  # the enum from its JSON string
+        description="With `depends_on`: `completed` (default; every parent completed), `finished` (whatever"
+        " they ended as) or `failed` (one at least dead or cancelled).",
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -106,6 +137,13 @@ class EnqueueRequest(Body):
             raise ValueError("give run_at or delay, not both")
         if self.tracestate is not None and self.traceparent is None:
             raise ValueError("tracestate goes with a traceparent: give both, or neither")
+        if self.run_if is not None and self.depends_on is None:
+            raise ValueError("run_if goes with depends_on: it says what the parents must end as")
+        if self.depends_on is not None and self.dedup_key is not None:
+            raise ValueError(
+                "a job with depends_on takes no dedup_key: decided later, it could meet an active job"
+                " holding the same key"
+            )
         return self
 
 
@@ -143,6 +181,9 @@ _JOB_EXAMPLE = {
     "worker_id": "mailer-1:4121",
     "traceparent": EXAMPLE_TRACEPARENT,
     "tracestate": None,
+    "depends_on": None,
+    "run_if": None,
+    "workflow_id": None,
 }
 _DEAD_JOB_EXAMPLE = _JOB_EXAMPLE | {
     "id": 1043,
@@ -167,8 +208,9 @@ class Job(BaseModel):
     kind: str | None = Field(description="As enqueued; null when none was given.")
     key: str | None = Field(default=None, description="As enqueued; null when none was given.")
     status: JobStatus = Field(
-        description="pending (waiting to run, now or at its run_at), running (leased), completed, dead "
-        "(out of attempts, or nacked as dead; kept until retried or purged) or cancelled."
+        description="waiting (for its parents to end), pending (waiting to run, now or at its run_at), "
+        "running (leased), completed, dead (out of attempts, or nacked as dead; kept until retried or "
+        "purged) or cancelled."
     )
     payload: Any = Field(description="As enqueued: any JSON value, null included.")
     priority: int = Field(description="Lower runs first.")
@@ -211,6 +253,11 @@ class Job(BaseModel):
     )
     traceparent: str | None = Field(default=None, description="The trace context it was enqueued under.")
     tracestate: str | None = Field(default=None, description="With traceparent, as enqueued.")
+    depends_on: list[int] | None = Field(default=None, description="Its parents, as enqueued; null: none.")
+    run_if: RunIf | None = Field(
+        default=None, description="With parents: what they must end as for it to run; null: no parents."
+    )
+    workflow_id: int | None = Field(default=None, description="The workflow that made it; null: none.")
 
 
 _ENQUEUED_EXAMPLE = _JOB_EXAMPLE | {
@@ -235,3 +282,19 @@ class EnqueuedJob(Job):
 
 class EnqueueBatchResponse(BaseModel):
     jobs: list[EnqueuedJob] = Field(description="The jobs, in request order.")
+
+
+class ParentJob(BaseModel):
+    id: int = Field(description="The parent's id.")
+    kind: str | None = Field(description="As enqueued; null when none was given.")
+    status: JobStatus = Field(description="Where it is now: a leased child's parents have all ended.")
+    result: Any = Field(description="What its ack kept (any JSON value); null when none.")
+
+
+class ParentPage(BaseModel):
+    parents: list[ParentJob] = Field(
+        description="The job's parents in id order (one pruned by its queue's retention is left out)."
+    )
+    next_after_id: int | None = Field(
+        description="Pass as after_id for the next page; null once none is left."
+    )

@@ -22,6 +22,7 @@ from app.http.schemas.common import (
     QueueName,
     Seconds,
 )
+from app.http.schemas.producers import ParentJob
 
 # Examples for the document: lease tokens as /lease hands them out.
 _TOKEN = "3f2b8c1e-5a4d-4e7b-9c0a-1d2e3f4a5b6c.emails"
@@ -102,6 +103,12 @@ class LeasedJob(BaseModel):
     )
     traceparent: str | None = Field(default=None, description="The trace context it was enqueued under.")
     tracestate: str | None = Field(default=None, description="With traceparent, as enqueued.")
+    parents: list[ParentJob] | None = Field(
+        default=None,
+        description="Only for a job with parents (depends_on), at most 100 of them: each one's id, kind, "
+        "status and result, so that the child reads what its parents returned without another request "
+        "(GET /jobs/{id}/parents pages them for a job with more).",
+    )
 
 
 class LeaseResponse(BaseModel):

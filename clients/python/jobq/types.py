@@ -122,6 +122,7 @@ def error_from(status: int, content: bytes, reason: str = "") -> JobqError:
 class JobStatus(StrEnum):
     """A job's status, as the service's `status` fields spell it (a str: `job.status == "dead"` holds)."""
 
+    WAITING = "waiting"  # waiting for its parents (depends_on) to end
     PENDING = "pending"  # waiting to run (now, or at run_at)
     RUNNING = "running"  # leased to a worker
     COMPLETED = "completed"  # acked; kept for the queue's retention

@@ -75,11 +75,35 @@ export interface paths {
         post?: never;
         /**
          * Cancel Job
-         * @description Cancel a pending job; any other state is 409 conflict.
+         * @description Cancel a pending or waiting job (its own children are then decided); any other state is 409
+         *     conflict.
          *
          *     Roles, when tokens are configured: admin.
          */
         delete: operations["cancel_job"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/parents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Parents
+         * @description A page of the job's parents (depends_on) in id order: each one's id, kind, status and result. A job
+         *     without parents has none; a job of a queue the token may not use is 404, as if it did not exist.
+         *
+         *     Roles, when tokens are configured: producer, worker, viewer, admin.
+         */
+        get: operations["get_parents"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1006,7 +1030,14 @@ export interface components {
              * @description The W3C tracestate that goes with `traceparent` (never without it).
              */
             tracestate?: string | null;
-        };
+            /**
+             * Depends On
+             * @description 1-1000 ids of existing jobs (its parents): the job starts `waiting` and is decided once, when the last of them ends (completed, dead or cancelled), by `run_if`: pending then (a `delay` counts from then), else cancelled. Parents that have ended already count at once. Not with `dedup_key`. Null: none.
+             */
+            depends_on?: number[] | null;
+            /** @description With `depends_on`: `completed` (default; every parent completed), `finished` (whatever they ended as) or `failed` (one at least dead or cancelled). */
+            run_if?: components["schemas"]["RunIf"] | null;
+        } & (unknown & unknown);
         /**
          * EnqueuedJob
          * @example {
@@ -1036,6 +1067,9 @@ export interface components {
          *       "worker_id": null,
          *       "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
          *       "tracestate": null,
+         *       "depends_on": null,
+         *       "run_if": null,
+         *       "workflow_id": null,
          *       "duplicate": false
          *     }
          */
@@ -1060,7 +1094,7 @@ export interface components {
              * @description As enqueued; null when none was given.
              */
             key?: string | null;
-            /** @description pending (waiting to run, now or at its run_at), running (leased), completed, dead (out of attempts, or nacked as dead; kept until retried or purged) or cancelled. */
+            /** @description waiting (for its parents to end), pending (waiting to run, now or at its run_at), running (leased), completed, dead (out of attempts, or nacked as dead; kept until retried or purged) or cancelled. */
             status: components["schemas"]["JobStatus"];
             /**
              * Payload
@@ -1155,6 +1189,18 @@ export interface components {
              * @description With traceparent, as enqueued.
              */
             tracestate?: string | null;
+            /**
+             * Depends On
+             * @description Its parents, as enqueued; null: none.
+             */
+            depends_on?: number[] | null;
+            /** @description With parents: what they must end as for it to run; null: no parents. */
+            run_if?: components["schemas"]["RunIf"] | null;
+            /**
+             * Workflow Id
+             * @description The workflow that made it; null: none.
+             */
+            workflow_id?: number | null;
             /**
              * Duplicate
              * @description True when dedup_key matched an active job; this is that job.
@@ -1326,7 +1372,10 @@ export interface components {
          *       "schedule_slot": null,
          *       "worker_id": "mailer-1:4121",
          *       "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-         *       "tracestate": null
+         *       "tracestate": null,
+         *       "depends_on": null,
+         *       "run_if": null,
+         *       "workflow_id": null
          *     }
          * @example {
          *       "id": 1043,
@@ -1354,7 +1403,10 @@ export interface components {
          *       "schedule_slot": null,
          *       "worker_id": "mailer-1:4121",
          *       "traceparent": null,
-         *       "tracestate": null
+         *       "tracestate": null,
+         *       "depends_on": null,
+         *       "run_if": null,
+         *       "workflow_id": null
          *     }
          */
         Job: {
@@ -1378,7 +1430,7 @@ export interface components {
              * @description As enqueued; null when none was given.
              */
             key?: string | null;
-            /** @description pending (waiting to run, now or at its run_at), running (leased), completed, dead (out of attempts, or nacked as dead; kept until retried or purged) or cancelled. */
+            /** @description waiting (for its parents to end), pending (waiting to run, now or at its run_at), running (leased), completed, dead (out of attempts, or nacked as dead; kept until retried or purged) or cancelled. */
             status: components["schemas"]["JobStatus"];
             /**
              * Payload
@@ -1473,6 +1525,18 @@ export interface components {
              * @description With traceparent, as enqueued.
              */
             tracestate?: string | null;
+            /**
+             * Depends On
+             * @description Its parents, as enqueued; null: none.
+             */
+            depends_on?: number[] | null;
+            /** @description With parents: what they must end as for it to run; null: no parents. */
+            run_if?: components["schemas"]["RunIf"] | null;
+            /**
+             * Workflow Id
+             * @description The workflow that made it; null: none.
+             */
+            workflow_id?: number | null;
         };
         /**
          * JobLeaseItem
@@ -1510,12 +1574,12 @@ export interface components {
         };
         /**
          * JobStatus
-         * @description A job's status: pending (waiting to run, now or at its run_at), running (leased to a worker),
-         *     completed (acked), dead (out of attempts, or nacked as dead; kept until retried or purged) or
-         *     cancelled (before it ran).
+         * @description A job's status: waiting (for its parents to end), pending (waiting to run, now or at its run_at),
+         *     running (leased to a worker), completed (acked), dead (out of attempts, or nacked as dead; kept until
+         *     retried or purged) or cancelled (before it ran).
          * @enum {string}
          */
-        JobStatus: "pending" | "running" | "completed" | "dead" | "cancelled";
+        JobStatus: "waiting" | "pending" | "running" | "completed" | "dead" | "cancelled";
         /** JobsTableHealth */
         JobsTableHealth: {
             /**
@@ -1777,6 +1841,11 @@ export interface components {
              * @description With traceparent, as enqueued.
              */
             tracestate?: string | null;
+            /**
+             * Parents
+             * @description Only for a job with parents (depends_on), at most 100 of them: each one's id, kind, status and result, so that the child reads what its parents returned without another request (GET /jobs/{id}/parents pages them for a job with more).
+             */
+            parents?: components["schemas"]["ParentJob"][] | null;
         };
         /**
          * NackBatchRequest
@@ -1927,6 +1996,39 @@ export interface components {
              */
             run_at: string;
         };
+        /** ParentJob */
+        ParentJob: {
+            /**
+             * Id
+             * @description The parent's id.
+             */
+            id: number;
+            /**
+             * Kind
+             * @description As enqueued; null when none was given.
+             */
+            kind: string | null;
+            /** @description Where it is now: a leased child's parents have all ended. */
+            status: components["schemas"]["JobStatus"];
+            /**
+             * Result
+             * @description What its ack kept (any JSON value); null when none.
+             */
+            result: unknown;
+        };
+        /** ParentPage */
+        ParentPage: {
+            /**
+             * Parents
+             * @description The job's parents in id order (one pruned by its queue's retention is left out).
+             */
+            parents: components["schemas"]["ParentJob"][];
+            /**
+             * Next After Id
+             * @description Pass as after_id for the next page; null once none is left.
+             */
+            next_after_id: number | null;
+        };
         /**
          * Problem
          * @description RFC 9457 problem details, the body of every error answer (`application/problem+json`). The
@@ -2013,6 +2115,7 @@ export interface components {
          *       "running": 4,
          *       "dead": 1,
          *       "completed": 5820,
+         *       "waiting": 0,
          *       "oldest_pending_age_seconds": 0.84,
          *       "paused": false,
          *       "settings": {
@@ -2066,6 +2169,12 @@ export interface components {
              */
             completed: number;
             /**
+             * Waiting
+             * @description Waiting for their parents to end (depends_on).
+             * @default 0
+             */
+            waiting?: number;
+            /**
              * Oldest Pending Age Seconds
              * @description Age of the oldest ready job (lag); 0 if none.
              */
@@ -2087,6 +2196,7 @@ export interface components {
          *       "running": 4,
          *       "dead": 1,
          *       "completed": 5820,
+         *       "waiting": 0,
          *       "oldest_pending_age_seconds": 0.84,
          *       "paused": false
          *     }
@@ -2122,6 +2232,12 @@ export interface components {
              * @description Not yet pruned.
              */
             completed: number;
+            /**
+             * Waiting
+             * @description Waiting for their parents to end (depends_on).
+             * @default 0
+             */
+            waiting?: number;
             /**
              * Oldest Pending Age Seconds
              * @description Age of the oldest ready job (lag); 0 if none.
@@ -2363,6 +2479,13 @@ export interface components {
              */
             skipped: number[];
         };
+        /**
+         * RunIf
+         * @description What a job's parents must end as for it to run, once the last of them has ended; else it is
+         *     cancelled.
+         * @enum {string}
+         */
+        RunIf: "completed" | "finished" | "failed";
         /** Schedule */
         Schedule: {
             /**
@@ -3139,6 +3262,78 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_parents: {
+        parameters: {
+            query?: {
+                /** @description Parents per page. */
+                limit?: number;
+                /** @description Parents after this id (the last page's next_after_id). */
+                after_id?: number;
+            };
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ParentPage"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
