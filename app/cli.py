@@ -1,12 +1,17 @@
 """The server's commands of `jobq`: serve, migrate, database-url, openapi.
 
 The `jobq` command belongs to the client distribution (`jobq.cli`), which has the commands that talk to a
-running service (worker, enqueue, stats, dead, queues); it adds these three from the `jobq.commands` entry
-points this distribution declares (pyproject.toml), so that one `jobq` command has them all.
+running service (worker, enqueue, stats, dead, queues); it adds these four from the `jobq.commands` entry
+points this distribution declares (pyproject.toml), so that one `jobq` command has them all. Each is a
+`jobq.cli.Command`: its arguments declared on an argparse parser, and a function run with them.
+
+Only the standard library and `jobq.cli` are imported until a command runs: `jobq --help` loads this
+module to list the commands, and need not wait for pydantic or the app.
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import json
 import os
@@ -15,32 +20,38 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING
 
-import typer
+from jobq.cli import Command
 
-from app.settings import Settings, is_loopback
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 
-def serve(
-    host: Annotated[
-        str | None, typer.Option(help="Address to listen on [default: JOBQ_HOST or 127.0.0.1]")
-    ] = None,
-    port: Annotated[int | None, typer.Option(help="Port [default: JOBQ_PORT or 8000]")] = None,
-    workers: Annotated[int, typer.Option(help="Service processes sharing the port")] = 1,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
-    insecure: Annotated[
-        bool,
-        typer.Option("--insecure", help="Listen beyond loopback even without tokens (JOBQ_ALLOW_INSECURE)"),
-    ] = False,
-) -> None:
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="Address to listen on [default: JOBQ_HOST or 127.0.0.1]")
+    parser.add_argument("--port", type=int, help="Port [default: JOBQ_PORT or 8000]")
+    parser.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="Service processes sharing the port"
+    )
+    parser.add_argument("--log-level", default="info", metavar="LEVEL", help="debug, info, warning or error")
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="Listen beyond loopback even without tokens (JOBQ_ALLOW_INSECURE)",
+    )
+
+
+def _serve(args: argparse.Namespace) -> int | None:
     """Run the HTTP service (migrating the schema first, and starting the embedded PostgreSQL when no
     database is configured)."""
     import uvicorn
 
     from app.core.access import Tokens
+    from app.settings import is_loopback
     from app.startup import FAILURE_FILE
 
+    log_level: str = args.log_level
     debug = log_level.lower() == "debug"
     settings = _settings(debug)
     try:
@@ -48,17 +59,17 @@ def serve(
     except (OSError, ValueError) as mistake:  # JOBQ_TOKENS_FILE missing, or a line of it wrong
         if debug:
             traceback.print_exc()
-        typer.echo(f"JOBQ_TOKENS_FILE: {mistake}", err=True)
-        raise typer.Exit(2) from None
-    host = host or settings.host
+        print(f"JOBQ_TOKENS_FILE: {mistake}", file=sys.stderr)
+        return 2
+    host: str = args.host or settings.host
     if not is_loopback(host) and not tokens:
-        if not (insecure or settings.allow_insecure):
-            typer.echo(
+        if not (args.insecure or settings.allow_insecure):
+            print(
                 f"refusing to listen on {host} without tokens: anyone who can reach it could take and "
                 "delete jobs. Set JOBQ_TOKENS (see the README), or pass --insecure.",
-                err=True,
+                file=sys.stderr,
             )
-            raise typer.Exit(2)
+            return 2
     if settings.schedules_file is not None:
         # A mistake in the schedules file stops the start in one line naming the schedule, before
         # anything starts (the app checks it again, for servers that run it without this command).
@@ -67,8 +78,8 @@ def serve(
         try:
             declared(settings.schedules_file)
         except ValueError as exc:
-            typer.echo(f"jobq: {exc}", err=True)
-            raise typer.Exit(2) from None
+            print(f"jobq: {exc}", file=sys.stderr)
+            return 2
     if not settings.database_url:
         # No database, and no embedded server to start either: said here in one line, before uvicorn
         # starts (the app says the same at start-up, for servers that run it without this command).
@@ -84,8 +95,8 @@ def serve(
         "app.main:create_app",
         factory=True,
         host=host,
-        port=port or settings.port,
-        workers=workers,
+        port=args.port or settings.port,
+        workers=args.workers,
         log_level=log_level,
         log_config=_log_config(log_level),
         # jobq writes its own access log, one JSON line per request (JOBQ_ACCESS_LOG,
@@ -95,8 +106,10 @@ def serve(
         # httptools, writing each answer in one piece (app/http/fastpath/transport.py).
         http="app.http.fastpath.transport:CoalescingHttpToolsProtocol",
     )
-    if failed.exists():
-        raise typer.Exit(3)
+    return 3 if failed.exists() else None
+
+
+serve = Command(_serve, _serve_arguments)
 
 
 def _need_embedded() -> None:
@@ -105,13 +118,14 @@ def _need_embedded() -> None:
     from app.db import embedded
 
     if not embedded.installed():
-        typer.echo(embedded.NOT_INSTALLED, err=True)
-        raise typer.Exit(2)
+        print(embedded.NOT_INSTALLED, file=sys.stderr)
+        raise SystemExit(2)
 
 
 def _settings(debug: bool = False) -> Settings:
     """The settings from the environment; a mistake in them ends the command with one line naming the
     setting (exit 2), its traceback only when `debug`."""
+    from app.settings import Settings
     from app.startup import describe_settings
 
     try:
@@ -119,8 +133,8 @@ def _settings(debug: bool = False) -> Settings:
     except ValueError as mistake:  # pydantic's ValidationError, or pydantic-settings' SettingsError
         if debug:
             traceback.print_exc()
-        typer.echo(describe_settings(mistake), err=True)
-        raise typer.Exit(2) from None
+        print(describe_settings(mistake), file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _log_config(level: str) -> dict:
@@ -141,10 +155,12 @@ def _log_config(level: str) -> dict:
     return config
 
 
-def migrate(
-    revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
-    down: Annotated[bool, typer.Option("--down", help="Downgrade to the revision instead")] = False,
-) -> None:
+def _migrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("revision", nargs="?", default="head", help="Target revision")
+    parser.add_argument("--down", action="store_true", help="Downgrade to the revision instead")
+
+
+def _migrate(args: argparse.Namespace) -> int | None:
     """Run the Alembic chain against the configured (or embedded) database; against JOBQ_LISTEN_URL when
     set, since a migration needs a session of its own, which a pooler in transaction mode does not give.
     Each step waits at most JOBQ_MIGRATION_LOCK_TIMEOUT for its locks and is retried up to
@@ -156,6 +172,8 @@ def migrate(
     from app.db import migrations
     from app.main import resolve_database_url
 
+    revision: str = args.revision
+    down: bool = args.down
     settings = _settings()
     try:
         dsn = settings.session_url(asyncio.run(resolve_database_url(settings)))
@@ -165,44 +183,56 @@ def migrate(
             else:
                 migrations.upgrade(dsn, revision, settings=settings)
     except startup.StartupFailed as failure:
-        typer.echo(str(failure), err=True)
-        raise typer.Exit(1) from None
+        print(str(failure), file=sys.stderr)
+        return 1
     except migrations.SchemaAhead as ahead:
-        typer.echo(str(ahead))
+        print(str(ahead))
         if down:
-            typer.echo("Move it down with the release that knows it: its `jobq migrate --down`.", err=True)
-            raise typer.Exit(1) from None
-        return
+            print("Move it down with the release that knows it: its `jobq migrate --down`.", file=sys.stderr)
+            return 1
+        return None
     except migrations.MigrationBlocked as blocked:
-        typer.echo(str(blocked), err=True)
-        raise typer.Exit(1) from None
-    typer.echo(f"schema at {'base' if down and revision == 'base' else revision}")
+        print(str(blocked), file=sys.stderr)
+        return 1
+    print(f"schema at {'base' if down and revision == 'base' else revision}")
+    return None
 
 
-def database_url() -> None:
+migrate = Command(_migrate, _migrate_arguments)
+
+
+def _database_url(args: argparse.Namespace) -> int | None:
     """Print the URL of the database jobq uses: JOBQ_DATABASE_URL, or, with none set, the embedded
     PostgreSQL's while a `jobq serve` runs it (`psql "$(jobq database-url)"`)."""
     from app.db import embedded
 
     settings = _settings()
     if settings.database_url:
-        typer.echo(settings.database_url)
-        return
+        print(settings.database_url)
+        return None
     _need_embedded()
     url = embedded.running_url(settings.data_dir)
     if url is None:
-        typer.echo(
+        print(
             f"JOBQ_DATA_DIR: no embedded PostgreSQL runs under {settings.data_dir}: start `jobq serve` "
             "(make serve) in this directory first, or set JOBQ_DATA_DIR to where it keeps its data",
-            err=True,
+            file=sys.stderr,
         )
-        raise typer.Exit(1)
-    typer.echo(url)
+        return 1
+    print(url)
+    return None
 
 
-def openapi() -> None:
+database_url = Command(_database_url)
+
+
+def _openapi(args: argparse.Namespace) -> None:
     """Print the OpenAPI document the service serves (the committed openapi.json)."""
     from app.main import create_app
+    from app.settings import Settings
 
     json.dump(create_app(Settings()).openapi(), sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+openapi = Command(_openapi)

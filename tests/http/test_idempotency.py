@@ -14,14 +14,13 @@ from dataclasses import replace
 import httpx
 import orjson
 import pytest
-from typer.testing import CliRunner
 
 from app import service
 from app.db.sql import QUEUE_LOCK_CLASS
 from app.service.idempotency import keyed
 from jobq import AsyncClient, Unavailable
-from jobq.cli import cli
 from jobq.client import RetryPolicy
+from tests.command_line import invoke
 from tests.helpers import assert_problem, count, open_database
 from tests.sent import recording
 from tests.waiting import lock_waiters, until
@@ -338,7 +337,7 @@ async def test_jobq_enqueue_lands_once_through_a_lost_answer(service, db):
     """The `jobq enqueue` command goes through the client, and so through its retries with a key."""
     async with LossyProxy(service.url, lose=1, mode="drop", paths=("/jobs",)) as proxy:
         command = ["enqueue", "emails", '{"to": "ada"}', "--url", proxy.url]
-        done = await asyncio.to_thread(CliRunner().invoke, cli, command)
+        done = await asyncio.to_thread(invoke, command)
     assert done.exit_code == 0, done.output
     assert len(proxy.sent) == 2 and proxy.sent[0][1] is not None and proxy.sent[0][1] == proxy.sent[1][1]
     assert await count(db) == 1

@@ -1,4 +1,4 @@
-"""The Python client of the jobq HTTP API: `Client` (sync, on httpx) and `AsyncClient` (async, on aiohttp).
+"""The Python client of the jobq HTTP API: `Client` (blocking) and `AsyncClient` (asyncio), both on aiohttp.
 
     with Client("http://127.0.0.1:8000") as jobq:
         jobq.enqueue("emails", {"to": "ada@example.com"})
@@ -16,7 +16,8 @@ before they were grouped, and the old spellings on the client itself still work,
 DeprecationWarning (`_moved`), for one release.
 
 Each API call is written once, in `Calls`: the request it sends and how its answer is read. The two
-clients only send those calls, through one retry policy (`_exchange`, driven by both), so they cannot
+clients only send those calls, through one retry policy (`_exchange`, driven by both), and make each
+attempt the same way (`_Aiohttp`: `Client` runs it on an event loop of its own, `_Loop`), so they cannot
 drift apart. Problem answers become exceptions chosen by their `code` (`LeaseLost`, `NotFound`, ...),
 all `JobqError`; results are the dataclasses of `jobq.types`. `Call`, `Calls`, `RetryPolicy`, and the
 batch items `Completion` and `Failure` are imported from here.
@@ -25,16 +26,19 @@ batch items `Completion` and `Failure` are imported from here.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import functools
 import inspect
 import json
 import os
 import random
-import ssl
+import threading
 import time
 import urllib.request
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,7 +46,6 @@ from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeAlias, 
 from urllib.parse import quote, urlsplit
 
 import aiohttp
-import httpx
 
 try:
     import orjson
@@ -946,8 +949,9 @@ class AsyncAdminCalls(_AsyncGroup):
 
 
 class _Transport:
-    """What the two clients share: configuration. Only sending differs (blocking or awaited), each on its
-    own HTTP library, which gets the other keyword arguments (`_open`)."""
+    """What the two clients share: configuration, and aiohttp, which gets the other keyword arguments
+    (`_open`). Only sending differs: awaited in the caller's event loop (`AsyncClient`), or blocking,
+    on an event loop of the client's own (`Client`)."""
 
     def __init__(
         self,
@@ -967,8 +971,8 @@ class _Transport:
         self.retry = retry or RetryPolicy()
         self._open(options)
 
-    def _open(self, options: dict[str, Any]) -> None:
-        """Set up the HTTP library with the caller's other keyword arguments."""
+    def _open(self, session_options: dict[str, Any]) -> None:
+        """Keep the caller's other keyword arguments, for the aiohttp session made at the first request."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -976,48 +980,210 @@ class _Transport:
 
 
 def _body(call: Call[Any]) -> tuple[bytes | None, dict[str, str] | None]:
-    """The request's body and headers: JSON as httpx writes it (NaN and infinities refused)."""
+    """The request's body and headers: compact JSON in UTF-8, NaN and infinities refused (JSON has none)."""
     if call.json is None:
         return None, call.headers
     body = json.dumps(call.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     return body, {**(call.headers or {}), "Content-Type": "application/json"}
 
 
-# Failures where the request never reached the service: always safe to send again.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+def _env_proxy(url: str) -> str | None:
+    """The proxy that HTTP_PROXY or HTTPS_PROXY (or their lower-case forms) name for `url`, unless NO_PROXY
+    exempts its host."""
+    parts = urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
+class _Aiohttp:
+    """A client's requests on aiohttp: its session, the proxy and the timeouts, and one attempt of a call.
+    aiohttp binds a session to the event loop it is made in, so it is made at the first request, in the
+    loop that sends it: the caller's for an `AsyncClient`, the client's own for a `Client`.
+
+    The client on httpx took care that a plain-HTTP client not read the system's certificate authorities
+    (50 ms of every `jobq` command); on aiohttp there is nothing to avoid: it reads them once, when it is
+    imported, and a connection over plain HTTP makes no TLS context."""
+
+    def __init__(
+        self, url: str, headers: Mapping[str, str], timeout: float, options: Mapping[str, Any]
+    ) -> None:
+        self.url = url
+        self.headers = headers
+        self.timeout = timeout
+        self.options = options
+        self.session: aiohttp.ClientSession | None = None
+        self.proxy: str | None = None
+        self.timeouts: dict[float, aiohttp.ClientTimeout] = {}
+
+    def open(self) -> aiohttp.ClientSession:
+        """The session, made in the running event loop the first time."""
+        if self.session is None:
+            options = dict(self.options)
+            # The proxy the environment names, found once, as curl and requests honour it: aiohttp's own
+            # `trust_env=True` would also read ~/.netrc on a thread for every request (a fifth of a
+            # worker's time per job) and refuse a request with a token when the file names the host. A
+            # proxy given to the session wins, as it would over the environment's in other clients.
+            self.proxy = None if "trust_env" in options or "proxy" in options else _env_proxy(self.url)
+            if callable(options.get("connector")):
+                # A connector is bound to its event loop too: a `Client` is given a function that makes
+                # one, in its own loop, for each session it makes.
+                options["connector"] = options["connector"]()
+            self.session = aiohttp.ClientSession(headers=self.headers, **options)
+        return self.session
+
+    def _timeout(self, wait: float) -> aiohttp.ClientTimeout:
+        """`timeout` to connect and between reads, a long-poll's `wait` added to the latter."""
+        timeout = self.timeouts.get(wait)
+        if timeout is None:
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=self.timeout, sock_read=self.timeout + wait
+            )
+            if len(self.timeouts) < 64:
+                self.timeouts[wait] = timeout
+        return timeout
+
+    async def attempt(self, call: Call[Any]) -> Outcome:
+        body, headers = _body(call)
+        params = {k: str(v) for k, v in call.params.items()} if call.params else None
+        try:
+            async with self.open().request(
+                call.method,
+                self.url + call.path,
+                data=body,
+                params=params,
+                headers=headers,
+                timeout=self._timeout(call.wait),
+                proxy=self.proxy,
+            ) as response:
+                content = await response.read()
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            return _Failed(exc, True)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return _Failed(exc, False)
+        return _Answer(response.status, response.reason or "", response.headers, content)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+
+class _Loop:
+    """An event loop on a daemon thread of its own, where a `Client`'s requests run on aiohttp. A thread
+    that sends a request waits for its outcome; any number of threads may wait at once, each for its own."""
+
+    def __init__(self, http: _Aiohttp) -> None:
+        self.http = http
+        self.loop = asyncio.new_event_loop()
+        self.closing: asyncio.Task[None] | None = None
+        self.thread = threading.Thread(target=self._run, name="jobq-client", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.run_until_complete(self._cancel_leftovers())
+            self.loop.close()
+
+    async def _cancel_leftovers(self) -> None:
+        """End the requests still under way when the client closed, with an error for the threads that
+        wait for them, rather than leave those waiting for good."""
+        leftovers = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in leftovers:
+            task.cancel()
+        await asyncio.gather(*leftovers, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()
+
+    def attempt(self, call: Call[Any]) -> Outcome:
+        """One attempt of `call` on the loop, the calling thread waiting for its outcome."""
+        future = asyncio.run_coroutine_threadsafe(self.http.attempt(call), self.loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise RuntimeError(f"{call.method} {call.path}: the Client was closed meanwhile") from None
+        except BaseException:
+            future.cancel()  # interrupted (a KeyboardInterrupt): the request is dropped, not left running
+            raise
+
+    def stop(self) -> None:
+        """Close the session and stop the loop, without waiting: the thread then ends by itself."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed already
+            self.loop.call_soon_threadsafe(self._stop)
+
+    def _stop(self) -> None:
+        # Held here: the event loop keeps only a weak reference to a task.
+        self.closing = self.closing or self.loop.create_task(self._shutdown())
+
+    async def _shutdown(self) -> None:
+        try:
+            await self.http.close()
+        finally:
+            self.loop.stop()
+
+    def close(self) -> None:
+        """Close the session, stop the loop and wait for its thread to end."""
+        self.stop()
+        self.thread.join()
 
 
 class Client(_Transport, _Blocking):
-    """The jobq API, blocking, on httpx. `url` defaults to $JOBQ_URL, else http://127.0.0.1:8000; `token`
-    to $JOBQ_TOKEN (sent as a bearer token). `timeout` is per request, in seconds (a long-poll gets its
-    `wait` on top). `retry` is the retry policy; other keyword arguments go to `httpx.Client`.
+    """The jobq API, blocking. `url` defaults to $JOBQ_URL, else http://127.0.0.1:8000; `token` to
+    $JOBQ_TOKEN (sent as a bearer token). `timeout` is per request, in seconds (a long-poll gets its
+    `wait` on top). `retry` is the retry policy; other keyword arguments go to `aiohttp.ClientSession`, as
+    `AsyncClient`'s do, but a `connector` is given as a function that makes one, since the client makes
+    its sessions itself: `Client(url, connector=lambda: aiohttp.TCPConnector(ssl=context))`.
 
-    Its own methods are a producer's; `worker` holds the lease protocol, `admin` the operator's calls."""
+    Its own methods are a producer's; `worker` holds the lease protocol, `admin` the operator's calls.
 
-    def _open(self, httpx_options: dict[str, Any]) -> None:
-        if self.url.startswith("http://") and "verify" not in httpx_options:
-            # A plain-HTTP client never checks a certificate: httpx would still load the system's
-            # certificate authorities for one, 50 ms of every `jobq` command. A TLS context with none
-            # trusts no certificate, should a TLS connection ever be made.
-            httpx_options["verify"] = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        self.http = httpx.Client(
-            base_url=self.url, headers=self.headers, timeout=self.timeout, **httpx_options
-        )
+    Its requests run on aiohttp, in an event loop on a daemon thread of the client's own, started at the
+    first request and ended by `close`: so one client may be shared by many threads, used from code
+    that runs in an event loop of its own, and used in a child process forked after it was made (the
+    child starts a loop of its own). Retries' pauses are taken in the calling thread."""
+
+    def _open(self, session_options: dict[str, Any]) -> None:
+        if isinstance(session_options.get("connector"), aiohttp.BaseConnector):
+            raise TypeError(
+                "Client(connector=...) takes a function that makes the connector: the client makes its"
+                " aiohttp session in an event loop of its own, and a connector is bound to one loop"
+            )
+        self._options = session_options
+        self._lock = threading.Lock()  # starting and ending the loop
+        self._loop: _Loop | None = None
+        # Stops the loop of a client dropped without `close` (`_start`).
+        self._stopper: weakref.finalize[[], Client] | None = None
+        self._closed = False
+        _CLIENTS.add(self)
 
     def _attempt(self, call: Call[Any]) -> Outcome:
-        timeout = self.http.timeout
-        if call.wait and timeout.read is not None:
-            timeout = httpx.Timeout(
-                connect=timeout.connect, read=timeout.read + call.wait, write=timeout.write, pool=timeout.pool
-            )
-        body, headers = _body(call)
-        try:
-            response = self.http.request(
-                call.method, call.path, content=body, params=call.params, headers=headers, timeout=timeout
-            )
-        except httpx.TransportError as exc:
-            return _Failed(exc, isinstance(exc, _NOT_SENT))
-        return _Answer(response.status_code, response.reason_phrase, response.headers, response.content)
+        return (self._loop or self._start()).attempt(call)
+
+    def _start(self) -> _Loop:
+        """The client's loop, started at its first request (or its first in a forked child)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("Cannot send a request: the Client is closed")
+            if self._loop is None:
+                loop = _Loop(_Aiohttp(self.url, self.headers, self.timeout, self._options))
+                # The loop's thread holds the loop, not the client: a client dropped without `close`
+                # is collected, and this ends its thread.
+                self._stopper = weakref.finalize(self, loop.stop)
+                self._stopper.atexit = False
+                self._loop = loop
+            return self._loop
+
+    def _forked(self) -> None:
+        """In a child process just forked: it has the parent's memory but not the loop's thread, so the
+        next request starts a loop and a session of its own. The parent's are left as they are, neither
+        closed nor collected (`_INHERITED`): closing them would touch the parent's connections, and
+        collecting them would complain of a session never closed."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        if self._loop is not None:
+            if self._stopper is not None:
+                self._stopper.detach()
+            _INHERITED.append(self._loop)
+            self._loop = None
 
     def send(self, call: Call[T]) -> T:
         """The answer of `call` and of the calls it leads to (`Call.then`)."""
@@ -1047,7 +1213,14 @@ class Client(_Transport, _Blocking):
         return self
 
     def close(self) -> None:
-        self.http.close()
+        """Close the session and end the loop's thread; calls after this raise RuntimeError."""
+        with self._lock:
+            self._closed = True
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            if self._stopper is not None:
+                self._stopper.detach()
+            loop.close()
 
     def __enter__(self) -> Client:
         return self
@@ -1103,69 +1276,39 @@ class Client(_Transport, _Blocking):
     delete_schedule = _moved("admin", AdminCalls.delete_schedule)
 
 
-def _env_proxy(url: str) -> str | None:
-    """The proxy that HTTP_PROXY or HTTPS_PROXY (or their lower-case forms) name for `url`, unless NO_PROXY
-    exempts its host."""
-    parts = urlsplit(url)
-    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
-        return None
-    return urllib.request.getproxies().get(parts.scheme)
+# Every Client, held weakly: a forked child starts each one's loop afresh (`Client._forked`).
+_CLIENTS: weakref.WeakSet[Client] = weakref.WeakSet()
+# In a forked child, the parent's loops, kept from being collected (`Client._forked`).
+_INHERITED: list[_Loop] = []
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_CLIENTS):
+        client._forked()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class AsyncClient(_Transport, _Awaited):
-    """The jobq API for asyncio, on aiohttp: the methods of `Client` and its groups, awaited; the same
-    arguments, and other keyword arguments go to `aiohttp.ClientSession` (made at the first call, in its
-    event loop).
+    """The jobq API for asyncio: the methods of `Client` and its groups, awaited; the same arguments, and
+    other keyword arguments go to `aiohttp.ClientSession` (made at the first call, in its event loop; a
+    `connector` may be one, or a function that makes one).
 
-    aiohttp rather than httpx here: a worker's requests are its overhead per job, and aiohttp's take a
-    sixth of httpx's time (its parser is C), a millisecond less between a job's enqueue and its handler."""
+    Both clients are on aiohttp: a worker's requests are its overhead per job, and aiohttp's take a sixth
+    of httpx's time (its parser is C), a millisecond less between a job's enqueue and its handler."""
 
     def _open(self, session_options: dict[str, Any]) -> None:
-        self._options = session_options
-        self._session: aiohttp.ClientSession | None = None
-        self._proxy: str | None = None
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._aiohttp = _Aiohttp(self.url, self.headers, self.timeout, session_options)
 
     @property
     def http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            # The proxy the environment names, as httpx honours it, found once: aiohttp's own
-            # `trust_env=True` would also read ~/.netrc on a thread for every request (a fifth of a
-            # worker's time per job) and refuse a request with a token when the file names the host.
-            self._proxy = None if "trust_env" in self._options else _env_proxy(self.url)
-            self._session = aiohttp.ClientSession(headers=self.headers, **self._options)
-        return self._session
-
-    def _timeout(self, wait: float) -> aiohttp.ClientTimeout:
-        """`timeout` to connect and between reads, a long-poll's `wait` added to the latter."""
-        timeout = self._timeouts.get(wait)
-        if timeout is None:
-            timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=self.timeout, sock_read=self.timeout + wait
-            )
-            if len(self._timeouts) < 64:
-                self._timeouts[wait] = timeout
-        return timeout
+        """The aiohttp session, made at the first call, in the running event loop."""
+        return self._aiohttp.open()
 
     async def _attempt(self, call: Call[Any]) -> Outcome:
-        body, headers = _body(call)
-        params = {k: str(v) for k, v in call.params.items()} if call.params else None
-        try:
-            async with self.http.request(
-                call.method,
-                self.url + call.path,
-                data=body,
-                params=params,
-                headers=headers,
-                timeout=self._timeout(call.wait),
-                proxy=self._proxy,
-            ) as response:
-                content = await response.read()
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            return _Failed(exc, True)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return _Failed(exc, False)
-        return _Answer(response.status, response.reason or "", response.headers, content)
+        return await self._aiohttp.attempt(call)
 
     async def send(self, call: Call[T]) -> T:
         """The answer of `call` and of the calls it leads to (`Call.then`)."""
@@ -1195,9 +1338,7 @@ class AsyncClient(_Transport, _Awaited):
         return self
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._aiohttp.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+import jobq as jobq_package
 from jobq import Client
 from jobq import cli as cli_module
-from jobq.cli import cli
+from tests.command_line import invoke
 from tests.service_process import free_port
 
 pytestmark = pytest.mark.anyio
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 
 def jobq(*args: str, url: str | None = None, stdin: str | None = None, env: dict | None = None):
     options = ["--url", url] if url else []
-    return CliRunner().invoke(cli, [*args, *options], input=stdin, env=env)
+    return invoke([*args, *options], input=stdin, env=env)
 
 
 async def test_enqueue(service, db):
@@ -336,7 +336,7 @@ def test_unreachable_service_exits_3(monkeypatch):
     monkeypatch.setattr(cli_module, "CLI_RETRY", {**cli_module.CLI_RETRY, "backoff": 0.01, "cap": 0.01})
     done = jobq("stats", url=f"http://127.0.0.1:{free_port()}")
     assert done.exit_code == 3
-    assert done.stderr.startswith("jobq: GET /queues: ConnectError") and done.stderr.endswith(
+    assert done.stderr.startswith("jobq: GET /queues: ClientConnectorError") and done.stderr.endswith(
         "(unreachable)\n"
     )
 
@@ -356,6 +356,8 @@ COMMANDS = [
     ["queues", "pause"],
     ["queues", "resume"],
     ["queues", "configure"],
+    ["queues", "keys"],
+    ["queues", "set-key"],
     ["schedules"],
     ["schedules", "list"],
     ["schedules", "set"],
@@ -368,27 +370,113 @@ COMMANDS = [
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_help(command):
-    done = CliRunner().invoke(cli, [*command, "--help"], prog_name="jobq")
-    assert done.exit_code == 0 and "Usage: jobq " + " ".join(command) in done.stdout
+    done = jobq(*command, "--help")
+    assert done.exit_code == 0 and "usage: jobq " + " ".join(command) in done.stdout
     if command in (["dead"], ["queues"], ["schedules"]):
-        assert "Commands" in done.stdout
+        assert "commands:" in done.stdout
     else:
         assert "--url" in done.stdout and "JOBQ_URL" in done.stdout
 
 
+def test_help_lists_the_commands_with_a_line_each():
+    wide = {"COLUMNS": "200"}  # each command's help on its line, whatever the terminal
+    done = jobq("--help", env=wide)
+    assert done.exit_code == 0 and done.stdout.startswith("usage: jobq ")
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    for name, line in [
+        ("worker", "Run a handler, or tasks, on the jobs of queues"),
+        ("enqueue", "Enqueue one job."),
+        ("job", "A job, whatever its state"),
+        ("jobs", "Jobs of any status, newest first, filtered and searched."),
+        ("stats", "Counts per queue"),
+        ("workers", "Workers that leased in the last hour"),
+        ("dead", "Dead jobs: list, retry, purge."),
+        ("queues", "Queues: pause, resume, configure, and their keys' limits."),
+        ("schedules", "Schedules: jobs enqueued at the times a cron expression"),
+    ]:
+        assert any(row.startswith(f"{name} ") and line in row for row in lines), (name, done.stdout)
+    assert "Exit status: 0 done" in done.stdout
+    # `jobq` alone prints the same help, and exits as for bad usage.
+    bare = jobq(env=wide)
+    assert bare.exit_code == 2 and bare.stdout == done.stdout
+
+
+def test_version():
+    done = jobq("--version")
+    assert (done.exit_code, done.stdout, done.stderr) == (0, f"jobq {jobq_package.__version__}\n", "")
+
+
+@pytest.mark.parametrize(
+    "args, usage, error",
+    [
+        (["stats", "--bogus"], "jobq stats", "unrecognized arguments: --bogus"),
+        (["--bogus", "dead", "list"], "jobq dead list", "unrecognized arguments: --bogus"),
+        (["enqueue", "emails"], "jobq enqueue", "the following arguments are required: PAYLOAD_JSON"),
+        (["job", "abc"], "jobq job", "argument ID: invalid int value: 'abc'"),
+        (
+            ["worker", "m:f", "-c", "0"],
+            "jobq worker",
+            "argument -c/--concurrency: 0 is not in the range x>=1",
+        ),
+        (
+            ["queues", "configure", "q", "--rate", "1"],
+            "jobq queues configure",
+            "argument --rate: give LIMIT/",
+        ),
+        (
+            ["schedules", "set", "n", "* * * * *", "q", "1", "--catch-up", "never"],
+            "jobq schedules set",
+            "never",
+        ),
+        (["nope"], "jobq", "argument COMMAND: invalid choice: 'nope'"),
+    ],
+)
+def test_a_usage_error_exits_2_naming_what_is_wrong(args, usage, error):
+    done = jobq(*args, env={"COLUMNS": "200"})  # the usage on one line
+    assert done.exit_code == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"usage: {usage} ") and error in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"{usage}: error: ")
+
+
+def test_a_group_without_its_command_prints_its_help():
+    done = jobq("dead")
+    assert done.exit_code == 2 and done.stdout.startswith("usage: jobq dead ") and "purge" in done.stdout
+
+
 PLUGIN = """
-import typer
+import argparse
 
 
-def hello(name: str = "world") -> None:
-    \"\"\"Say hello.\"\"\"
-    typer.echo(f"hello {name}")
+class Hello:
+    help = "Say hello."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--name", default="world")
+
+    def run(self, args: argparse.Namespace) -> int:
+        print(f"hello {args.name}")
+        return 0 if args.name != "nobody" else 5
+
+
+class Raises(Hello):
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        raise RuntimeError("no arguments today")
+
+
+def typer_style(name: str = "world") -> None:
+    \"\"\"A command as jobq took them before: a function of its options.\"\"\"
+
+
+hello = Hello()
+raises = Raises()
+greetings = argparse.Namespace(help="Greetings.", commands={"hello": Hello(), "hi": Hello()})
 """
 
 
 def _installed_plugin(site: Path) -> None:
-    """A distribution in `site` whose entry points add a command, name one that cannot be imported, and
-    claim a name the client has."""
+    """A distribution in `site` whose entry points add a command and a group of commands, name one that
+    cannot be imported, one that is not a command, one whose arguments cannot be added, and claim a name
+    the client has."""
     (site / "hello_plugin.py").write_text(PLUGIN)
     info = site / "jobq_hello-1.0.dist-info"
     info.mkdir()
@@ -396,7 +484,10 @@ def _installed_plugin(site: Path) -> None:
     (info / "entry_points.txt").write_text(
         "[jobq.commands]\n"
         "hello = hello_plugin:hello\n"
+        "greetings = hello_plugin:greetings\n"
         "broken = no_such_module:command\n"
+        "old-style = hello_plugin:typer_style\n"
+        "bad-arguments = hello_plugin:raises\n"
         "stats = hello_plugin:hello\n"
     )
 
@@ -431,18 +522,61 @@ def test_other_distributions_add_commands_and_a_broken_one_breaks_nothing(tmp_pa
     _installed_plugin(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
-    listed, hello, stats = jobq_processes(
-        ["--help"], ["hello", "--name", "ada"], ["stats", "--help"], env=env
+    listed, hello, nobody, group, usage, before, stats = jobq_processes(
+        ["--help"],
+        ["hello", "--name", "ada"],
+        ["hello", "--name", "nobody"],
+        ["greetings", "hi"],
+        ["hello", "--nam", "ada"],
+        ["--url", "http://127.0.0.1:1", "hello"],
+        ["stats", "--help"],
+        env=env,
     )
     assert listed.returncode == 0, listed.stderr
-    for command in ("worker", "enqueue", "stats", "dead", "queues", "hello"):
+    for command in ("worker", "enqueue", "stats", "dead", "queues", "hello", "greetings"):
         assert f" {command} " in listed.stdout
-    assert " broken " not in listed.stdout
-    assert "jobq: left out broken: ModuleNotFoundError: No module named 'no_such_module'\n" in listed.stderr
-    assert "jobq: left out stats: the name is taken (hello_plugin:hello)\n" in listed.stderr
+    assert re.search(r"^ +hello +Say hello\.$", listed.stdout, re.M), listed.stdout
+    for left_out in ("broken", "old-style", "bad-arguments"):
+        assert f" {left_out} " not in listed.stdout
+    assert sorted(listed.stderr.splitlines()) == [
+        "jobq: left out bad-arguments: RuntimeError: no arguments today",
+        "jobq: left out broken: ModuleNotFoundError: No module named 'no_such_module'",
+        "jobq: left out old-style: not a jobq command (it needs help, add_arguments and run: see jobq.cli)",
+        "jobq: left out stats: the name is taken (hello_plugin:hello)",
+    ]
 
-    assert hello.stdout == "hello ada\n"
-    assert stats.returncode == 0 and "--url" in stats.stdout  # still the client's
+    assert (hello.returncode, hello.stdout) == (0, "hello ada\n")
+    assert (nobody.returncode, nobody.stdout) == (5, "hello nobody\n")  # the exit status run returns
+    assert (group.returncode, group.stdout) == (0, "hello world\n")
+    # argparse's own checks, as for the client's commands: no abbreviations, service options only for a
+    # command that talks to the service.
+    assert usage.returncode == 2 and "jobq hello: error: unrecognized arguments: --nam ada" in usage.stderr
+    assert (
+        before.returncode == 2 and "jobq hello: error: --url is for the commands that talk" in before.stderr
+    )
+    # A command of the client needs no plug-in: it loads none, and says nothing of those left out.
+    assert stats.returncode == 0 and "--url" in stats.stdout and stats.stderr == ""  # still the client's
+
+
+async def test_service_options_before_the_command_win_over_the_environment(start_service):
+    service = start_service(tokens={"a": "admin"})
+    # Were the environment read first, each command below would go nowhere, or with the wrong token.
+    env = {"JOBQ_URL": f"http://127.0.0.1:{free_port()}", "JOBQ_TOKEN": "wrong"}
+
+    done = invoke(["--url", service.url, "--token", "a", "stats", "--json"], env=env)
+    assert (done.exit_code, json.loads(done.stdout)) == (0, []), done.stderr
+    done = invoke([f"--url={service.url}", "--token=a", "queues", "pause", "q"], env=env)
+    assert done.exit_code == 0, done.stderr
+    # The command's own options win over those before it.
+    done = invoke(["--token", "wrong", "stats", "--token", "a", "--url", service.url], env=env)
+    assert done.exit_code == 0, done.stderr
+    # What is not on the line comes from the environment, where an empty variable is none.
+    wrong = invoke(["--url", service.url, "stats"], env=env)
+    assert wrong.exit_code == 1 and "the token given (--token or JOBQ_TOKEN) is not valid" in wrong.stderr
+    unset = invoke(["stats"], env={"JOBQ_URL": service.url, "JOBQ_TOKEN": ""})
+    assert unset.exit_code == 1 and "this service needs a token" in unset.stderr
+    done = invoke(["--token", "a", "stats", "--json"], env={"JOBQ_URL": service.url, "JOBQ_TOKEN": None})
+    assert [q["queue"] for q in json.loads(done.stdout)] == ["q"]
 
 
 async def test_service_options_may_come_before_the_command(start_service, db):

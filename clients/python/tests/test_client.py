@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from pathlib import Path
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 import pytest
 import uvicorn
 
+import jobq as jobq_package
 from app.main import create_app
 from jobq import AsyncClient, Client, Conflict, JobqError, LeaseLost, NotFound, Unavailable, ValidationError
 from jobq.client import (
@@ -29,6 +41,7 @@ from jobq.client import (
     _leased,
 )
 from jobq.types import Forbidden, ItemResult, Job, LeasedJob, PayloadTooLarge, Unauthorized, Unreachable, load
+from tests.command_line import invoke
 from tests.fixtures import test_settings as settings_for
 from tests.sent import recording
 from tests.service_process import free_port
@@ -166,10 +179,7 @@ async def test_worker_calls(service, db):
 
 
 async def test_key_on_every_job(service, db):
-    from typer.testing import CliRunner
-
     from jobq import Tasks
-    from jobq.cli import cli
 
     with Client(service.url) as jobq:
         job = jobq.enqueue("mail", 1, key="customer-42")
@@ -184,9 +194,7 @@ async def test_key_on_every_job(service, db):
         def send(to: str) -> None: ...
 
         assert send.using(key="tenant-7").enqueue("ada").key == "tenant-7"
-        done = CliRunner().invoke(
-            cli, ["enqueue", "mail", "5", "--key", "cli", "--json", "--url", service.url]
-        )
+        done = invoke(["enqueue", "mail", "5", "--key", "cli", "--json", "--url", service.url])
         assert json.loads(done.stdout)["key"] == "cli"
         leased = jobq.worker.lease("mail", max_jobs=10)
         assert sorted(j.key or "-" for j in leased) == ["-", "b", "cli", "customer-42", "tenant-7"]
@@ -557,25 +565,47 @@ async def test_bearer_token(start_service, db, monkeypatch):
     assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job.id) == "completed"
 
 
+@pytest.mark.parametrize("blocking", [True, False], ids=["Client", "AsyncClient"])
 async def test_a_netrc_naming_the_host_does_not_come_between_the_token_and_the_service(
-    start_service, db, monkeypatch, tmp_path
+    start_service, db, monkeypatch, tmp_path, blocking
 ):
-    """The async client takes its proxy from the environment, as httpx does, and nothing else: a ~/.netrc
-    with credentials for the service's host once made every call with a token fail (aiohttp refuses a
-    request with both an Authorization header and netrc credentials)."""
+    """The clients take their proxy from the environment, as curl and requests do, and nothing else: a
+    ~/.netrc with credentials for the service's host once made every call with a token fail (aiohttp
+    refuses a request with both an Authorization header and netrc credentials)."""
     service = start_service(tokens=TOKENS)
     netrc = tmp_path / ".netrc"
     netrc.write_text("machine 127.0.0.1 login someone password elsewhere\n")
     netrc.chmod(0o600)
     monkeypatch.setenv("NETRC", str(netrc))
     monkeypatch.setenv("HOME", str(tmp_path))
-    async with AsyncClient(service.url, token="producer-token", retry=FAST) as producer:
-        job = await producer.enqueue("secret", 1)
+    if blocking:
+        with Client(service.url, token="producer-token", retry=FAST) as producer:
+            job = producer.enqueue("secret", 1)
+    else:
+        async with AsyncClient(service.url, token="producer-token", retry=FAST) as producer:
+            job = await producer.enqueue("secret", 1)
     assert await db.fetchval("SELECT status FROM jobq.all_jobs WHERE id = $1", job.id) == "pending"
 
 
-async def test_the_async_client_goes_through_the_proxy_the_environment_names(start_service, monkeypatch):
-    """HTTP_PROXY sends the calls through the proxy (absolute-form request lines), NO_PROXY exempts a host."""
+async def queues_of(url: str, blocking: bool) -> None:
+    """`admin.queues()` through a client of each kind; the blocking one on a thread, so that this test's
+    event loop, where the test's proxy runs, goes on."""
+    if blocking:
+
+        def queues() -> None:
+            with Client(url, retry=FAST) as client:
+                client.admin.queues()
+
+        await asyncio.to_thread(queues)
+    else:
+        async with AsyncClient(url, retry=FAST) as client:
+            await client.admin.queues()
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["Client", "AsyncClient"])
+async def test_the_clients_go_through_the_proxy_the_environment_names(start_service, monkeypatch, blocking):
+    """HTTP_PROXY sends the calls through the proxy (absolute-form request lines), NO_PROXY exempts a host,
+    and a proxy given to the session wins over the environment's."""
     service = start_service()
     seen: list[bytes] = []
     upstream = urlsplit(service.url)
@@ -609,10 +639,161 @@ async def test_the_async_client_goes_through_the_proxy_the_environment_names(sta
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        async with AsyncClient(service.url, retry=FAST) as client:
-            await client.admin.queues()
+        await queues_of(service.url, blocking)
         assert seen == [f"GET {service.url}/queues HTTP/1.1".encode()]
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-        async with AsyncClient(service.url, retry=FAST) as client:
-            await client.admin.queues()
+        await queues_of(service.url, blocking)
         assert len(seen) == 1
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+        monkeypatch.delenv("NO_PROXY")
+        async with AsyncClient(service.url, retry=FAST, proxy=f"http://127.0.0.1:{port}") as client:
+            await client.admin.queues()
+        assert len(seen) == 2
+
+
+# --- the blocking client's own event loop ----------------------------------------------------------
+
+
+def loop_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "jobq-client"}
+
+
+def test_a_client_starts_its_thread_at_its_first_request_and_close_ends_it(service):
+    before = loop_threads()
+    jobq = Client(service.url)
+    assert loop_threads() == before  # made, not yet used: no thread
+    job = jobq.enqueue("loop", 1)
+    (thread,) = loop_threads() - before
+    assert thread.daemon and jobq.get_job(job.id).id == job.id and loop_threads() - before == {thread}
+    jobq.close()
+    assert not thread.is_alive() and thread not in threading.enumerate()
+    jobq.close()  # closing twice is harmless
+    with pytest.raises(RuntimeError, match="closed"):
+        jobq.get_job(job.id)
+    with Client(service.url):  # never used: closing starts nothing and ends nothing
+        pass
+    assert loop_threads() == before
+
+
+def test_a_client_dropped_without_close_ends_its_thread(service):
+    """The thread holds the loop, not the client: a client nobody closed is collected, and its loop ends."""
+    before = loop_threads()
+    jobq = Client(service.url)
+    jobq.admin.queues()
+    (thread,) = loop_threads() - before
+    del jobq
+    gc.collect()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+async def test_threads_share_one_client(service, db):
+    """Many threads at once on one client, as on one httpx.Client before: every call answered, to its
+    own caller."""
+    with Client(service.url) as jobq:
+
+        def enqueue_and_read(thread: int) -> list[int]:
+            ids = []
+            for i in range(50):
+                job = jobq.enqueue("shared", [thread, i])
+                assert job.payload == [thread, i]
+                ids.append(job.id)
+            return ids
+
+        with ThreadPoolExecutor(8) as threads:
+            ids = [i for some in threads.map(enqueue_and_read, range(8)) for i in some]
+    assert len(ids) == len(set(ids)) == 400
+    assert await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE queue = 'shared'") == 400
+    assert sorted(await db.fetchval("SELECT array_agg(id) FROM jobq.all_jobs")) == sorted(ids)
+
+
+def test_a_forked_child_uses_the_client_of_its_parent(service):
+    """The child of a fork has the parent's client but not its loop's thread: it starts its own, and the
+    parent's client goes on working in the parent."""
+    with Client(service.url) as jobq:
+        before = jobq.enqueue("forked", "parent")  # the parent's loop is running
+        reader, writer = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child; it reports through the pipe and exits
+            code = 1
+            try:
+                signal.alarm(30)  # a child that hangs is ended, and the parent reads no id
+                os.close(reader)
+                job = jobq.enqueue("forked", "child")
+                os.write(writer, str(job.id).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(writer)
+        with os.fdopen(reader, "rb") as pipe:
+            written = pipe.read()
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 and written
+        job = jobq.get_job(int(written))
+        assert (job.queue, job.payload, job.status) == ("forked", "child", "pending")
+        assert jobq.get_job(before.id).payload == "parent"
+
+
+async def test_a_client_made_and_used_in_a_running_event_loop(service):
+    """Sync code in a program that runs an event loop: the client's requests run on its own loop, so a
+    call made from the loop's thread (blocking it meanwhile) or from a thread of `asyncio.to_thread`
+    works."""
+    with Client(service.url) as jobq:
+        job = jobq.enqueue("in-a-loop", 1)
+        assert (await asyncio.to_thread(jobq.get_job, job.id)).id == job.id
+        again = await asyncio.to_thread(jobq.enqueue, "in-a-loop", 2)
+        assert [j.id for j in jobq.worker.lease("in-a-loop", max_jobs=5)] == [job.id, again.id]
+
+    def made_in_a_thread() -> int:
+        with Client(service.url) as other:
+            return other.enqueue("in-a-loop", 3).id
+
+    assert (await asyncio.to_thread(made_in_a_thread)) > again.id
+
+
+def test_timeouts_and_retries_of_the_blocking_client(service):
+    """`timeout` bounds each wait for an answer, a long-poll's `wait` added; an answer lost to it is tried
+    again for an idempotent call, and not for the others, as before."""
+    with socket.socket() as silent:  # accepts connections (its backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        sent, hooks = _counting()
+        retry = RetryPolicy(attempts=3, backoff=0.01, cap=0.01)
+        with Client(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.2, retry=retry, **hooks) as jobq:
+            started = time.monotonic()
+            with pytest.raises(Unreachable, match="GET /jobs/1: .*Timeout"):
+                jobq.get_job(1)
+            assert sent == ["GET /jobs/1"] * 3 and 0.6 <= time.monotonic() - started < 5
+            sent.clear()
+            with pytest.raises(Unreachable):
+                jobq.cancel(1)  # the request may have been carried out: not sent again
+            assert sent == ["DELETE /jobs/1"]
+    with Client(service.url, timeout=0.2) as jobq:
+        started = time.monotonic()
+        assert jobq.worker.lease("empty", wait=1) == []  # a second's long-poll, past the timeout
+        assert time.monotonic() - started >= 0.9
+
+
+async def test_a_client_s_connector_is_a_function_that_makes_one(service):
+    """A connector belongs to an event loop; the blocking client makes its session in a loop of its own
+    (and again after a fork), so it takes a function that makes the connector, not one made."""
+    with Client(service.url, connector=lambda: aiohttp.TCPConnector(limit=1)) as jobq:
+        with ThreadPoolExecutor(4) as threads:  # one connection, taken in turn
+            jobs = list(threads.map(lambda i: jobq.enqueue("one-connection", i), range(8)))
+        assert sorted(j.payload for j in jobs) == list(range(8))
+    made = aiohttp.TCPConnector()  # in this test's event loop
+    with pytest.raises(TypeError, match="a function that makes the connector"):
+        Client(service.url, connector=made)
+    await made.close()
+
+
+def test_the_client_package_does_without_httpx():
+    """Both clients are on aiohttp: no module of the package imports httpx, at its top or in a function,
+    and importing them all loads none of it."""
+    package = Path(jobq_package.__file__).parent
+    modules = sorted(path for path in package.glob("*.py") if path.stem != "__main__")
+    for module in modules:
+        assert not re.search(r"^\s*(import|from) httpx\b", module.read_text(), re.M), module.name
+    names = ", ".join(f"jobq.{path.stem}" for path in modules if path.stem != "__init__")
+    check = f"import sys, {names}; assert 'httpx' not in sys.modules, 'httpx was imported'"
+    subprocess.run([sys.executable, "-c", check], check=True, timeout=60)

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 
-from typer.testing import CliRunner
-
 from jobq import Client, NotFound
-from jobq.cli import cli
 from jobq.types import NO_LIMIT, KeyView, Rate
+from tests.command_line import invoke
 
 KEY = "tenant/42 ü"  # quoted in the path
 
@@ -47,21 +45,18 @@ def test_settings_keys_and_the_limit_through_the_client(service):
 
 
 def test_the_queues_commands(service):
-    runner = CliRunner()
     url = ["--url", service.url]
-    done = runner.invoke(
-        cli, ["queues", "configure", "f", "--key-concurrency", "2", "--rate", "10/1.5", "--fair", *url]
-    )
+    done = invoke(["queues", "configure", "f", "--key-concurrency", "2", "--rate", "10/1.5", "--fair", *url])
     assert done.exit_code == 0, done.output
     assert "key_concurrency 2" in done.output and "rate 10/1.5s" in done.output and "fair true" in done.output
-    done = runner.invoke(cli, ["queues", "configure", "f", "--rate", "ten a minute", *url])
+    done = invoke(["queues", "configure", "f", "--rate", "ten a minute", *url])
     assert done.exit_code == 2 and "LIMIT/SECONDS" in done.output
-    done = runner.invoke(cli, ["queues", "configure", "f", "--key-concurrency", "0", "--rate", "none", *url])
+    done = invoke(["queues", "configure", "f", "--key-concurrency", "0", "--rate", "none", *url])
     assert "key_concurrency" not in done.output and "rate" not in done.output and "fair true" in done.output
-    done = runner.invoke(cli, ["queues", "set-key", "f", "vip", "--concurrency", "5", "--json", *url])
+    done = invoke(["queues", "set-key", "f", "vip", "--concurrency", "5", "--json", *url])
     assert done.exit_code == 0, done.output
     assert json.loads(done.output)["concurrency"] == 5
-    done = runner.invoke(cli, ["queues", "keys", "f", *url])
+    done = invoke(["queues", "keys", "f", *url])
     assert done.exit_code == 0 and "vip" in done.output
-    done = runner.invoke(cli, ["queues", "set-key", "f", "vip", "--delete", *url])
+    done = invoke(["queues", "set-key", "f", "vip", "--delete", *url])
     assert done.exit_code == 0 and "the queue's limits" in done.output

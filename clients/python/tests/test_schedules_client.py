@@ -10,12 +10,11 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from typer.testing import CliRunner
 
 from jobq import AsyncClient, Client, NotFound, ValidationError
-from jobq.cli import cli
 from jobq.client import Calls
 from jobq.types import CatchUp, Forbidden, Schedule
+from tests.command_line import invoke
 from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
@@ -208,7 +207,7 @@ JOB_WITHOUT_SCHEDULE = {
 
 
 def jobq(*args: str, url: str, stdin: str | None = None):
-    return CliRunner().invoke(cli, ["schedules", *args, "--url", url], input=stdin)
+    return invoke(["schedules", *args, "--url", url], input=stdin)
 
 
 TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from typer.testing import CliRunner
 
 import jobq
-from jobq.cli import cli
 from jobq.client import AdminCalls, AsyncAdminCalls, AsyncWorkerCalls, WorkerCalls
+from tests.command_line import invoke
 from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
@@ -129,7 +128,7 @@ def test_the_moved_names_are_all_those_of_old_and_every_other_name_is_refused():
         warnings.simplefilter("error")
         from jobq import cli, types  # submodules import as before, without a warning
 
-        assert types.LeasedJob and cli.cli
+        assert types.LeasedJob and cli.main
 
 
 def group_methods(cls: type) -> set[str]:
@@ -345,7 +344,7 @@ async def test_the_runner_and_the_command_use_the_new_spellings(service):
             worker.stop()
             stats = await asyncio.wait_for(run, 10)
         for command in (["stats"], ["queues", "pause", "own"], ["dead", "list"], ["workers"]):
-            done = CliRunner().invoke(cli, [*command, "--url", service.url])
+            done = invoke([*command, "--url", service.url])
             assert done.exit_code == 0, done.output
     assert (stats.done, stats.failed) == (2, 1)
     assert deprecations(caught) == []

@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from jobq import AsyncClient, ValidationError, Worker
-from jobq.cli import cli
 from jobq.client import AsyncWorkerCalls, RetryPolicy
 from jobq.worker import ERROR_CHARS, describe
+from tests.command_line import invoke
 from tests.helpers import assert_nothing_stranded
 from tests.sent import recording
 from tests.service_process import JOBQ, jobq_env
@@ -406,7 +405,7 @@ async def test_jobq_worker_draws_a_status_line_on_a_terminal(service, db, tmp_pa
 
 def test_jobq_worker_reports_a_handler_it_cannot_load(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    done = CliRunner().invoke(cli, ["worker", "no_such_module:run", "--queue", "q"])
+    done = invoke(["worker", "no_such_module:run", "--queue", "q"])
     assert done.exit_code == 2
     assert "cannot load no_such_module:run: No module named 'no_such_module'" in done.stderr
 
