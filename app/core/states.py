@@ -12,26 +12,29 @@ says the same as ``MOVES`` (a note in parentheses: the case in which the stateme
 status     led in by                                           led out by
 =========  ==================================================  ============================================
 waiting    ENQUEUE_WAITING (with parents), jobq.enqueue()      jobq.decide(), CANCEL, CANCEL_JOBS,
-           (with parents)                                      DELETE_QUEUE
+           (with parents), jobq.retry_workflow() (cancelled    CANCEL_WORKFLOW_JOBS, DELETE_QUEUE
+           by a parent's end)
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED,
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(),              LEASE_FLOW_FRONT, REVIVE_LEASE (the last
            FIRE_SCHEDULE, FIRE_DUE_SCHEDULES, ENQUEUE_WAITING  holder, late), ACK (the last holder, late),
-           (without parents), jobq.decide() (run_if holds),    CANCEL, CANCEL_JOBS, PURGE_QUEUE,
-           NACK (attempts left), RELEASE, EXPIRE_LEASES        DELETE_QUEUE
-           (attempts left), RETRY_DEAD, REDRIVE_DEAD (into
-           another queue)
+           (without parents), jobq.decide() (run_if holds),    CANCEL, CANCEL_JOBS, CANCEL_WORKFLOW_JOBS,
+           NACK (attempts left), RELEASE, EXPIRE_LEASES        PURGE_QUEUE, DELETE_QUEUE
+           (attempts left), jobq.retry_workflow(),
+           RETRY_DEAD, REDRIVE_DEAD (into another queue)
 running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, EXPIRE_LEASES,
            LEASE_FLOW_FRONT, REVIVE_LEASE (the last holder,    EXPIRE_MESSAGES, PURGE_QUEUE, DELETE_QUEUE
            late)
 completed  ACK                                                 MOVE_FINISHED (past its retention already),
                                                                PRUNE_HISTORY_DEFAULT (past its
                                                                purge_after), DELETE_QUEUE
-dead       NACK (dead, or out of attempts), EXPIRE_LEASES      ACK (the last holder, late), RETRY_DEAD,
-           (out of attempts)                                   PURGE_DEAD, PURGE_DEAD_JOBS, REDRIVE_DEAD
+dead       NACK (dead, or out of attempts), EXPIRE_LEASES      ACK (the last holder, late),
+           (out of attempts)                                   jobq.retry_workflow(), RETRY_DEAD,
+                                                               PURGE_DEAD, PURGE_DEAD_JOBS, REDRIVE_DEAD
                                                                (into another queue), DELETE_QUEUE
-cancelled  jobq.decide() (run_if does not hold), CANCEL,       MOVE_FINISHED (past its retention already),
-           CANCEL_JOBS                                         PRUNE_HISTORY_DEFAULT (past its
-                                                               purge_after), DELETE_QUEUE
+cancelled  jobq.decide() (run_if does not hold), CANCEL,       jobq.retry_workflow() (cancelled by a
+           CANCEL_JOBS, CANCEL_WORKFLOW_JOBS                   parent's end), MOVE_FINISHED (past its
+                                                               retention already), PRUNE_HISTORY_DEFAULT
+                                                               (past its purge_after), DELETE_QUEUE
 =========  ==================================================  ============================================
 
 Completed and cancelled jobs live in jobq.jobs_history (app/db/sql/fragments.py, JOB_COLUMNS), the others
@@ -47,6 +50,7 @@ as literals ('pending'): the test checks each is a ``JobStatus``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -79,6 +83,11 @@ FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
 
 def status_in(*statuses: JobStatus) -> str:
     """`status IN ('a', 'b')`: the SQL test for these statuses."""
+    return status_in_values(statuses)
+
+
+def status_in_values(statuses: Iterable[enum.StrEnum]) -> str:
+    """`status IN ('a', 'b')` for any statuses (a job's, a workflow's)."""
     return f"status IN ({', '.join(repr(str(s)) for s in statuses)})"
 
 
@@ -94,6 +103,33 @@ class Move:
 
 
 WAITING, PENDING, RUNNING, COMPLETED, DEAD, CANCELLED = JobStatus
+
+
+class WorkflowStatus(enum.StrEnum):
+    """A workflow's status, from its jobs': running while any of them may still run (waiting, pending or
+    running); then completed (every job completed), failed (one at least dead, or cancelled), or cancelled
+    (by DELETE /workflows/{id})."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE = frozenset({JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING})
+
+
+def workflow_status(statuses: Iterable[str], cancelled: bool = False) -> WorkflowStatus:
+    """A workflow's status from its jobs' (`cancelled`: a DELETE /workflows/{id} cancelled it): running
+    while one may still run, then failed when one is dead or cancelled, else completed."""
+    if cancelled:
+        return WorkflowStatus.CANCELLED
+    seen = set(statuses)
+    if seen & ACTIVE:
+        return WorkflowStatus.RUNNING
+    if seen & {JobStatus.DEAD, JobStatus.CANCELLED}:
+        return WorkflowStatus.FAILED
+    return WorkflowStatus.COMPLETED
 
 
 class RunIf(enum.StrEnum):
@@ -118,7 +154,7 @@ MOVES: tuple[Move, ...] = (
     Move("FIRE_SCHEDULE", None, PENDING),
     Move("FIRE_DUE_SCHEDULES", None, PENDING),
     # A job with parents waits for them (app/db/sql/enqueue.py, ENQUEUE_WAITING), and is decided when the
-    # last of them ends, by the transaction that ends it (the triggers parent_dead and parent_gone), or at
+    # last of them ends, by the transaction that ends it (the triggers job_dead and job_gone), or at
     # once when they had all ended (jobq.add_parents()).
     Move("ENQUEUE_WAITING", None, WAITING, "with parents"),
     Move("ENQUEUE_WAITING", None, PENDING, "without parents"),
@@ -149,6 +185,11 @@ MOVES: tuple[Move, ...] = (
     Move("CANCEL", WAITING, CANCELLED),
     Move("CANCEL_JOBS", PENDING, CANCELLED),
     Move("CANCEL_JOBS", WAITING, CANCELLED),
+    Move("CANCEL_WORKFLOW_JOBS", PENDING, CANCELLED),
+    Move("CANCEL_WORKFLOW_JOBS", WAITING, CANCELLED),
+    # A failed workflow resumed (app/db/sql/workflows.py, RETRY_WORKFLOW).
+    Move("jobq.retry_workflow()", DEAD, PENDING),
+    Move("jobq.retry_workflow()", CANCELLED, WAITING, "cancelled by a parent's end"),
     Move("RUN_NOW", PENDING, PENDING, "ready now"),
     Move("RETRY_DEAD", DEAD, PENDING),
     Move("PURGE_DEAD", DEAD, None),

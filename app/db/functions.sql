@@ -215,7 +215,8 @@ $$;
 -- with (else at its run_at, or now if that passed), the queue's long-polls woken as for a new job. Not
 -- run: cancelled (moved to jobq.jobs_history as every cancelled job is), `last_error` naming the parent
 -- that decided it, and its waiters woken. Returns the cancelled jobs that have children of their own, to
--- be ended in turn (jobq.parents_ended()).
+-- be ended in turn (jobq.parents_ended()). A cancelled job of a workflow wakes the workflow's waiters, as
+-- jobq.job_ended() does.
 CREATE OR REPLACE FUNCTION jobq.decide(p_children bigint[]) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -264,7 +265,9 @@ BEGIN
                now() + make_interval(secs => coalesce(r.retention, 86400.0))
         FROM taken m LEFT JOIN jobq.queues r ON r.name = m.queue
         RETURNING j.id, j.has_children,
-                  CASE WHEN j.awaited THEN pg_notify('jobq_done', j.id::text) END AS done
+                  CASE WHEN j.awaited THEN pg_notify('jobq_done', j.id::text) END AS done,
+                  CASE WHEN j.workflow_id IS NOT NULL
+                       THEN pg_notify('jobq_done', 'w' || j.workflow_id) END AS workflow_done
     )
     SELECT coalesce(array_agg(id) FILTER (WHERE has_children), '{}') INTO v_cancelled
     FROM cancelled WHERE (SELECT count(*) FROM woken) >= 0;
@@ -378,24 +381,84 @@ END
 $$;
 
 
--- jobq.parent_ended(): the trigger of a parent's end, below.
-CREATE OR REPLACE FUNCTION jobq.parent_ended() RETURNS trigger
+-- jobq.job_ended(): the trigger of the end of a job that has children or belongs to a workflow, below:
+-- its children are counted down (jobq.parents_ended()), and the waiters of its workflow (GET
+-- /workflows/{id}?wait) are woken on DONE_CHANNEL ('w' and the workflow's id), at commit, to read the
+-- workflow again. PostgreSQL sends one notification per workflow and transaction, however many of its
+-- jobs end in it.
+CREATE OR REPLACE FUNCTION jobq.job_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jobq.parents_ended(ARRAY[OLD.id]);
+    IF OLD.has_children THEN
+        PERFORM jobq.parents_ended(ARRAY[OLD.id]);
+    END IF;
+    IF OLD.workflow_id IS NOT NULL THEN
+        PERFORM pg_notify('jobq_done', 'w' || OLD.workflow_id);
+    END IF;
     RETURN NULL;
 END
 $$;
 
 
--- A parent ends where its row goes dead (NACK, EXPIRE_LEASES) or leaves jobq.jobs (completed or cancelled
--- into jobs_history, or deleted). After the statement, so that its status is read where it moved to. Not
--- for the statements jobq.parents_ended() runs itself (pg_trigger_depth() > 0), whose cancellations its
--- loop ends.
-CREATE TRIGGER parent_dead AFTER UPDATE OF status ON jobq.jobs
-    FOR EACH ROW WHEN (NEW.status = 'dead' AND OLD.status <> 'dead' AND NEW.has_children
-                       AND pg_trigger_depth() = 0)
-    EXECUTE FUNCTION jobq.parent_ended();
-CREATE TRIGGER parent_gone AFTER DELETE ON jobq.jobs
-    FOR EACH ROW WHEN (OLD.has_children AND pg_trigger_depth() = 0)
-    EXECUTE FUNCTION jobq.parent_ended();
+-- A job ends where its row goes dead (NACK, EXPIRE_LEASES) or leaves jobq.jobs (completed or cancelled
+-- into jobs_history, or deleted). After the statement, so that its status is read where it moved to.
+-- Only for jobs that have children or a workflow: any other pays the WHEN alone. Not for the statements
+-- jobq.parents_ended() runs itself (pg_trigger_depth() > 0), whose cancellations its loop ends.
+CREATE TRIGGER job_dead AFTER UPDATE OF status ON jobq.jobs
+    FOR EACH ROW WHEN (NEW.status = 'dead' AND OLD.status <> 'dead'
+                       AND (NEW.has_children OR NEW.workflow_id IS NOT NULL) AND pg_trigger_depth() = 0)
+    EXECUTE FUNCTION jobq.job_ended();
+CREATE TRIGGER job_gone AFTER DELETE ON jobq.jobs
+    FOR EACH ROW WHEN ((OLD.has_children OR OLD.workflow_id IS NOT NULL) AND pg_trigger_depth() = 0)
+    EXECUTE FUNCTION jobq.job_ended();
+
+
+-- jobq.retry_workflow(): resume a failed workflow where it failed. Its dead jobs go back to pending
+-- (attempts reset, ready now), and its jobs that a parent's end cancelled (jobq.decide() wrote their
+-- last_error) back to waiting, linked to their parents again (jobq.add_parents()), to be decided when
+-- those end. Jobs cancelled otherwise (DELETE /jobs/{id}, DELETE /workflows/{id}) stay cancelled. Returns
+-- how many jobs it reopened. Made by 0023.
+CREATE OR REPLACE FUNCTION jobq.retry_workflow(p_workflow bigint) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_dead integer;
+    v_reopened bigint[];
+BEGIN
+    WITH retried AS (
+        UPDATE jobq.jobs
+        SET status = 'pending', attempts = 0, run_at = now(), lease_token = NULL, lease_expires_at = NULL,
+            updated_at = now()
+        WHERE workflow_id = p_workflow AND status = 'dead'
+        RETURNING queue, run_at
+    ), woken AS (
+        SELECT pg_notify('jobq', json_build_object(
+                   'queue', queue, 'n', count(*), 'run_at', extract(epoch FROM min(run_at)))::text)
+        FROM retried GROUP BY queue
+    )
+    SELECT count(*) INTO v_dead FROM retried WHERE (SELECT count(*) FROM woken) >= 0;
+    WITH taken AS (
+        DELETE FROM jobq.jobs_history
+        WHERE workflow_id = p_workflow AND status = 'cancelled' AND depends_on IS NOT NULL
+          AND last_error LIKE 'cancelled: %' AND purge_after > now()
+        RETURNING *
+    ), reopened AS (
+        INSERT INTO jobq.jobs
+            (id, queue, status, payload, priority, run_at, attempts, max_attempts, dedup_key, last_error,
+             lease_token, lease_expires_at, worker_id, created_at, updated_at, completed_at,
+             message_attributes, first_received_at, kind, result, progress, awaited, key, schedule,
+             schedule_slot, traceparent, tracestate, depends_on, run_if, workflow_id, has_children)
+        SELECT id, queue, 'waiting', payload, priority, run_at, attempts, max_attempts, dedup_key, NULL,
+               NULL, NULL, worker_id, created_at, now(), NULL, message_attributes, first_received_at, kind,
+               NULL, progress, awaited, key, schedule, schedule_slot, traceparent, tracestate, depends_on,
+               run_if, workflow_id, has_children
+        FROM taken
+        RETURNING id
+    )
+    SELECT array_agg(id) INTO v_reopened FROM reopened;
+    IF v_reopened IS NOT NULL THEN
+        PERFORM jobq.add_parents(
+            v_reopened, array_fill(NULL::double precision, ARRAY[cardinality(v_reopened)]));
+    END IF;
+    RETURN v_dead + coalesce(cardinality(v_reopened), 0);
+END
+$$;

@@ -43,7 +43,7 @@ from app.core.limits import (
     QUEUE_NAME_PATTERN,
     TRACEPARENT_PATTERN,
 )
-from app.core.states import JobStatus, RunIf, status_in
+from app.core.states import JobStatus, RunIf, WorkflowStatus, status_in, status_in_values
 
 SCHEMA = "jobq"
 
@@ -169,7 +169,7 @@ class JobColumns:
     # The workflow that made the job (POST /workflows); NULL: none.
     workflow_id: Mapped[int | None] = mapped_column(BigInteger)
     # Some job has (or had) this one among its parents: its end then decides them (the triggers
-    # parent_dead and parent_gone fire for such jobs alone).
+    # job_dead and job_gone fire for such jobs, and jobs of workflows, alone).
     has_children: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
@@ -203,6 +203,8 @@ class Job(JobColumns, Base):
         ),
         # Jobs waiting for their parents, per queue (GET /jobs?status=waiting, the gauges).
         Index("ix_jobs_waiting", "queue", "id", postgresql_where=text("status = 'waiting'")),
+        # A workflow's jobs (GET /workflows/{id}, its cancel and retry).
+        Index("ix_jobs_workflow", "workflow_id", postgresql_where=text("workflow_id IS NOT NULL")),
         # Lease expiry: running jobs by deadline.
         Index("ix_jobs_lease_expiry", "lease_expires_at", postgresql_where=text("status = 'running'")),
         # At most one active job per (queue, dedup_key); enqueue uses ON CONFLICT DO NOTHING against it.
@@ -277,11 +279,35 @@ class JobHistory(JobColumns, Base):
         # first (GET /jobs?queue=). ix_jobs_history_id finds one by id.
         PrimaryKeyConstraint("queue", "id", "purge_after", name="pk_jobs_history"),
         Index("ix_jobs_history_id", "id"),
+        Index("ix_jobs_history_workflow", "workflow_id", postgresql_where=text("workflow_id IS NOT NULL")),
         {"postgresql_partition_by": "RANGE (purge_after)"},
     )
 
     id: Mapped[int] = mapped_column(BigInteger)
     purge_after: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Workflow(Base):
+    """Jobs made together by POST /workflows, each with a `ref` its siblings name as parents. Its status is
+    its jobs' (app/service/workflows.py): running while any may still run, then completed, failed or
+    cancelled; kept here for lists and filters, brought up to date by whoever reads it and by the
+    background loop."""
+
+    __tablename__ = "workflows"
+    __table_args__ = (
+        CheckConstraint(status_in_values(WorkflowStatus), name="status_known"),
+        Index("ix_workflows_status", "status", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    name: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default=text(f"'{WorkflowStatus.RUNNING}'"))
+    # Each job's ref and id, in the request's order.
+    refs: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    job_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # When it was seen finished (completed, failed, or cancelled); NULL while running.
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class JobEdge(Base):
@@ -391,6 +417,9 @@ class IdempotencyKey(Base):
     ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
     run_ats: Mapped[list[datetime | None] | None] = mapped_column(ARRAY(DateTime(timezone=True)))
     max_attempts: Mapped[list[int | None]] = mapped_column(ARRAY(Integer))
+    # The whole answer as JSON text, for an answer the request cannot rebuild (POST /workflows's); NULL
+    # for an enqueue's.
+    answer: Mapped[str | None] = mapped_column(Text)
     # Items answered as duplicates (an active dedup_key's holder, or a repeat within the batch): each
     # one's answer as JSON text, byte for byte, in request order, NULL for new jobs; NULL when there were
     # none. Text, not jsonb, so that the payload in it keeps its spelling.

@@ -62,6 +62,34 @@ class NewJob:
     run_if: str | None = None
 
 
+class WorkflowJobLike(NewJobLike, Protocol):
+    """A job of a workflow to make: a job to enqueue, named by `ref`, whose parents are refs of its
+    siblings or ids of existing jobs."""
+
+    @property
+    def ref(self) -> str: ...
+    @property
+    def depends_on(self) -> list[str | int] | None: ...  # type: ignore[override]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowJob:
+    ref: str
+    queue: str
+    payload: Any
+    depends_on: list[str | int] | None = None
+    run_if: str | None = None
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float | None = None
+    max_attempts: int | None = None
+    kind: str | None = None
+    key: str | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+    dedup_key: str | None = None
+
+
 class JobLeaseLike(Protocol):
     """A job and the lease token it is held under: an item of ack and release."""
 

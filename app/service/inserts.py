@@ -301,10 +301,12 @@ async def insert_waiting(
     requests: Sequence[NewJobLike],
     payloads: list[str],
     workflow_id: int | None = None,
+    ids: list[int] | None = None,
 ) -> list[Row]:
     """Insert jobs some of which have parents, in the caller's transaction: those `waiting`, linked to
     their parents (ADD_PARENTS), which decides at once the ones whose parents have all ended. The jobs as
-    they are then, in request order. A parent that is no job: Invalid, naming every such id."""
+    they are then, in request order. A parent that is no job: Invalid, naming every such id. `ids`: the
+    jobs' ids, drawn beforehand (a workflow's); None draws them."""
     columns = _columns(requests, payloads)
     parents = [None if r.depends_on is None else _id_array(r.depends_on) for r in requests]
     run_ifs = [r.run_if for r in requests]
@@ -316,6 +318,7 @@ async def insert_waiting(
                 parents=parents,
                 run_ifs=None if run_ifs.count(None) == len(run_ifs) else run_ifs,
                 workflow_id=workflow_id,
+                ids=ids,
             ),
         )
     except asyncpg.NumericValueOutOfRangeError:

@@ -107,7 +107,8 @@ class Wakeups:
         self.max_waiters = max_waiters  # long-polls waiting at once, at most
         self.long_polls = 0  # long-polls holding a place now (see long_poll)
         self._waiters: dict[str, dict[Waiter, None]] = {}  # per queue, oldest first
-        self._watchers: dict[int, dict[Waiter, None]] = {}  # per job id, those waiting for it to finish
+        # Per job id, those waiting for it to finish; per "w<id>", those waiting for a workflow.
+        self._watchers: dict[int | str, dict[Waiter, None]] = {}
         self.watchers = 0  # requests waiting for a job to finish now, all jobs
         self._count = 0  # waiters registered, all queues
         self._due: dict[str, list[tuple[float, int]]] = {}  # per queue, a heap of (loop time, n)
@@ -208,9 +209,10 @@ class Wakeups:
                 self._wake(queue, 1)
 
     @contextmanager
-    def watching(self, job_id: int) -> Iterator[Waiter]:
+    def watching(self, job_id: int | str) -> Iterator[Waiter]:
         """Register a waiter for job `job_id` to finish, for the duration of the block; register before
-        marking the job awaited (sql.WATCH_JOB), so a finish that commits meanwhile is not missed."""
+        marking the job awaited (sql.WATCH_JOB), so a finish that commits meanwhile is not missed. A
+        workflow's waiter watches `w<id>`: each end of one of its jobs notifies that (jobq.job_ended())."""
         waiter = Waiter()
         self._watchers.setdefault(job_id, {})[waiter] = None
         self.watchers += 1
@@ -246,7 +248,7 @@ class Wakeups:
         for job_id in list(self._watchers):
             self._wake_watchers(job_id)
 
-    def _wake_watchers(self, job_id: int) -> None:
+    def _wake_watchers(self, job_id: int | str) -> None:
         for waiter in self._watchers.pop(job_id, ()):
             waiter.wake()
             self.wakes += 1
@@ -270,6 +272,9 @@ class Wakeups:
             self._schedule(queue, self._loop.time() + delay + TIMER_SLACK, n)
 
     def _on_done(self, conn: object, pid: int, channel: str, payload: str) -> None:
+        if payload.startswith("w"):  # a job of that workflow ended
+            self._wake_watchers(payload)
+            return
         try:
             job_id = int(payload)
         except ValueError:

@@ -285,6 +285,16 @@ class Metrics:
             ["schedule"],
             registry=r,
         )
+        self.workflows_started = Counter(
+            "jobq_workflows_started", "Workflows made by POST /workflows.", registry=r
+        )
+        self.workflows_finished = Counter(
+            "jobq_workflows_finished",
+            "Workflows seen finished, by status: completed, failed or cancelled (counted once, by the"
+            " replica that saw it first).",
+            ["status"],
+            registry=r,
+        )
         self._claim_children: dict[str, Any] = {}
         self._queues: frozenset[str] = frozenset()  # the queues the last snapshot listed
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}

@@ -115,5 +115,8 @@ def test_api_conforms(case, fuzz_service):
     ):
         # Nor can it say whether a parent's id names a job: one that does not is refused with 422.
         excluded.append(positive_data_acceptance)
+    if case.path == "/workflows" and case.method == "POST":
+        # Nor whether a workflow's refs make a graph (each used once, no cycle), nor its parents' ids jobs.
+        excluded.append(positive_data_acceptance)
     response = case.call_and_validate(base_url=fuzz_service.url, excluded_checks=excluded)
     STATUSES.append(response.status_code)

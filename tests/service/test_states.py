@@ -102,6 +102,13 @@ async def decide(conn: asyncpg.Connection, job_id: int) -> None:
     await conn.execute("SELECT jobq.decide(ARRAY[$1::bigint])", job_id)
 
 
+async def retry_workflow(conn: asyncpg.Connection, job_id: int) -> None:
+    await conn.execute("SELECT jobq.retry_workflow(1)")
+
+
+# The job is in workflow 1 (no row of that id is needed: nothing joins it).
+IN_WORKFLOW = "UPDATE jobq.jobs SET workflow_id = 1; UPDATE jobq.jobs_history SET workflow_id = 1"
+
 # The job's parents have all ended (as jobq.parents_ended() leaves a waiting job's count).
 DECIDED = "INSERT INTO jobq.job_waits (job_id, parents_left) SELECT id, 0 FROM jobq.jobs"
 
@@ -196,6 +203,15 @@ CASES: dict[str, Case] = {
         given="UPDATE jobq.jobs_history SET purge_after = now() - interval '1 second'",
     ),
     "PURGE_QUEUE": Case(q.PURGE_QUEUE, statement(q.PURGE_QUEUE, queue=QUEUE)),
+    "CANCEL_WORKFLOW_JOBS": Case(
+        q.CANCEL_WORKFLOW_JOBS, statement(q.CANCEL_WORKFLOW_JOBS, id=1, scope=None), given=IN_WORKFLOW
+    ),
+    "jobq.retry_workflow()": Case(
+        None,
+        retry_workflow,
+        given=f"""{IN_WORKFLOW}; UPDATE jobq.jobs_history SET depends_on = ARRAY[id],
+                  last_error = 'cancelled: parent job ' || id || ' is dead (run_if completed)'""",
+    ),
     "jobq.decide()": Case(None, decide, when="run_if holds", given=DECIDED),
     "jobq.decide() a failed parent": Case(
         None,
@@ -244,7 +260,7 @@ FIRE_DUE_ARGS = EACH_SECOND | dict(
     names=["s"], firsts=[SLOT], next_run_ats=[SLOT], slot_names=["s"], slots=[SLOT]
 )
 EACH_ONCE = dict(scopes=[""], keys=["k"], request_hashes=[b"h"], ttl=60.0)
-WAITING_ARGS = ENQUEUE_ARGS | dict(parents=["{1}"], run_ifs=NO, workflow_id=None)
+WAITING_ARGS = ENQUEUE_ARGS | dict(parents=["{1}"], run_ifs=NO, workflow_id=None, ids=NO)
 # Each enqueue, and the statuses of the jobs it leaves, in id order (a job with parents needs one).
 ENQUEUES: dict[str, tuple[str, list[Any], list[JobStatus]]] = {
     name: (query.text, query.args(**args), [PENDING])

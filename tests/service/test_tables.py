@@ -78,6 +78,7 @@ def test_migrations_go_down_and_up(fresh_database):
         "jobs_history_default", "keys",
         "leaders", "queues", "rollups",
         "schedules", "sqs_dead_letters", "sqs_deleted_queues", "sqs_receive_attempts", "workers",
+        "workflows",
     ]  # fmt: skip
     version = asyncio.run(_fetch(dsn, "SELECT version_num FROM jobq.alembic_version"))
     assert version[0]["version_num"] == migrations.head_revision()

@@ -2,6 +2,7 @@
 
 - enqueue.py: batches of jobs inserted, their queues made on first use; a duplicate's holder
 - parents.py: a job's parents: linked, their results for a lease, a page of them
+- workflows.py: workflows made, read, listed, cancelled and retried
 - idempotency.py: enqueues that keep their answer under an idempotency key; the kept answers
 - jobs.py: one job by id: read, cancelled, run now, watched by a waiter
 - claim.py: leases: LEASE, and under flow control FLOW_KEYS, LEASE_FLOW, LEASE_FLOW_FRONT
@@ -136,3 +137,19 @@ from app.db.sql.schedules import (
 )
 from app.db.sql.vacuum import MAINTENANCE_LOCK, MAINTENANCE_UNLOCK, VACUUM_HEALTH, VACUUM_JOBS
 from app.db.sql.workers import FORGET_WORKERS, LIST_WORKERS, SEE_WORKERS
+from app.db.sql.workflows import (
+    CANCEL_WORKFLOW_JOBS,
+    CLAIM_KEY,
+    DRAW_JOB_IDS,
+    FREE_EXPIRED_KEY,
+    GET_WORKFLOW,
+    KEEP_ANSWER,
+    KEPT_KEY,
+    LIST_WORKFLOWS,
+    MARK_CANCELLED,
+    NEW_WORKFLOW,
+    RETRY_WORKFLOW,
+    RUNNING_WORKFLOWS,
+    SET_WORKFLOW_STATUS,
+    WORKFLOW_JOBS,
+)

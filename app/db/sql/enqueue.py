@@ -114,23 +114,25 @@ DEDUP_HOLDERS = Query.define(
 # and `run_if`, and no wake-up (none of them is ready). ADD_PARENTS then links them to their parents in the
 # same transaction, and decides at once those whose parents have all ended. A job with parents has no
 # dedup_key (the API refuses the two together): decided later, it could meet an active job holding it.
-# Ids come back in request order, one row per job.
+# Ids come back in request order, one row per job. :ids, when given, are the jobs' ids, drawn beforehand
+# (DRAW_JOB_IDS: a workflow's jobs name each other as parents); NULL draws them here.
 ENQUEUE_WAITING = Query.define(
     "enqueue_waiting",
     f"""
     WITH {_queues_made("unnest(:queues::text[]) AS t(queue)")}, j AS (
         INSERT INTO jobq.jobs AS j
-            (queue, payload, priority, run_at, max_attempts, kind, key, traceparent, tracestate, status,
+            (id, queue, payload, priority, run_at, max_attempts, kind, key, traceparent, tracestate, status,
              depends_on, run_if, workflow_id)
-        SELECT queue, payload::jsonb, coalesce(priority, 0),
+        SELECT coalesce(id, nextval('jobq.jobs_id_seq')), queue, payload::jsonb, coalesce(priority, 0),
                coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))), max_attempts, kind, key,
                traceparent, tracestate, CASE WHEN parents IS NULL THEN 'pending' ELSE 'waiting' END,
                parents, CASE WHEN parents IS NOT NULL THEN coalesce(run_if, 'completed') END, :workflow_id
         FROM unnest(:queues::text[], :payloads::text[], :priorities::int[], :run_ats::timestamptz[],
                     :delays::float8[], :max_attempts::int[], :kinds::text[], :job_keys::text[],
-                    :traceparents::text[], :tracestates::text[], :parents::text[], :run_ifs::text[])
+                    :traceparents::text[], :tracestates::text[], :parents::text[], :run_ifs::text[],
+                    :ids::bigint[])
              WITH ORDINALITY AS t(queue, payload, priority, run_at, delay, max_attempts, kind, key,
-                                  traceparent, tracestate, parents_text, run_if, ord)
+                                  traceparent, tracestate, parents_text, run_if, id, ord)
              CROSS JOIN LATERAL (SELECT parents_text::bigint[] AS parents) p
         WHERE {LOCKED}
         ORDER BY ord

@@ -28,7 +28,7 @@ GET_JOBS = Query.define(
 
 # Cancel jobs that have not started (CANCEL: one, CANCEL_JOBS: the dashboard's selection), pending or
 # waiting for their parents, moving them to jobq.jobs_history. Running, finished and dead jobs are left
-# alone. A cancelled job's own children are then decided (the trigger parent_gone).
+# alone. A cancelled job's own children are then decided (the trigger job_gone).
 def _cancel(which: str) -> str:
     return f"""
     WITH taken AS (

@@ -69,7 +69,7 @@ IDEMPOTENCY_HEADER = {
 }
 
 
-def _once(request: Request, route: str) -> service.Once | None:
+def idempotency_of(request: Request, route: str) -> service.Once | None:
     """The request's idempotency key, scoped to the bearer token that sent it; None without one."""
     key = request.headers.get("idempotency-key")
     if key is None:
@@ -110,7 +110,7 @@ async def enqueue(body: EnqueueRequest, runtime: RuntimeDep, caller: Caller, req
     true) when one does."""
     caller.admit(body.queue)
     (body,) = _traced(request, [body])
-    job = await service.enqueue(runtime, body, _once(request, "/jobs"))
+    job = await service.enqueue(runtime, body, idempotency_of(request, "/jobs"))
     return JSONBody(job, status_code=200 if job["duplicate"] else 201)
 
 
@@ -130,7 +130,7 @@ async def enqueue_batch(
         for i, job in enumerate(body.jobs):
             caller.admit(job.queue, where=f"jobs[{i}].queue")
     answer = await service.enqueue_batch(
-        runtime, _traced(request, body.jobs), once=_once(request, "/jobs/batch")
+        runtime, _traced(request, body.jobs), once=idempotency_of(request, "/jobs/batch")
     )
     return JSONBody({"jobs": answer}, status_code=201)
 

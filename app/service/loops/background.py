@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from app import service
 from app.core.errors import DATABASE_UNAVAILABLE
-from app.service import flow, redrive, sqs_fifo
+from app.service import flow, redrive, sqs_fifo, workflows
 from app.service.loops import vacuum as maintenance
 from app.service.runtime import Runtime
 from app.telemetry.metrics import QueueGauges
@@ -82,6 +82,9 @@ def start(runtime: Runtime) -> list[asyncio.Task]:
             )
         )
         await service.write_rollups(runtime)  # with the lag just read
+        finished = await workflows.refresh_running(runtime)
+        if finished:
+            log.info("%d workflows finished", finished)
 
     async def write_sightings() -> None:
         await service.write_sightings(runtime)

@@ -270,6 +270,86 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workflows": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Workflows
+         * @description Workflows newest first; pass `next_before_id` back as `before_id` for the next page.
+         *
+         *     Roles, when tokens are configured: producer, worker, viewer, admin.
+         */
+        get: operations["list_workflows"];
+        put?: never;
+        /**
+         * Create Workflow
+         * @description Make the workflow's jobs, all or none, each job's parents given as refs of its siblings or ids of
+         *     existing jobs: a job without parents is pending at once, the others wait for theirs.
+         *
+         *     Roles, when tokens are configured: producer, admin.
+         */
+        post: operations["create_workflow"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workflows/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Workflow
+         * @description The workflow, its status and its jobs; with `wait`, once it has finished or `wait` runs out.
+         *
+         *     Roles, when tokens are configured: producer, worker, viewer, admin.
+         */
+        get: operations["get_workflow"];
+        put?: never;
+        post?: never;
+        /**
+         * Cancel Workflow
+         * @description Cancel its waiting and pending jobs; running ones finish, and their children are cancelled.
+         *
+         *     Roles, when tokens are configured: admin.
+         */
+        delete: operations["cancel_workflow"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workflows/{id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retry Workflow
+         * @description Resume a failed workflow where it failed: its dead jobs pending again (attempts reset), the jobs
+         *     cancelled because of them waiting again. Any other status is 409.
+         *
+         *     Roles, when tokens are configured: admin.
+         */
+        post: operations["retry_workflow"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/dead": {
         parameters: {
             query?: never;
@@ -2881,6 +2961,267 @@ export interface components {
              */
             next_deadline: string | null;
         };
+        /** Workflow */
+        Workflow: {
+            /**
+             * Id
+             * @description The workflow's id.
+             */
+            id: number;
+            /**
+             * Name
+             * @description As made; null when none was given.
+             */
+            name: string | null;
+            /** @description running while any job may still run (waiting, pending or running); then completed (every job completed), failed (one at least dead or cancelled) or cancelled (DELETE). */
+            status: components["schemas"]["WorkflowStatus"];
+            /**
+             * Created At
+             * Format: date-time
+             * @description When it was made.
+             */
+            created_at: string;
+            /**
+             * Finished At
+             * @description When its last job ended; null while running.
+             */
+            finished_at: string | null;
+            /**
+             * Counts
+             * @description How many of its jobs are in each status.
+             */
+            counts: {
+                [key: string]: number;
+            };
+            /**
+             * Jobs
+             * @description Its jobs in the request's order (pruned ones left out).
+             */
+            jobs: components["schemas"]["WorkflowJob"][];
+        };
+        /** WorkflowJob */
+        WorkflowJob: {
+            /**
+             * Ref
+             * @description The job's ref.
+             */
+            ref: string;
+            /**
+             * Id
+             * @description The job's id (GET /jobs/{id} shows it whole).
+             */
+            id: number;
+            /**
+             * Queue
+             * @description Its queue.
+             */
+            queue: string;
+            /**
+             * Kind
+             * @description Its kind; null when none was given.
+             */
+            kind: string | null;
+            /** @description Its status now. */
+            status: components["schemas"]["JobStatus"];
+            /**
+             * Depends On
+             * @description Its parents: the refs of its siblings, and the ids of parents outside the workflow.
+             */
+            depends_on: (string | number)[];
+        };
+        /** WorkflowJobMade */
+        WorkflowJobMade: {
+            /**
+             * Ref
+             * @description The job's ref, as sent.
+             */
+            ref: string;
+            /**
+             * Id
+             * @description The job's id.
+             */
+            id: number;
+            /** @description pending for a job without parents; waiting for one with (or pending, or cancelled, for one whose parents outside the workflow had all ended). */
+            status: components["schemas"]["JobStatus"];
+        };
+        /** WorkflowJobRequest */
+        WorkflowJobRequest: {
+            /**
+             * Ref
+             * @description 1-128 characters, unique in the request: what its siblings name it by.
+             */
+            ref: string;
+            /**
+             * Queue
+             * @description The queue to put the job in (created with its first job).
+             * @example emails
+             */
+            queue: string;
+            /**
+             * Payload
+             * @description Any JSON value, null included; at most max_payload_bytes encoded.
+             */
+            payload: unknown;
+            /**
+             * Kind
+             * @description What the job is; null: none.
+             */
+            kind?: string | null;
+            /**
+             * Key
+             * @description What flow control groups it by; null: none.
+             */
+            key?: string | null;
+            /**
+             * Priority
+             * @description Lower runs first.
+             * @default 0
+             */
+            priority?: number;
+            /**
+             * Max Attempts
+             * @description Default: the queue's setting.
+             */
+            max_attempts?: number | null;
+            /**
+             * Delay
+             * @description Not before this many seconds after it is ready (its parents decided it).
+             */
+            delay?: number | null;
+            /**
+             * Run At
+             * @description Not before this time (RFC 3339).
+             */
+            run_at?: string | null;
+            /**
+             * Depends On
+             * @description Its parents: refs of jobs of this request (strings) or ids of existing jobs (numbers).
+             */
+            depends_on?: (string | number)[] | null;
+            /** @description With depends_on: completed (default), finished or failed, as on POST /jobs. */
+            run_if?: components["schemas"]["RunIf"] | null;
+        };
+        /** WorkflowMade */
+        WorkflowMade: {
+            /**
+             * Id
+             * @description The workflow's id.
+             */
+            id: number;
+            /**
+             * Name
+             * @description As sent; null when none was given.
+             */
+            name: string | null;
+            /** @description running, unless every job ended at once. */
+            status: components["schemas"]["WorkflowStatus"];
+            /**
+             * Created At
+             * Format: date-time
+             * @description When it was made.
+             */
+            created_at: string;
+            /**
+             * Jobs
+             * @description Each job's ref and id, in the request's order.
+             */
+            jobs: components["schemas"]["WorkflowJobMade"][];
+        };
+        /** WorkflowPage */
+        WorkflowPage: {
+            /**
+             * Workflows
+             * @description Newest first. The status is the one last seen: a workflow nobody reads is brought up to date by the background loop within JOBQ_METRICS_INTERVAL.
+             */
+            workflows: components["schemas"]["WorkflowRow"][];
+            /**
+             * Next Before Id
+             * @description Pass as before_id for the next page; null at the end.
+             */
+            next_before_id: number | null;
+        };
+        /**
+         * WorkflowRequest
+         * @example {
+         *       "name": "order-7",
+         *       "jobs": [
+         *         {
+         *           "ref": "charge",
+         *           "queue": "payments",
+         *           "kind": "charge",
+         *           "payload": {
+         *             "order": 7
+         *           }
+         *         },
+         *         {
+         *           "ref": "render",
+         *           "queue": "pdf",
+         *           "kind": "render_invoice",
+         *           "payload": {
+         *             "order": 7
+         *           }
+         *         },
+         *         {
+         *           "ref": "send",
+         *           "queue": "emails",
+         *           "kind": "send_invoice",
+         *           "payload": {
+         *             "order": 7
+         *           },
+         *           "depends_on": [
+         *             "charge",
+         *             "render"
+         *           ]
+         *         }
+         *       ]
+         *     }
+         */
+        WorkflowRequest: {
+            /**
+             * Name
+             * @description What the workflow is, for people and for GET /workflows?name=; null: none.
+             */
+            name?: string | null;
+            /**
+             * Jobs
+             * @description 1-1000 jobs, made all or none: a ref used twice, a parent ref that is no job's, or a cycle is a 422 that names them.
+             */
+            jobs: components["schemas"]["WorkflowJobRequest"][];
+        };
+        /** WorkflowRow */
+        WorkflowRow: {
+            /**
+             * Id
+             * @description The workflow's id.
+             */
+            id: number;
+            /**
+             * Name
+             * @description As made; null when none was given.
+             */
+            name: string | null;
+            /** @description Its status as last seen (see `workflows`). */
+            status: components["schemas"]["WorkflowStatus"];
+            /**
+             * Created At
+             * Format: date-time
+             * @description When it was made.
+             */
+            created_at: string;
+            /**
+             * Finished At
+             * @description When its last job ended; null while running.
+             */
+            finished_at: string | null;
+        };
+        /**
+         * WorkflowStatus
+         * @description A workflow's status, from its jobs': running while any of them may still run (waiting, pending or
+         *     running); then completed (every job completed), failed (one at least dead, or cancelled), or cancelled
+         *     (by DELETE /workflows/{id}).
+         * @enum {string}
+         */
+        WorkflowStatus: "running" | "completed" | "failed" | "cancelled";
     };
     responses: never;
     parameters: never;
@@ -3826,6 +4167,376 @@ export interface operations {
             };
             /** @description Request Entity Too Large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_workflows: {
+        parameters: {
+            query?: {
+                /** @description Only workflows in this status. */
+                status?: components["schemas"]["WorkflowStatus"] | null;
+                /** @description Only those of this name. */
+                name?: string | null;
+                limit?: number;
+                before_id?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowPage"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_workflow: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Send the request again with the same key (after a lost answer, say) and it is carried out once: the repeat gets the first answer again and inserts nothing, for JOBQ_IDEMPOTENCY_TTL seconds (300). Another request under a key in use is 409 conflict. Keys are per token. A fresh random value per call, e.g. a UUID. */
+                "Idempotency-Key"?: string;
+                /** @description W3C Trace Context, as OpenTelemetry's HTTP instrumentation sends it: the trace context of each job that gives none of its own. Ignored when it is not a valid traceparent. */
+                traceparent?: string;
+                /** @description W3C Trace Context: kept with `traceparent` from the header. */
+                tracestate?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkflowRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowMade"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_workflow: {
+        parameters: {
+            query?: {
+                /** @description Seconds to wait for it to finish before answering; 0: at once. */
+                wait?: number;
+            };
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workflow"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    cancel_workflow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workflow"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    retry_workflow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workflow"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

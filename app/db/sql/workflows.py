@@ -1,0 +1,117 @@
+"""Workflows (API part 6): jobs made together by POST /workflows, each named by a `ref` its siblings give
+as parents. A workflow's status is its jobs' (app/service/workflows.py); the row keeps it for lists and
+filters, and it is brought up to date by whoever reads the workflow and by the background loop.
+"""
+
+from __future__ import annotations
+
+from app.db.sql.jobs import _cancel
+from app.db.sql.query import Query
+
+# Ids for a workflow's jobs, drawn before they are inserted: a job names its siblings' ids as parents in
+# the same statement. Ascending, in the request's order.
+DRAW_JOB_IDS = Query.define(
+    "draw_job_ids", "SELECT nextval('jobq.jobs_id_seq') AS id FROM generate_series(1, :n) ORDER BY 1"
+)
+
+NEW_WORKFLOW = Query.define(
+    "new_workflow",
+    """
+    INSERT INTO jobq.workflows (name, refs, job_ids) VALUES (:name, :refs::text[], :job_ids::bigint[])
+    RETURNING id, name, status, created_at, finished_at
+    """,
+)
+
+GET_WORKFLOW = Query.define(
+    "get_workflow",
+    "SELECT id, name, status, refs, job_ids, created_at, finished_at FROM jobq.workflows WHERE id = :id",
+)
+
+# A workflow's jobs as they are now, in either table (a job pruned by its queue's retention is gone).
+WORKFLOW_JOBS = Query.define(
+    "workflow_jobs",
+    """
+    SELECT id, queue, kind, status, depends_on, coalesce(completed_at, updated_at) AS ended_at
+    FROM jobq.all_jobs WHERE workflow_id = :id
+    """,
+)
+
+# The status a reader worked out from the jobs, kept when it differs (finished_at set when it finishes,
+# cleared when a retry makes it run again); a row back only when it changed. A cancelled workflow stays
+# cancelled.
+SET_WORKFLOW_STATUS = Query.define(
+    "set_workflow_status",
+    """
+    UPDATE jobq.workflows
+    SET status = :status,
+        finished_at = CASE WHEN :status = 'running' THEN NULL ELSE coalesce(:finished_at, now()) END
+    WHERE id = :id AND status IS DISTINCT FROM :status AND status <> 'cancelled'
+    RETURNING id, status
+    """,
+)
+
+# Workflows newest first, by status and name, a page at a time.
+LIST_WORKFLOWS = Query.define(
+    "list_workflows",
+    """
+    SELECT id, name, status, created_at, finished_at FROM jobq.workflows
+    WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
+      AND id < :before_id
+    ORDER BY id DESC
+    LIMIT :limit
+    """,
+)
+
+# Running workflows, oldest first, for the background loop to bring their status up to date.
+RUNNING_WORKFLOWS = Query.define(
+    "running_workflows",
+    "SELECT id FROM jobq.workflows WHERE status = 'running' AND id > :after_id ORDER BY id LIMIT :limit",
+)
+
+# DELETE /workflows/{id}: its waiting and pending jobs cancelled (running ones finish; their children,
+# waiting, are among those cancelled), and the workflow marked cancelled.
+CANCEL_WORKFLOW_JOBS = Query.define("cancel_workflow_jobs", _cancel("j.workflow_id = :id"))
+MARK_CANCELLED = Query.define(
+    "mark_cancelled",
+    """
+    UPDATE jobq.workflows SET status = 'cancelled', finished_at = coalesce(finished_at, now())
+    WHERE id = :id
+    RETURNING id
+    """,
+)
+
+# POST /workflows/{id}/retry: dead jobs pending again, jobs their end cancelled waiting again
+# (app/db/functions.sql, jobq.retry_workflow()); how many.
+RETRY_WORKFLOW = Query.define("retry_workflow", "SELECT jobq.retry_workflow(:id) AS reopened")
+
+# An Idempotency-Key sent with POST /workflows (app/service/idempotency.py, Once): claimed in the
+# transaction that makes the workflow, before anything else, so a second request under the key waits for
+# the first to commit and then finds it; the answer is kept whole once made. A key past its expires_at
+# that pruning has not reached yet is freed (FREE_EXPIRED_KEY) and claimed again.
+CLAIM_KEY = Query.define(
+    "claim_key",
+    """
+    INSERT INTO jobq.idempotency_keys (scope, key, request_hash, ids, max_attempts, expires_at)
+    VALUES (:scope, :key, :request_hash, '{}', '{}', now() + make_interval(secs => :ttl))
+    ON CONFLICT DO NOTHING
+    RETURNING key
+    """,
+)
+KEPT_KEY = Query.define(
+    "kept_key",
+    """
+    SELECT request_hash, answer, expires_at > now() AS live FROM jobq.idempotency_keys
+    WHERE scope = :scope AND key = :key
+    """,
+)
+FREE_EXPIRED_KEY = Query.define(
+    "free_expired_key",
+    "DELETE FROM jobq.idempotency_keys WHERE scope = :scope AND key = :key AND expires_at <= now()",
+)
+KEEP_ANSWER = Query.define(
+    "keep_answer",
+    """
+    UPDATE jobq.idempotency_keys SET answer = :answer, ids = ARRAY[:workflow_id::bigint]
+    WHERE scope = :scope AND key = :key
+    """,
+)
