@@ -56,7 +56,7 @@ class Bench:
             await conn.close()
 
     async def reset(self) -> None:
-        await self.sql("TRUNCATE jobq.jobs, jobq.jobs_history")
+        await self.sql("TRUNCATE jobq.jobs, jobq.jobs_history, jobq.job_edges, jobq.job_waits")
         await self.sql("VACUUM ANALYZE jobq.jobs")
 
     async def backlog(self, queue: str, count: int, **columns: str) -> None:
@@ -223,6 +223,78 @@ class Bench:
                 target,
                 f"pgqueuer 1.6, batch {batch}",
             )
+
+    async def dependencies(self) -> None:
+        """Acking parents (API part 6): a drain of jobs that each have a waiting child, which the ack
+        decides in its own transaction (jobq.parents_ended()), against the same drain of jobs without
+        children; and a fan-out of 10,000 children decided by one parent's ack, against the ack of a job
+        without children."""
+        total = self.n(20000)
+
+        async def with_children() -> float:
+            queue = self.queue("dp")
+            await self.backlog(queue, total)
+            await self.children_of(queue, self.queue("dc"), per_parent=1)
+            done, seconds = await served.drain(self.url, queue, 4, 100)
+            return done / seconds
+
+        async def without() -> float:
+            queue = self.queue("dp")
+            await self.backlog(queue, total)
+            done, seconds = await served.drain(self.url, queue, 4, 100)
+            return done / seconds
+
+        j, r = await self.alternate(with_children, without)
+        self.record(
+            "drain batch 100, parents", j, r, "jobs/s", ">= 0.8 x no children", "the same drain, no children"
+        )
+
+        fanout = self.n(10000)
+
+        async def ack_one(children: int) -> float:
+            queue = self.queue("fp")
+            await self.backlog(queue, 1)
+            if children:
+                await self.children_of(queue, self.queue("fc"), per_parent=children)
+            async with served.Session() as http:
+                (job,) = (await served.post(http, f"{self.url}/lease", {"queue": queue}))["jobs"]
+                started = time.perf_counter()
+                await served.post(http, f"{self.url}/ack", {"id": job["id"], "lease_token": job["lease_token"]})
+                seconds = time.perf_counter() - started
+            if children:
+                waiting = await self.sql("SELECT count(*) FROM jobq.jobs WHERE status = 'waiting'")
+                assert waiting == 0, f"{waiting} children left waiting"
+            return 1 / seconds
+
+        j, r = await self.alternate(lambda: ack_one(fanout), lambda: ack_one(0))
+        self.record(
+            f"ack deciding {fanout} children", 1 / j, 1 / r, "s", "< 2 s", "the ack of a job without children"
+        )
+
+    async def children_of(self, parents: str, queue: str, per_parent: int) -> None:
+        """`per_parent` waiting children in `queue` for each job of `parents`, linked as POST /jobs links
+        them (jobq.add_parents())."""
+        await self.sql("INSERT INTO jobq.queues (name) VALUES ($1) ON CONFLICT DO NOTHING", queue)
+        await self.sql(
+            """
+            WITH children AS (
+                INSERT INTO jobq.jobs (queue, payload, status, depends_on, run_if)
+                SELECT $2, $3::jsonb, 'waiting', ARRAY[p.id], 'completed'
+                FROM jobq.jobs p CROSS JOIN generate_series(1, $4) g WHERE p.queue = $1
+                RETURNING id
+            )
+            SELECT count(*) FROM children
+            """,
+            parents,
+            queue,
+            PAYLOAD_TEXT,
+            per_parent,
+        )
+        await self.sql(
+            """SELECT jobq.add_parents(array_agg(id), array_fill(NULL::float8, ARRAY[count(*)::int]))
+               FROM jobq.jobs WHERE queue = $1""",
+            queue,
+        )
 
     async def pooled(self) -> None:
         """Through PgBouncer in transaction mode (no prepared statements kept) against PostgreSQL itself,
@@ -826,6 +898,7 @@ SCENARIOS = [
     "enqueue_batch",
     "drain_single",
     "drain_batch",
+    "dependencies",
     "keyed",
     "fairness",
     "runner",

@@ -212,7 +212,7 @@ class Wakeups:
     def watching(self, job_id: int | str) -> Iterator[Waiter]:
         """Register a waiter for job `job_id` to finish, for the duration of the block; register before
         marking the job awaited (sql.WATCH_JOB), so a finish that commits meanwhile is not missed. A
-        workflow's waiter watches `w<id>`: each end of one of its jobs notifies that (jobq.job_ended())."""
+        workflow's waiter watches `w<id>`: each end of one of its jobs notifies that (jobq.job_ending())."""
         waiter = Waiter()
         self._watchers.setdefault(job_id, {})[waiter] = None
         self.watchers += 1

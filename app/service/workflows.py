@@ -6,7 +6,7 @@ so no ack waits for another on a workflow's row. Whoever reads a workflow works 
 it on the row when it changed (SET_WORKFLOW_STATUS, which one replica wins: that one counts it in the
 metrics); the background loop does the same for running workflows nobody reads (refresh_running), so
 lists and their filters catch up within its interval. A waiter (`?wait`) is woken by the end of any of
-the workflow's jobs (jobq.job_ended() notifies `w<id>` on DONE_CHANNEL) and reads it again.
+the workflow's jobs (jobq.job_ending() notifies `w<id>` on DONE_CHANNEL) and reads it again.
 """
 
 from __future__ import annotations

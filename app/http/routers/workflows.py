@@ -13,7 +13,7 @@ from fastapi import APIRouter, Path, Query, Request
 
 from app.core.access import Grant
 from app.core.errors import NotFound
-from app.core.limits import MAX_JOB_ID
+from app.core.limits import MAX_JOB_ID, NO_NUL
 from app.core.states import WorkflowStatus
 from app.http.auth import Admin, Caller, Producer, Reader
 from app.http.deps import RuntimeDep, answers
@@ -69,7 +69,8 @@ async def list_workflows(
     runtime: RuntimeDep,
     status: Annotated[WorkflowStatus | None, Query(description="Only workflows in this status.")] = None,
     name: Annotated[
-        str | None, Query(min_length=1, max_length=128, description="Only those of this name.")
+        str | None,
+        Query(min_length=1, max_length=128, pattern=NO_NUL, description="Only those of this name."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before_id: Annotated[int, Query(ge=1, le=MAX_JOB_ID + 1)] = MAX_JOB_ID + 1,

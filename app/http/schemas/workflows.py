@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.core.limits import MAX_PARENTS
+from app.core.limits import MAX_PARENTS, NO_NUL
 from app.core.states import JobStatus, RunIf, WorkflowStatus
 from app.http.schemas.common import (
     MAX_BATCH,
@@ -24,7 +24,7 @@ from app.http.schemas.common import (
 )
 
 MAX_REF = 128
-Ref = Annotated[str, Field(min_length=1, max_length=MAX_REF)]
+Ref = Annotated[str, Field(min_length=1, max_length=MAX_REF, pattern=NO_NUL)]
 
 _EXAMPLE_REQUEST = {
     "name": "order-7",
@@ -78,7 +78,7 @@ class WorkflowJobRequest(Body):
 class WorkflowRequest(Body):
     model_config = ConfigDict(json_schema_extra={"examples": [_EXAMPLE_REQUEST]})
 
-    name: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+    name: Annotated[str, Field(min_length=1, max_length=128, pattern=NO_NUL)] | None = Field(
         default=None, description="What the workflow is, for people and for GET /workflows?name=; null: none."
     )
     jobs: list[WorkflowJobRequest] = Field(

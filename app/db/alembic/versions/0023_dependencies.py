@@ -97,7 +97,7 @@ WHERE purge_after IS NULL OR purge_after > now()
 """
 
 
-TRIGGERS = ("job_dead", "job_gone")
+TRIGGERS = ("job_dead", "job_gone", "jobs_ended")
 
 TABLES = [
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.workflows (
@@ -355,29 +355,50 @@ END
 $$;
 """,
     r"""
-CREATE OR REPLACE FUNCTION jobq.job_ended() RETURNS trigger
+CREATE OR REPLACE FUNCTION jobq.job_ending() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.has_children THEN
-        PERFORM jobq.parents_ended(ARRAY[OLD.id]);
+        PERFORM set_config('jobq.ended', coalesce(current_setting('jobq.ended', true), '') || OLD.id || ',',
+                           true);
     END IF;
     IF OLD.workflow_id IS NOT NULL THEN
         PERFORM pg_notify('jobq_done', 'w' || OLD.workflow_id);
     END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    RETURN NEW;
+END
+$$;
+""",
+    r"""
+CREATE OR REPLACE FUNCTION jobq.jobs_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ended bigint[] := string_to_array(rtrim(current_setting('jobq.ended', true), ','), ',')::bigint[];
+BEGIN
+    PERFORM set_config('jobq.ended', '', true);
+    PERFORM jobq.parents_ended(v_ended);
     RETURN NULL;
 END
 $$;
 """,
     r"""
-CREATE TRIGGER job_dead AFTER UPDATE OF status ON jobq.jobs
+CREATE TRIGGER job_dead BEFORE UPDATE OF status ON jobq.jobs
     FOR EACH ROW WHEN (NEW.status = 'dead' AND OLD.status <> 'dead'
                        AND (NEW.has_children OR NEW.workflow_id IS NOT NULL) AND pg_trigger_depth() = 0)
-    EXECUTE FUNCTION jobq.job_ended();
+    EXECUTE FUNCTION jobq.job_ending();
 """,
     r"""
-CREATE TRIGGER job_gone AFTER DELETE ON jobq.jobs
+CREATE TRIGGER job_gone BEFORE DELETE ON jobq.jobs
     FOR EACH ROW WHEN ((OLD.has_children OR OLD.workflow_id IS NOT NULL) AND pg_trigger_depth() = 0)
-    EXECUTE FUNCTION jobq.job_ended();
+    EXECUTE FUNCTION jobq.job_ending();
+""",
+    r"""
+CREATE TRIGGER jobs_ended AFTER UPDATE OR DELETE ON jobq.jobs
+    FOR EACH STATEMENT WHEN (current_setting('jobq.ended', true) <> '')
+    EXECUTE FUNCTION jobq.jobs_ended();
 """,
     r"""
 CREATE OR REPLACE FUNCTION jobq.retry_workflow(p_workflow bigint) RETURNS integer
@@ -723,7 +744,8 @@ def downgrade() -> None:
         op.execute(f"DROP TRIGGER IF EXISTS {trigger} ON {SCHEMA}.jobs")
     for function in (
         "retry_workflow(bigint)",
-        "job_ended()",
+        "jobs_ended()",
+        "job_ending()",
         "add_parents(bigint[], double precision[])",
         "parents_ended(bigint[])",
         "decide(bigint[])",
