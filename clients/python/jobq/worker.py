@@ -24,10 +24,12 @@
   the running jobs), so long work is not handed to another worker; a lease lost anyway (the worker was
   stalled) makes its ack a counted, logged no-op.
 - `stop()` (SIGTERM or SIGINT under `jobq worker`) stops leasing at once (a waiting long-poll is
-  cancelled, which closes its connection, so the service claims nothing more for this worker), gives
-  the buffered jobs back (`POST /release`, the attempt not counted) and gives running handlers `grace`
+  cancelled, which closes its connection, so the service claims nothing more for this worker; a short
+  lease on its way is let finish, since the service may have leased its jobs already), gives the
+  buffered jobs back (`POST /release`, the attempt not counted) and gives running handlers `grace`
   seconds to finish; the jobs still running then are released (nacked with `retry_after` 0, so another
-  worker takes them now). A second `stop()` releases them without waiting.
+  worker takes them now). A second `stop()` releases them without waiting (and cancels a short lease
+  still on its way).
 """
 
 from __future__ import annotations
@@ -382,10 +384,11 @@ class Worker:
                 there,
             )
 
-    async def _until_stopped(self, awaitable: Any) -> tuple[bool, Any]:
-        """Await `awaitable` unless stop() comes first (then cancel it): (finished, its task)."""
+    async def _until_stopped(self, awaitable: Any, stopping: asyncio.Event | None = None) -> tuple[bool, Any]:
+        """Await `awaitable` unless stop() comes first (or `stopping` is set first: `self._hurry`, a second
+        stop), then cancel it: (finished, its task)."""
         task = asyncio.ensure_future(awaitable)
-        stop = asyncio.ensure_future(self._stopping.wait())
+        stop = asyncio.ensure_future((stopping or self._stopping).wait())
         await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
         if not task.done():
@@ -422,8 +425,12 @@ class Worker:
                 continue
             if long_poll and len(self.queues) > 1:
                 room = min(room, max(1, capacity // len(self.queues)))
-            # A lease cancelled by stop() while its answer was on the way leaves its jobs claimed until
-            # their visibility timeout; the service hands back what it claimed for a client that left.
+            # stop() cancels a long-poll, which may wait long: the service sees its client leave, leases
+            # nothing more for it, and hands back what it leased for it meanwhile. A short lease is let
+            # finish (a second stop() cancels it): its answer is a round trip away, and by the time stop()
+            # comes the service may have leased its jobs, which an answer thrown away would leave claimed
+            # by nobody until their visibility timeout; read, they go to the buffer, which _drain() gives
+            # back.
             sent = time.monotonic()
             self._asking += room
             try:
@@ -434,7 +441,8 @@ class Worker:
                         visibility_timeout=self._visibility[queue],
                         wait=self.wait if long_poll else 0,
                         worker_id=self.worker_id,
-                    )
+                    ),
+                    None if long_poll else self._hurry,
                 )
             finally:
                 self._asking -= room

@@ -452,6 +452,98 @@ async def test_prefetched_jobs_are_given_back_on_stop_their_attempt_not_counted(
     assert {(r["status"], r["attempts"]): r["n"] for r in rows} == {("completed", 1): 4, ("pending", 0): 6}
 
 
+class HeldAnswers(AsyncWorkerCalls):
+    """Leases carried out by the service at once, but whose answers, after the first lease's, reach the
+    worker only once `answer` is set: on their way when stop() comes, as on a loaded machine when SIGTERM
+    and the answer arrive together."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        super().__init__(client)
+        self.waits: list[float] = []  # each lease's `wait`, once the service has carried it out
+        self.held = asyncio.Event()  # an answer is held
+        self.answer = asyncio.Event()  # set: the held answers go on to the worker
+        self.cancelled = 0  # held answers whose lease the worker cancelled
+
+    async def lease(self, queue, **options):  # type: ignore[no-untyped-def, override]
+        jobs = await super().lease(queue, **options)
+        self.waits.append(options["wait"])
+        if len(self.waits) > 1:
+            self.held.set()
+            try:
+                await self.answer.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        return jobs
+
+
+class HeldAnswersClient(AsyncClient):
+    """A client whose `worker` calls are `HeldAnswers`."""
+
+    @functools.cached_property
+    def worker(self) -> HeldAnswers:
+        return HeldAnswers(self)
+
+
+async def test_a_short_lease_answered_as_stop_comes_has_its_jobs_given_back_not_left_claimed(service, db):
+    """stop() lets a short lease (wait 0) on its way finish: the service may have leased its jobs already,
+    and only for a long-poll whose client left does it hand them back itself."""
+    go_on = asyncio.Event()
+    started: list[int] = []
+
+    async def handler(job):
+        started.append(job.id)
+        await go_on.wait()
+
+    async with HeldAnswersClient(service.url) as client:
+        await client.enqueue_many([{"queue": "held", "payload": n} for n in range(6)])
+        worker = Worker(handler, "held", client=client, concurrency=2, wait=POLL_WAIT, visibility_timeout=30)
+        run = asyncio.create_task(worker.run())
+        # Two running (the first lease, a long-poll, found them at once), and the second lease's two jobs
+        # leased by the service, its answer held.
+        await until(lambda: len(started) == 2 and client.worker.held.is_set())
+        assert await states(db, "held")() == {"running": 4, "pending": 2}
+        assert client.worker.waits == [POLL_WAIT, 0]
+        worker.stop()
+        go_on.set()
+        await until(lambda: worker.stats.done == 2)  # the running jobs acked: the stop is well under way
+        client.worker.answer.set()  # the held answer reaches the stopping worker
+        stats = await asyncio.wait_for(run, 5)
+    assert client.worker.cancelled == 0, "stop() cancelled a short lease the service had carried out"
+    assert (stats.done, stats.failed, stats.released, stats.lost, stats.in_flight) == (2, 0, 2, 0, 0)
+    # The held answer's jobs are pending again at once, their attempt not counted.
+    rows = await db.fetch("SELECT id, status, attempts FROM jobq.all_jobs")
+    assert {r["id"]: (r["status"], r["attempts"]) for r in rows} == {
+        r["id"]: ("completed", 1) if r["id"] in started else ("pending", 0) for r in rows
+    }
+
+
+async def test_a_second_stop_cuts_a_short_lease_on_its_way_short(service, db):
+    """A second stop() does not wait for a short lease's answer (nor for the running handlers)."""
+
+    async def handler(job):
+        await asyncio.Event().wait()  # runs until released
+
+    async with HeldAnswersClient(service.url) as client:
+        await client.enqueue_many([{"queue": "cut", "payload": n} for n in range(6)])
+        worker = Worker(handler, "cut", client=client, concurrency=2, wait=POLL_WAIT, visibility_timeout=30)
+        run = asyncio.create_task(worker.run())
+        await until(lambda: worker.stats.in_flight == 2 and client.worker.held.is_set())
+        worker.stop()
+        worker.stop()
+        stats = await asyncio.wait_for(run, 5)  # the answer is held for ever: only the second stop ends it
+    assert client.worker.cancelled == 1
+    assert (stats.done, stats.failed, stats.released, stats.lost, stats.in_flight) == (0, 0, 2, 0, 0)
+    rows = await db.fetch("SELECT status, attempts, count(*) AS n FROM jobq.all_jobs GROUP BY 1, 2")
+    # The running jobs released (they ran: the attempt counts); the cut lease's jobs claimed until their
+    # visibility timeout, the price of a second stop.
+    assert {(r["status"], r["attempts"]): r["n"] for r in rows} == {
+        ("pending", 1): 2,
+        ("running", 1): 2,
+        ("pending", 0): 2,
+    }
+
+
 class AskingCalls(AsyncWorkerCalls):
     """Records how many jobs each lease asks for."""
 

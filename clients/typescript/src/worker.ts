@@ -26,10 +26,12 @@
 //   the running jobs), with the progress it reported since; a lease lost anyway (the worker was stalled)
 //   aborts the handler's `signal` and makes its ack a counted, logged no-op.
 // - `stop()` (SIGTERM or SIGINT under `run()`) stops leasing at once (a waiting long-poll is aborted,
-//   which closes its connection, so the service claims nothing more for this worker), gives the buffered
-//   jobs back (`POST /release`, the attempt not counted) and gives running handlers `grace` seconds to
+//   which closes its connection, so the service claims nothing more for this worker; a short lease on
+//   its way is let finish, since the service may have leased its jobs already), gives the buffered jobs
+//   back (`POST /release`, the attempt not counted) and gives running handlers `grace` seconds to
 //   finish; the jobs still running then are nacked with `retry_after` 0, so another worker takes them
-//   now, and their handlers' `signal` is aborted. A second `stop()` does that without waiting.
+//   now, and their handlers' `signal` is aborted. A second `stop()` does that without waiting (and
+//   aborts a short lease still on its way).
 
 import { hostname } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -209,6 +211,7 @@ export class Worker {
   #ran = false;
   readonly #stopping = new AbortController(); // aborted by stop(): also ends the long-polls in flight
   readonly #hurry = new Flag(); // a second stop: release running jobs without waiting
+  readonly #hurried = new AbortController(); // aborted by a second stop: also ends the short leases in flight
   readonly #room = new Flag(); // a job finished or left the buffer: the fetchers may lease more
   readonly #noneRunning = new Flag();
   readonly #finished = new AbortController(); // aborted once the run is over: ends extensions in flight
@@ -291,7 +294,10 @@ export class Worker {
 
   /** Stop leasing and let running handlers finish within `grace`; called again, release them now. */
   stop(): void {
-    if (this.stopping) this.#hurry.set();
+    if (this.stopping) {
+      this.#hurry.set();
+      this.#hurried.abort();
+    }
     this.#stopping.abort();
   }
 
@@ -419,8 +425,11 @@ export class Worker {
       if (longPoll && this.queues.length > 1) {
         room = Math.min(room, Math.max(1, Math.floor(capacity / this.queues.length)));
       }
-      // A lease aborted by stop() while its answer was on the way leaves its jobs claimed until their
-      // visibility timeout; the service hands back what it claimed for a client that left.
+      // stop() aborts a long-poll, which may wait long: the service sees its client leave, leases nothing
+      // more for it, and hands back what it leased for it meanwhile. A short lease is let finish (a second
+      // stop() aborts it): its answer is a round trip away, and by the time stop() comes the service may
+      // have leased its jobs, which an answer thrown away would leave claimed by nobody until their
+      // visibility timeout; read, they go to the buffer, which #drain() gives back.
       const sent = now();
       this.#asking += room;
       let jobs: LeasedJob[];
@@ -430,7 +439,7 @@ export class Worker {
           visibility_timeout: this.#visibility.get(queue),
           wait: longPoll ? this.wait : 0,
           worker_id: this.workerId,
-          signal: stopping,
+          signal: longPoll ? stopping : this.#hurried.signal,
         });
       } catch (error) {
         if (stopping.aborted) break;

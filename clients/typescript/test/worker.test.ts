@@ -302,6 +302,53 @@ test("stop on SIGTERM: buffered jobs are given back untouched, running handlers 
   assert.equal(process.listenerCount("SIGTERM"), listening); // run() took its handler away again
 });
 
+test("a short lease answered as stop() comes: its jobs are given back, not left claimed", async (t) => {
+  const queue = queueName("stop-lease");
+  await jobq.enqueueBatch(Array.from({ length: 6 }, (_, n) => ({ queue, payload: n })));
+  const started: LeasedJob[] = [];
+  const gate = deferred();
+  // The leases after the first (short ones: the first found the queue full) are carried out by the
+  // service at once, but their answers reach the worker only once it is stopping: on their way when
+  // stop() comes, as on a loaded machine when SIGTERM and the answer arrive together.
+  let leases = 0;
+  const late: typeof fetch = async (input, init) => {
+    const response = await fetch(input, init);
+    if (new URL(String(input)).pathname === "/lease" && ++leases > 1) {
+      await until(() => worker.stopping, "the worker stopping");
+    }
+    return response;
+  };
+  const worker: Worker = new Worker({
+    queue,
+    client: new Client({ url, fetch: late }),
+    concurrency: 2,
+    handler: async (job) => {
+      started.push(job);
+      await gate.promise;
+      return job.payload;
+    },
+  });
+  const running = start(t, worker);
+  t.after(() => gate.resolve());
+  // Two running, and the second lease's two jobs leased by the service, its answer held.
+  await until(
+    async () => started.length === 2 && leases === 2 && (await jobq.getQueue(queue)).running === 4,
+    "two running, two more leased",
+  );
+  worker.stop();
+  gate.resolve();
+  const stats = await running;
+
+  assert.deepEqual(stats, { done: 2, failed: 0, lost: 0, released: 2, inFlight: 0 });
+  const ran = new Set(started.map((job) => job.id));
+  assert.equal(ran.size, 2);
+  // The jobs of the held answer are pending again at once, their attempt not counted.
+  for (const job of await jobsOf(queue)) {
+    const expected = ran.has(job.id) ? ["completed", 1] : ["pending", 0];
+    assert.deepEqual([job.status, job.attempts], expected, `job ${job.id}`);
+  }
+});
+
 test("a second stop releases running jobs now: their attempt counts, their signal aborts", async (t) => {
   const queue = queueName("hurry");
   const job = await jobq.enqueue(queue, null);
