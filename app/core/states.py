@@ -16,9 +16,10 @@ waiting    ENQUEUE_WAITING (with parents), jobq.enqueue()      jobq.decide(), CA
            by a parent's end)
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED,
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(),              LEASE_FLOW_FRONT, REVIVE_LEASE (the last
-           FIRE_SCHEDULE, FIRE_DUE_SCHEDULES, ENQUEUE_WAITING  holder, late), ACK (the last holder, late),
-           (without parents), jobq.decide() (run_if holds),    CANCEL, CANCEL_JOBS, CANCEL_WORKFLOW_JOBS,
-           NACK (attempts left), RELEASE, EXPIRE_LEASES        PURGE_QUEUE, DELETE_QUEUE
+           FIRE_SCHEDULE, FIRE_DUE_SCHEDULES,                  holder, late), ACK (the last holder, late),
+           ENQUEUE_DEBOUNCED (a new job), ENQUEUE_WAITING      CANCEL, CANCEL_JOBS, CANCEL_WORKFLOW_JOBS,
+           (without parents), jobq.decide() (run_if holds),    PURGE_QUEUE, DELETE_QUEUE
+           NACK (attempts left), RELEASE, EXPIRE_LEASES
            (attempts left), jobq.retry_workflow(),
            RETRY_DEAD, REDRIVE_DEAD (into another queue)
 running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, EXPIRE_LEASES,
@@ -156,6 +157,10 @@ MOVES: tuple[Move, ...] = (
     # A job with parents waits for them (app/db/sql/enqueue.py, ENQUEUE_WAITING), and is decided when the
     # last of them ends, by the transaction that ends it (the triggers job_dead and job_gone), or at
     # once when they had all ended (jobq.add_parents()).
+    # A debounced enqueue (app/db/sql/enqueue.py, ENQUEUE_DEBOUNCED) makes a job, or lands in the pending
+    # job of its debounce key.
+    Move("ENQUEUE_DEBOUNCED", None, PENDING, "a new job"),
+    Move("ENQUEUE_DEBOUNCED", PENDING, PENDING, "its key's pending job"),
     Move("ENQUEUE_WAITING", None, WAITING, "with parents"),
     Move("ENQUEUE_WAITING", None, PENDING, "without parents"),
     Move("jobq.enqueue()", None, WAITING, "with parents"),

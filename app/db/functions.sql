@@ -256,12 +256,12 @@ BEGIN
              lease_token, lease_expires_at, worker_id, created_at, updated_at, completed_at,
              message_attributes, first_received_at, kind, result, progress, awaited, key, schedule,
              schedule_slot, traceparent, tracestate, depends_on, run_if, workflow_id, has_children,
-             purge_after)
+             debounce_key, debounce_until, purge_after)
         SELECT m.id, m.queue, 'cancelled', m.payload, m.priority, m.run_at, m.attempts, m.max_attempts,
                m.dedup_key, m.reason, m.lease_token, m.lease_expires_at, m.worker_id, m.created_at, now(),
                now(), m.message_attributes, m.first_received_at, m.kind, m.result, m.progress, m.awaited,
                m.key, m.schedule, m.schedule_slot, m.traceparent, m.tracestate, m.depends_on, m.run_if,
-               m.workflow_id, m.has_children,
+               m.workflow_id, m.has_children, m.debounce_key, m.debounce_until,
                now() + make_interval(secs => coalesce(r.retention, 86400.0))
         FROM taken m LEFT JOIN jobq.queues r ON r.name = m.queue
         RETURNING j.id, j.has_children,
@@ -469,11 +469,12 @@ BEGIN
             (id, queue, status, payload, priority, run_at, attempts, max_attempts, dedup_key, last_error,
              lease_token, lease_expires_at, worker_id, created_at, updated_at, completed_at,
              message_attributes, first_received_at, kind, result, progress, awaited, key, schedule,
-             schedule_slot, traceparent, tracestate, depends_on, run_if, workflow_id, has_children)
+             schedule_slot, traceparent, tracestate, depends_on, run_if, workflow_id, has_children,
+             debounce_key, debounce_until)
         SELECT id, queue, 'waiting', payload, priority, run_at, attempts, max_attempts, dedup_key, NULL,
                NULL, NULL, worker_id, created_at, now(), NULL, message_attributes, first_received_at, kind,
                NULL, progress, awaited, key, schedule, schedule_slot, traceparent, tracestate, depends_on,
-               run_if, workflow_id, has_children
+               run_if, workflow_id, has_children, debounce_key, debounce_until
         FROM taken
         RETURNING id
     )

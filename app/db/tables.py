@@ -171,6 +171,10 @@ class JobColumns:
     # Some job has (or had) this one among its parents: its end then decides them (the triggers
     # job_dead and job_gone fire for such jobs, and jobs of workflows, alone).
     has_children: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # Debounce (POST /jobs `debounce`): the key enqueues of the queue share while the job is pending, and the
+    # latest its run_at may move to (its creation + max_seconds); NULL: not debounced, or no bound.
+    debounce_key: Mapped[str | None] = mapped_column(Text)
+    debounce_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Job(JobColumns, Base):
@@ -203,6 +207,15 @@ class Job(JobColumns, Base):
         ),
         # Jobs waiting for their parents, per queue (GET /jobs?status=waiting, the gauges).
         Index("ix_jobs_waiting", "queue", "id", postgresql_where=text("status = 'waiting'")),
+        # One pending job per debounce key of a queue: an enqueue with the key lands in it
+        # (ENQUEUE_DEBOUNCED, ON CONFLICT against this index).
+        Index(
+            "uq_jobs_debounce",
+            "queue",
+            "debounce_key",
+            unique=True,
+            postgresql_where=text("status = 'pending' AND debounce_key IS NOT NULL"),
+        ),
         # A workflow's jobs (GET /workflows/{id}, its cancel and retry).
         Index("ix_jobs_workflow", "workflow_id", postgresql_where=text("workflow_id IS NOT NULL")),
         # Lease expiry: running jobs by deadline.

@@ -43,6 +43,27 @@ class NewJobLike(Protocol):
     def depends_on(self) -> list[int] | None: ...  # its parents (existing jobs); None: none
     @property
     def run_if(self) -> str | None: ...  # with parents: what they must end as (RunIf); None: completed
+    @property
+    def debounce(self) -> DebounceLike | None: ...  # lands in its key's pending job, if any; None: none
+
+
+class DebounceLike(Protocol):
+    """Enqueues of a queue with the same key make one job while it waits (`seconds` after the last of
+    them, `max_seconds` after the first at the latest)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def max_seconds(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Debounce:
+    key: str
+    seconds: float
+    max_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +81,7 @@ class NewJob:
     tracestate: str | None = None
     depends_on: list[int] | None = None
     run_if: str | None = None
+    debounce: Debounce | None = None
 
 
 class WorkflowJobLike(NewJobLike, Protocol):

@@ -27,8 +27,8 @@ async def enqueue(runtime: Runtime, job: NewJobLike, once: Once | None = None) -
     refused is retried call by call, so each call still succeeds or fails on its own
     (app/service/coalesce.py). Enqueues with an idempotency key (`once`) share theirs with each other, so the
     others' statement stays ENQUEUE_NEW, with nothing of the keys. A job with parents is inserted on its
-    own (enqueue_batch)."""
-    if job.depends_on is not None:
+    own, and so is a debounced one (enqueue_batch)."""
+    if job.depends_on is not None or job.debounce is not None:
         (row,) = await enqueue_batch(runtime, [job], once=once)
         return row
     if once is None:
@@ -59,8 +59,12 @@ async def enqueue_batch(
     limit = runtime.settings.max_payload_bytes if payload_limit is None else payload_limit
     payloads = encode_payloads(requests, limit)
     waiting = any(r.depends_on is not None for r in requests)
-    if waiting and once is not None:
-        raise Invalid("an Idempotency-Key is not taken with depends_on yet: send the request without the key")
+    debounced = any(r.debounce is not None for r in requests)
+    if (waiting or debounced) and once is not None:
+        raise Invalid(
+            f"an Idempotency-Key is not taken with {'debounce' if debounced else 'depends_on'} yet: send the"
+            " request without the key"
+        )
     if once is not None:
         if then is not None:
             raise TypeError("enqueue_batch: `then` and `once` do not go together")
@@ -69,6 +73,14 @@ async def enqueue_batch(
             raise answer
         return answer
     started = time.time_ns()
+    if debounced:
+        async with runtime.db.acquire() as conn:
+            async with conn.transaction():
+                rows = [await _enqueue_one(conn, r, p) for r, p in zip(requests, payloads, strict=True)]
+                if then is not None:
+                    await then(conn, rows)
+        runtime.metrics.enqueued.count([row for row in rows if not row["debounced"]])
+        return rows
     if waiting:
         async with runtime.db.acquire() as conn:
             async with conn.transaction():
@@ -99,6 +111,35 @@ async def enqueue_batch(
     runtime.metrics.enqueued.count(inserted)
     tracing.record("send", inserted, started)
     return answers
+
+
+async def _enqueue_one(conn: asyncpg.Connection, request: NewJobLike, payload: str) -> Row:
+    """One job of a batch that has debounced jobs, in the batch's transaction: a debounced one lands in its
+    key's pending job (or makes one), any other is inserted alone; each answer says `debounced`."""
+    debounce = request.debounce
+    if debounce is None:
+        if request.depends_on is not None:
+            (row,) = await insert_waiting(conn, [request], [payload])
+        else:
+            row = (await insert_new(conn, [request], [payload]))[0]
+        return row | {"debounced": False}
+    row = await conn.fetchrow(
+        q.ENQUEUE_DEBOUNCED.text,
+        *q.ENQUEUE_DEBOUNCED.args(
+            queue=request.queue,
+            payload=payload,
+            priority=request.priority or None,
+            seconds=debounce.seconds,
+            max_seconds=debounce.max_seconds,
+            max_attempts=request.max_attempts,
+            kind=request.kind,
+            job_key=request.key,
+            traceparent=request.traceparent,
+            tracestate=request.tracestate,
+            debounce_key=debounce.key,
+        ),
+    )
+    return as_job(row) | {"duplicate": False}
 
 
 ENQUEUES = Shared("enqueue", enqueue_batch)

@@ -59,7 +59,7 @@ from app.db.sql.ends import (
     RELEASE,
     REVIVE_LEASE,
 )
-from app.db.sql.enqueue import DEDUP_HOLDERS, ENQUEUE, ENQUEUE_NEW, ENQUEUE_WAITING
+from app.db.sql.enqueue import DEDUP_HOLDERS, ENQUEUE, ENQUEUE_DEBOUNCED, ENQUEUE_NEW, ENQUEUE_WAITING
 from app.db.sql.fragments import (
     CHANNEL,
     DONE_CHANNEL,

@@ -145,3 +145,33 @@ ENQUEUE_WAITING = Query.define(
     ORDER BY j.id
     """,
 )
+
+# Enqueue one job under a debounce key (POST /jobs `debounce`): while a job of the queue with the key is
+# pending, the enqueue lands in it, replacing its payload and moving its run_at to now + :seconds, never past
+# its debounce_until (its creation + max_seconds); otherwise a new job is made, to run in :seconds.
+# uq_jobs_debounce holds one pending job per key, and ON CONFLICT against it makes concurrent enqueues of
+# a key land in one job: a job leased meanwhile is running, out of the index, and the enqueue makes a new
+# one. `debounced` says which (a row an ON CONFLICT updated has an xmax). No wake-up for a moved job: its
+# new run_at is later than the one its first enqueue announced, whose waiters find nothing and wait again.
+ENQUEUE_DEBOUNCED = Query.define(
+    "enqueue_debounced",
+    f"""
+    WITH {_queues_made("(SELECT :queue::text AS queue) t")}, j AS (
+        INSERT INTO jobq.jobs AS j
+            (queue, payload, priority, run_at, max_attempts, kind, key, traceparent, tracestate, debounce_key,
+             debounce_until)
+        SELECT :queue, :payload::jsonb, coalesce(:priority, 0),
+               least(now() + make_interval(secs => :seconds),
+                     now() + make_interval(secs => :max_seconds::float8)),
+               :max_attempts, :kind, :job_key, :traceparent, :tracestate, :debounce_key,
+               now() + make_interval(secs => :max_seconds::float8)
+        WHERE {LOCKED}
+        ON CONFLICT (queue, debounce_key) WHERE status = 'pending' AND debounce_key IS NOT NULL
+        DO UPDATE SET payload = excluded.payload, updated_at = now(),
+                      run_at = least(excluded.run_at, coalesce(j.debounce_until, 'infinity'))
+        RETURNING j.*, j.xmax <> 0 AS debounced
+    ), {_notify("j", "NOT debounced")}
+    SELECT {JOB}, j.debounced FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
+    WHERE {NOTIFIED}
+    """,
+)

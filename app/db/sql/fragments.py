@@ -46,7 +46,7 @@ JOB_COLUMNS = (
     "last_error", "lease_token", "lease_expires_at", "worker_id", "created_at", "updated_at",
     "completed_at", "message_attributes", "first_received_at", "kind", "result", "progress", "awaited",
     "key", "schedule", "schedule_slot", "traceparent", "tracestate", "depends_on", "run_if", "workflow_id",
-    "has_children",
+    "has_children", "debounce_key", "debounce_until",
 )  # fmt: skip
 
 

@@ -4,7 +4,16 @@
 
 from __future__ import annotations
 
-from app.db.sql.fragments import _CANCELLED, JOB, KEY_FREED, NOTIFIED, _in_scope, _notify, _notify_done
+from app.db.sql.fragments import (
+    _CANCELLED,
+    JOB,
+    JOB_COLUMNS,
+    KEY_FREED,
+    NOTIFIED,
+    _in_scope,
+    _notify,
+    _notify_done,
+)
 from app.db.sql.query import Query
 
 GET_JOB = Query.define(
@@ -15,12 +24,18 @@ GET_JOB = Query.define(
     """,
 )
 
-# Jobs by id, in id order (an enqueue of jobs with parents answers with them as they are once linked).
+# Jobs by id, in id order: an enqueue of jobs with parents answers with them as they are once linked. Read
+# from both tables past any purge_after (unlike jobq.all_jobs): a job its parents cancelled at once, in a
+# queue whose retention is 0, is answered too.
+_COLUMNS = ", ".join(JOB_COLUMNS)
 GET_JOBS = Query.define(
     "get_jobs",
     f"""
-    SELECT {JOB} FROM jobq.all_jobs j LEFT JOIN jobq.queues q ON q.name = j.queue
-    WHERE j.id = ANY(:ids::bigint[])
+    SELECT {JOB}
+    FROM (SELECT {_COLUMNS} FROM jobq.jobs WHERE id = ANY(:ids::bigint[])
+          UNION ALL
+          SELECT {_COLUMNS} FROM jobq.jobs_history WHERE id = ANY(:ids::bigint[])) j
+    LEFT JOIN jobq.queues q ON q.name = j.queue
     ORDER BY j.id
     """,
 )

@@ -84,8 +84,9 @@ class FastJob(msgspec.Struct, forbid_unknown_fields=True):
     key: _KEY | None = None
     traceparent: None = None  # set only by app/http/routers/producers.py from a valid traceparent header
     tracestate: None = None
-    depends_on: None = None  # jobs with parents are read by the model
+    depends_on: None = None  # jobs with parents are read by the model, and debounced ones
     run_if: None = None
+    debounce: None = None
 
     def model_copy(self, update: dict[str, object]) -> FastJob:
         """A copy with `update`'s fields, as pydantic's ``model_copy(update=...)`` makes one."""

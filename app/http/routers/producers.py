@@ -111,7 +111,7 @@ async def enqueue(body: EnqueueRequest, runtime: RuntimeDep, caller: Caller, req
     caller.admit(body.queue)
     (body,) = _traced(request, [body])
     job = await service.enqueue(runtime, body, idempotency_of(request, "/jobs"))
-    return JSONBody(job, status_code=200 if job["duplicate"] else 201)
+    return JSONBody(job, status_code=200 if job["duplicate"] or job.get("debounced") else 201)
 
 
 @router.post(

@@ -5,11 +5,11 @@ sent, and the job as every answer shows it.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.core.limits import MAX_PARENTS
+from app.core.limits import MAX_KEY, MAX_PARENTS, NO_NUL
 from app.core.states import JobStatus, RunIf
 from app.http.schemas.common import (
     EXAMPLE_TRACEPARENT,
@@ -50,6 +50,18 @@ _ENQUEUE_EXAMPLES = [
 ]
 
 
+class Debounce(Body):
+    key: Annotated[str, Field(min_length=1, max_length=MAX_KEY, pattern=NO_NUL)] = Field(
+        description="1-256 characters: enqueues of the queue with the same key make one job while it waits."
+    )
+    seconds: Seconds = Field(description="The job runs this long after the last enqueue of the burst.")
+    max_seconds: Seconds | None = Field(
+        default=None,
+        description="Never later than this long after the burst's first enqueue (its job's creation), so a"
+        " key enqueued without a pause still runs; null: no such bound.",
+    )
+
+
 class EnqueueRequest(Body):
     model_config = ConfigDict(
         json_schema_extra={
@@ -62,6 +74,15 @@ class EnqueueRequest(Body):
                 {
                     "if": {"required": ["run_if"], "properties": {"run_if": {"type": "string"}}},
                     "then": {"required": ["depends_on"], "properties": {"depends_on": {"type": "array"}}},
+                },
+                # A debounce (not null) sets run_at and the job itself: none of these (not null) with it.
+                {
+                    "if": {"required": ["debounce"], "properties": {"debounce": {"type": "object"}}},
+                    "then": {
+                        "properties": {
+                            name: {"type": "null"} for name in ("run_at", "delay", "dedup_key", "depends_on")
+                        }
+                    },
                 },
                 {
                     "if": {
@@ -131,6 +152,14 @@ class EnqueueRequest(Body):
         " they ended as) or `failed` (one at least dead or cancelled).",
     )
 
+    debounce: Debounce | None = Field(
+        default=None,
+        description="While a job of the queue with this debounce key is pending, an enqueue with the key"
+        " replaces its payload and moves its run_at to now + seconds (never past its creation + max_seconds),"
+        " and answers 200 with it (`debounced` true); otherwise a new job is made to run in `seconds`. Not"
+        " with run_at, delay, dedup_key or depends_on.",
+    )
+
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
         if self.run_at is not None and self.delay is not None:
@@ -139,6 +168,13 @@ class EnqueueRequest(Body):
             raise ValueError("tracestate goes with a traceparent: give both, or neither")
         if self.run_if is not None and self.depends_on is None:
             raise ValueError("run_if goes with depends_on: it says what the parents must end as")
+        if self.debounce is not None and any(
+            value is not None for value in (self.run_at, self.delay, self.dedup_key, self.depends_on)
+        ):
+            raise ValueError(
+                "debounce sets when the job runs and which job an enqueue lands in: give no run_at, delay,"
+                " dedup_key or depends_on with it"
+            )
         if self.depends_on is not None and self.dedup_key is not None:
             raise ValueError(
                 "a job with depends_on takes no dedup_key: decided later, it could meet an active job"
@@ -278,6 +314,11 @@ class EnqueuedJob(Job):
     model_config = ConfigDict(json_schema_extra={"examples": [_ENQUEUED_EXAMPLE]})
 
     duplicate: bool = Field(description="True when dedup_key matched an active job; this is that job.")
+    debounced: bool = Field(
+        default=False,
+        description="True when `debounce` found a pending job of its key, whose payload and run_at it"
+        " replaced; this is that job. Present only for an enqueue with `debounce`.",
+    )
 
 
 class EnqueueBatchResponse(BaseModel):

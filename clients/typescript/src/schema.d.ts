@@ -947,6 +947,24 @@ export interface components {
              */
             next_before_id: number | null;
         };
+        /** Debounce */
+        Debounce: {
+            /**
+             * Key
+             * @description 1-256 characters: enqueues of the queue with the same key make one job while it waits.
+             */
+            key: string;
+            /**
+             * Seconds
+             * @description The job runs this long after the last enqueue of the burst.
+             */
+            seconds: number;
+            /**
+             * Max Seconds
+             * @description Never later than this long after the burst's first enqueue (its job's creation), so a key enqueued without a pause still runs; null: no such bound.
+             */
+            max_seconds?: number | null;
+        };
         /** DeletedKey */
         DeletedKey: {
             /**
@@ -1117,7 +1135,9 @@ export interface components {
             depends_on?: number[] | null;
             /** @description With `depends_on`: `completed` (default; every parent completed), `finished` (whatever they ended as) or `failed` (one at least dead or cancelled). */
             run_if?: components["schemas"]["RunIf"] | null;
-        } & (unknown & unknown);
+            /** @description While a job of the queue with this debounce key is pending, an enqueue with the key replaces its payload and moves its run_at to now + seconds (never past its creation + max_seconds), and answers 200 with it (`debounced` true); otherwise a new job is made to run in `seconds`. Not with run_at, delay, dedup_key or depends_on. */
+            debounce?: components["schemas"]["Debounce"] | null;
+        } & (unknown & unknown & unknown);
         /**
          * EnqueuedJob
          * @example {
@@ -1286,6 +1306,12 @@ export interface components {
              * @description True when dedup_key matched an active job; this is that job.
              */
             duplicate: boolean;
+            /**
+             * Debounced
+             * @description True when `debounce` found a pending job of its key, whose payload and run_at it replaced; this is that job. Present only for an enqueue with `debounce`.
+             * @default false
+             */
+            debounced?: boolean;
         };
         /**
          * ExtendRequest

@@ -44,7 +44,9 @@ COLUMNS = """
     ADD COLUMN IF NOT EXISTS depends_on bigint[],
     ADD COLUMN IF NOT EXISTS run_if text,
     ADD COLUMN IF NOT EXISTS workflow_id bigint,
-    ADD COLUMN IF NOT EXISTS has_children boolean NOT NULL DEFAULT false"""
+    ADD COLUMN IF NOT EXISTS has_children boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS debounce_key text,
+    ADD COLUMN IF NOT EXISTS debounce_until timestamptz"""
 # The CHECKs, NOT VALID: new rows are checked at once, and the ALTER, which holds ACCESS EXCLUSIVE on
 # jobs, scans nothing. Each part is idempotent: the step runs again from the start when a validation
 # (after this part committed) times out on its lock.
@@ -66,6 +68,10 @@ WAITING_INDEX = (
     f"CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_jobs_waiting ON {SCHEMA}.jobs (queue, id)"
     " WHERE status = 'waiting'"
 )
+DEBOUNCE_INDEX = (
+    f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS uq_jobs_debounce ON {SCHEMA}.jobs (queue, debounce_key)"
+    " WHERE status = 'pending' AND debounce_key IS NOT NULL"
+)
 WORKFLOW_INDEX = (
     f"CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_jobs_workflow ON {SCHEMA}.jobs (workflow_id)"
     " WHERE workflow_id IS NOT NULL"
@@ -82,7 +88,7 @@ NAMES = (
     "first_received_at, kind, result, progress, awaited, schedule, schedule_slot, key, traceparent, "
     "tracestate"
 )
-NEW_NAMES = "depends_on, run_if, workflow_id, has_children"
+NEW_NAMES = "depends_on, run_if, workflow_id, has_children, debounce_key, debounce_until"
 
 
 def view(extra: str) -> str:
@@ -243,12 +249,12 @@ BEGIN
              lease_token, lease_expires_at, worker_id, created_at, updated_at, completed_at,
              message_attributes, first_received_at, kind, result, progress, awaited, key, schedule,
              schedule_slot, traceparent, tracestate, depends_on, run_if, workflow_id, has_children,
-             purge_after)
+             debounce_key, debounce_until, purge_after)
         SELECT m.id, m.queue, 'cancelled', m.payload, m.priority, m.run_at, m.attempts, m.max_attempts,
                m.dedup_key, m.reason, m.lease_token, m.lease_expires_at, m.worker_id, m.created_at, now(),
                now(), m.message_attributes, m.first_received_at, m.kind, m.result, m.progress, m.awaited,
                m.key, m.schedule, m.schedule_slot, m.traceparent, m.tracestate, m.depends_on, m.run_if,
-               m.workflow_id, m.has_children,
+               m.workflow_id, m.has_children, m.debounce_key, m.debounce_until,
                now() + make_interval(secs => coalesce(r.retention, 86400.0))
         FROM taken m LEFT JOIN jobq.queues r ON r.name = m.queue
         RETURNING j.id, j.has_children,
@@ -429,11 +435,12 @@ BEGIN
             (id, queue, status, payload, priority, run_at, attempts, max_attempts, dedup_key, last_error,
              lease_token, lease_expires_at, worker_id, created_at, updated_at, completed_at,
              message_attributes, first_received_at, kind, result, progress, awaited, key, schedule,
-             schedule_slot, traceparent, tracestate, depends_on, run_if, workflow_id, has_children)
+             schedule_slot, traceparent, tracestate, depends_on, run_if, workflow_id, has_children,
+             debounce_key, debounce_until)
         SELECT id, queue, 'waiting', payload, priority, run_at, attempts, max_attempts, dedup_key, NULL,
                NULL, NULL, worker_id, created_at, now(), NULL, message_attributes, first_received_at, kind,
                NULL, progress, awaited, key, schedule, schedule_slot, traceparent, tracestate, depends_on,
-               run_if, workflow_id, has_children
+               run_if, workflow_id, has_children, debounce_key, debounce_until
         FROM taken
         RETURNING id
     )
@@ -730,6 +737,7 @@ def upgrade() -> None:
             op.execute(statement)
         op.execute(WAITING_INDEX)
         op.execute(WORKFLOW_INDEX)
+        op.execute(DEBOUNCE_INDEX)
         build_partitioned_index(
             "jobs_history", "ix_jobs_history_workflow", "(workflow_id) WHERE workflow_id IS NOT NULL"
         )
@@ -737,7 +745,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with op.get_context().autocommit_block():
-        for index in ("ix_jobs_waiting", "ix_jobs_workflow"):
+        for index in ("ix_jobs_waiting", "ix_jobs_workflow", "uq_jobs_debounce"):
             op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {SCHEMA}.{index}")
     lock_tables("jobs")
     for trigger in TRIGGERS:
@@ -771,7 +779,9 @@ def downgrade() -> None:
         DROP CONSTRAINT IF EXISTS ck_jobs_status_known,
         ADD CONSTRAINT ck_jobs_ck_jobs_status_known CHECK (status IN ({STATUSES})),
         DROP COLUMN IF EXISTS depends_on, DROP COLUMN IF EXISTS run_if,
-        DROP COLUMN IF EXISTS workflow_id, DROP COLUMN IF EXISTS has_children""")
+        DROP COLUMN IF EXISTS workflow_id, DROP COLUMN IF EXISTS has_children,
+        DROP COLUMN IF EXISTS debounce_key, DROP COLUMN IF EXISTS debounce_until""")
     op.execute(f"""ALTER TABLE {SCHEMA}.jobs_history
         DROP COLUMN IF EXISTS depends_on, DROP COLUMN IF EXISTS run_if,
-        DROP COLUMN IF EXISTS workflow_id, DROP COLUMN IF EXISTS has_children""")
+        DROP COLUMN IF EXISTS workflow_id, DROP COLUMN IF EXISTS has_children,
+        DROP COLUMN IF EXISTS debounce_key, DROP COLUMN IF EXISTS debounce_until""")

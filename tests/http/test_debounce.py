@@ -1,0 +1,82 @@
+"""Debounce (API part 6): a burst of enqueues with one debounce key runs once, with the last payload,
+`seconds` after the burst ends, and never later than `max_seconds` after its first enqueue."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.helpers import lease, lease_one
+
+pytestmark = pytest.mark.anyio
+
+
+async def debounced(client, payload, seconds=60.0, queue="q", key="user:7", **extra) -> tuple[int, dict]:
+    body = {"queue": queue, "payload": payload, "debounce": {"key": key, "seconds": seconds, **extra}}
+    r = await client.post("/jobs", json=body)
+    assert r.status_code in (200, 201), r.text
+    return r.status_code, r.json()
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+async def test_a_burst_lands_in_one_job_with_the_last_payload(client, db):
+    status, first = await debounced(client, 1)
+    assert (status, first["debounced"], first["status"]) == (201, False, "pending")
+    assert timedelta(seconds=59) < at(first["run_at"]) - at(first["created_at"]) <= timedelta(seconds=61)
+    await asyncio.sleep(0.3)
+    status, second = await debounced(client, 2)
+    assert (status, second["debounced"], second["id"]) == (200, True, first["id"])
+    assert second["payload"] == 2
+    assert at(second["run_at"]) > at(first["run_at"])
+    # Another key, or another queue, is another job.
+    assert (await debounced(client, 3, key="user:8"))[0] == 201
+    assert (await debounced(client, 4, queue="r"))[0] == 201
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 3
+
+
+async def test_max_seconds_bounds_how_far_a_burst_moves_the_job(client):
+    _, first = await debounced(client, 1, seconds=60, max_seconds=5)
+    assert at(first["run_at"]) - at(first["created_at"]) <= timedelta(seconds=5, milliseconds=50)
+    _, again = await debounced(client, 2, seconds=60, max_seconds=5)
+    assert again["id"] == first["id"]
+    assert at(again["run_at"]) <= at(first["created_at"]) + timedelta(seconds=5, milliseconds=1)
+
+
+async def test_a_debounced_job_already_running_makes_a_new_one(client):
+    _, first = await debounced(client, 1, seconds=0)
+    assert (await lease_one(client, "q"))["id"] == first["id"]
+    status, second = await debounced(client, 2, seconds=0)
+    assert status == 201 and second["id"] != first["id"]
+    assert [j["payload"] for j in await lease(client, "q")] == [2]
+
+
+async def test_concurrent_enqueues_of_one_key_make_one_job(client, db):
+    answers = await asyncio.gather(*(debounced(client, n, seconds=30) for n in range(20)))
+    assert len({job["id"] for _, job in answers}) == 1
+    assert sorted(status for status, _ in answers) == [200] * 19 + [201]
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+
+
+async def test_a_batch_may_debounce(client):
+    jobs = [
+        {"queue": "q", "payload": 1, "debounce": {"key": "k", "seconds": 30}},
+        {"queue": "q", "payload": 2},
+        {"queue": "q", "payload": 3, "debounce": {"key": "k", "seconds": 30}},
+    ]
+    r = await client.post("/jobs/batch", json={"jobs": jobs})
+    assert r.status_code == 201, r.text
+    made = r.json()["jobs"]
+    assert [j["debounced"] for j in made] == [False, False, True]
+    assert made[0]["id"] == made[2]["id"] and made[2]["payload"] == 3
+
+
+@pytest.mark.parametrize("extra", [{"delay": 1}, {"dedup_key": "d"}, {"depends_on": [1]}])
+async def test_debounce_goes_with_nothing_that_sets_the_job_or_its_time(client, extra):
+    body = {"queue": "q", "payload": 1, "debounce": {"key": "k", "seconds": 1}, **extra}
+    r = await client.post("/jobs", json=body)
+    assert r.status_code == 422 and "debounce sets when the job runs" in r.text
