@@ -259,7 +259,9 @@ class Bench:
             async with served.Session() as http:
                 (job,) = (await served.post(http, f"{self.url}/lease", {"queue": queue}))["jobs"]
                 started = time.perf_counter()
-                await served.post(http, f"{self.url}/ack", {"id": job["id"], "lease_token": job["lease_token"]})
+                await served.post(
+                    http, f"{self.url}/ack", {"id": job["id"], "lease_token": job["lease_token"]}
+                )
                 seconds = time.perf_counter() - started
             if children:
                 waiting = await self.sql("SELECT count(*) FROM jobq.jobs WHERE status = 'waiting'")
