@@ -110,6 +110,7 @@ class WorkflowJob:
     traceparent: str | None = None
     tracestate: str | None = None
     dedup_key: str | None = None
+    debounce: None = None
 
 
 class JobLeaseLike(Protocol):

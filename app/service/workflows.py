@@ -110,11 +110,11 @@ def _digest(name: str | None, jobs: Sequence[WorkflowJobLike], payloads: list[st
 
 async def create_workflow(
     runtime: Runtime, name: str | None, jobs: Sequence[WorkflowJobLike], once: Once | None = None
-) -> tuple[JSONText, bool]:
+) -> JSONText:
     """Make the workflow, all or nothing: its jobs inserted with ids drawn first, each job's refs turned
     into its siblings' ids, and linked to their parents (which decides at once the jobs whose parents had
-    all ended). The answer as JSON text, and whether it is a kept one (a request sent again under its
-    Idempotency-Key: nothing made)."""
+    all ended). The answer as JSON text: the kept one for a request sent again under its Idempotency-Key
+    (nothing made then)."""
     check_graph(jobs)
     payloads = encode_payloads(jobs, runtime.settings.max_payload_bytes)
     digest = _digest(name, jobs, payloads) if once is not None else b""
@@ -123,17 +123,17 @@ async def create_workflow(
             if once is not None:
                 kept = await _claim(conn, once, digest, runtime.settings.idempotency_ttl)
                 if kept is not None:
-                    return JSONText(kept), True
-            answer = await _make(conn, name, jobs, payloads)
+                    return JSONText(kept)
+            workflow_id, answer = await _make(conn, name, jobs, payloads)
             if once is not None:
                 await conn.execute(
                     q.KEEP_ANSWER.text,
                     *q.KEEP_ANSWER.args(
-                        answer=answer.decode(), workflow_id=_id_of(answer), scope=once.scope, key=once.key
+                        answer=answer.decode(), workflow_id=workflow_id, scope=once.scope, key=once.key
                     ),
                 )
     runtime.metrics.workflows_started.inc()
-    return JSONText(answer), False
+    return JSONText(answer)
 
 
 async def _claim(conn: asyncpg.Connection, once: Once, digest: bytes, ttl: float) -> bytes | None:
@@ -163,8 +163,8 @@ async def _claim(conn: asyncpg.Connection, once: Once, digest: bytes, ttl: float
 
 async def _make(
     conn: asyncpg.Connection, name: str | None, jobs: Sequence[WorkflowJobLike], payloads: list[str]
-) -> bytes:
-    """Insert the workflow and its jobs; the answer, as JSON."""
+) -> tuple[int, bytes]:
+    """Insert the workflow and its jobs; its id, and the answer as JSON."""
     ids = [row["id"] for row in await conn.fetch(q.DRAW_JOB_IDS.text, *q.DRAW_JOB_IDS.args(n=len(jobs)))]
     by_ref = {job.ref: job_id for job, job_id in zip(jobs, ids, strict=True)}
     made = await conn.fetchrow(
@@ -192,7 +192,7 @@ async def _make(
     ]
     rows = await insert_waiting(conn, requests, payloads, workflow_id=made["id"], ids=ids)
     status = workflow_status(row["status"] for row in rows)
-    return orjson.dumps(
+    return made["id"], orjson.dumps(
         {
             "id": made["id"],
             "name": made["name"],
@@ -207,10 +207,6 @@ async def _make(
     )
 
 
-def _id_of(answer: bytes) -> int:
-    return int(orjson.loads(answer)["id"])
-
-
 # --- reading ---------------------------------------------------------------------------------------
 
 
@@ -218,11 +214,10 @@ async def get_workflow(runtime: Runtime, workflow_id: int) -> Row:
     """The workflow with its jobs as they are now, its status worked out from them (and kept on its row
     when it changed); NotFound when there is no such workflow."""
     async with runtime.db.acquire() as conn:
-        workflow = await conn.fetchrow(q.GET_WORKFLOW.text, *q.GET_WORKFLOW.args(id=workflow_id))
-        if workflow is None:
-            raise NotFound(f"workflow {workflow_id} does not exist")
-        jobs = await conn.fetch(q.WORKFLOW_JOBS.text, *q.WORKFLOW_JOBS.args(id=workflow_id))
-        status, finished_at = await _settle(runtime, conn, workflow, jobs)
+        read = await _read(runtime, conn, workflow_id)
+    if read is None:
+        raise NotFound(f"workflow {workflow_id} does not exist")
+    workflow, jobs, status, finished_at = read
     ref_of = dict(zip(workflow["job_ids"], workflow["refs"], strict=True))
     counts: dict[str, int] = {}
     for job in jobs:
@@ -248,6 +243,19 @@ async def get_workflow(runtime: Runtime, workflow_id: int) -> Row:
             if job_id in by_id  # a job pruned by its queue's retention is gone
         ],
     }
+
+
+async def _read(
+    runtime: Runtime, conn: asyncpg.Connection, workflow_id: int
+) -> tuple[asyncpg.Record, list[asyncpg.Record], str, datetime | None] | None:
+    """The workflow's row, its jobs, and its status and finish worked out from them (_settle); None when
+    there is no such workflow."""
+    workflow = await conn.fetchrow(q.GET_WORKFLOW.text, *q.GET_WORKFLOW.args(id=workflow_id))
+    if workflow is None:
+        return None
+    jobs = await conn.fetch(q.WORKFLOW_JOBS.text, *q.WORKFLOW_JOBS.args(id=workflow_id))
+    status, finished_at = await _settle(runtime, conn, workflow, jobs)
+    return workflow, jobs, status, finished_at
 
 
 async def _settle(
@@ -322,12 +330,8 @@ async def refresh_running(runtime: Runtime, batch: int = 200) -> int:
                 )
             ]
             for workflow_id in ids:
-                workflow = await conn.fetchrow(q.GET_WORKFLOW.text, *q.GET_WORKFLOW.args(id=workflow_id))
-                if workflow is None:
-                    continue
-                jobs = await conn.fetch(q.WORKFLOW_JOBS.text, *q.WORKFLOW_JOBS.args(id=workflow_id))
-                status, _ = await _settle(runtime, conn, workflow, jobs)
-                finished += status in FINISHED
+                read = await _read(runtime, conn, workflow_id)
+                finished += read is not None and read[2] in FINISHED
         if len(ids) < batch:
             return finished
         after = ids[-1]
@@ -351,10 +355,10 @@ async def cancel_workflow(runtime: Runtime, workflow_id: int) -> Row:
     return await get_workflow(runtime, workflow_id)
 
 
-async def retry_workflow(runtime: Runtime, workflow_id: int) -> Row:
-    """Resume a failed workflow where it failed (jobq.retry_workflow()); Conflict for one that is not
-    failed. The workflow as it is then."""
-    workflow = await get_workflow(runtime, workflow_id)
+async def retry_workflow(runtime: Runtime, workflow: Row) -> Row:
+    """Resume a failed workflow (as get_workflow read it) where it failed (jobq.retry_workflow());
+    Conflict for one that is not failed. The workflow as it is then."""
+    workflow_id = workflow["id"]
     if workflow["status"] != WorkflowStatus.FAILED:
         raise Conflict(
             f"workflow {workflow_id} is {workflow['status']}; only a failed workflow can be retried"

@@ -58,9 +58,7 @@ async def create_workflow(
         for i, job in enumerate(body.jobs):
             caller.admit(job.queue, where=f"jobs[{i}].queue")
     jobs = [WorkflowJob(**job.model_dump()) for job in body.jobs]
-    answer, kept = await workflows.create_workflow(
-        runtime, body.name, jobs, idempotency_of(request, "/workflows")
-    )
+    answer = await workflows.create_workflow(runtime, body.name, jobs, idempotency_of(request, "/workflows"))
     return JSONBody(answer, status_code=201)
 
 
@@ -110,5 +108,5 @@ async def cancel_workflow(id: WorkflowId, runtime: RuntimeDep, caller: Caller) -
 async def retry_workflow(id: WorkflowId, runtime: RuntimeDep, caller: Caller) -> JSONBody:
     """Resume a failed workflow where it failed: its dead jobs pending again (attempts reset), the jobs
     cancelled because of them waiting again. Any other status is 409."""
-    _visible(await workflows.get_workflow(runtime, id), caller)
-    return JSONBody(await workflows.retry_workflow(runtime, id))
+    workflow = _visible(await workflows.get_workflow(runtime, id), caller)
+    return JSONBody(await workflows.retry_workflow(runtime, workflow))
