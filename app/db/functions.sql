@@ -209,15 +209,22 @@ $$;
 -- `has_children` marks a job that has (or had) edges, so that the triggers below fire for it alone: a
 -- job without children pays the trigger's WHEN and nothing more. Made by 0023.
 
--- jobq.decide(): decide the children whose parents have all ended (job_waits.parents_left = 0), each by
--- its `run_if`: `completed` runs it when every parent completed, `finished` whatever they ended as,
--- `failed` when one at least is dead or cancelled. Run: pending, at now + the `delay` it was enqueued
--- with (else at its run_at, or now if that passed), the queue's long-polls woken as for a new job. Not
+-- jobq.decide(): decide the children `p_children` whose parents have all ended, each given with the first
+-- of its parents that did not complete (`p_failed`, and its status in `p_failed_status`; NULL: all
+-- completed), its last parent (`p_last`) and the `delay` it was enqueued with (`p_delays`, counted from
+-- now; NULL: none), each by its `run_if`: `completed` runs it when every parent completed, `finished`
+-- whatever they ended as, `failed` when one at least is dead or cancelled. Run: pending, at now + its
+-- delay (else at its run_at, or now if that passed), the queue's long-polls woken as for a new job. Not
 -- run: cancelled (moved to jobq.jobs_history as every cancelled job is), `last_error` naming the parent
--- that decided it, and its waiters woken. Returns the cancelled jobs that have children of their own, to
--- be ended in turn (jobq.parents_ended()). A cancelled job of a workflow wakes the workflow's waiters, as
--- jobq.job_ending() does.
-CREATE OR REPLACE FUNCTION jobq.decide(p_children bigint[]) RETURNS bigint[]
+-- that decided it, and its waiters woken. A child no longer waiting (cancelled meanwhile) is left as it
+-- is. Returns the cancelled jobs that have children of their own, to be ended in turn
+-- (jobq.parents_ended()). A cancelled job of a workflow wakes the workflow's waiters, as
+-- jobq.job_ending() does. Its callers decide each child once: jobq.parents_ended(), for the one
+-- transaction that ended its last parent, and jobq.add_parents(), for a child whose parents had all ended.
+CREATE OR REPLACE FUNCTION jobq.decide(
+    p_children bigint[], p_failed bigint[], p_failed_status text[], p_last bigint[],
+    p_delays double precision[]
+) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cancelled bigint[];
@@ -225,12 +232,12 @@ BEGIN
     IF coalesce(cardinality(p_children), 0) = 0 THEN
         RETURN '{}';
     END IF;
-    WITH w AS (
-        DELETE FROM jobq.job_waits WHERE job_id = ANY(p_children) AND parents_left = 0 RETURNING *
-    ), c AS (
-        SELECT w.*, CASE j.run_if WHEN 'finished' THEN true WHEN 'failed' THEN w.failed_parent IS NOT NULL
-                                  ELSE w.failed_parent IS NULL END AS go
-        FROM w JOIN jobq.jobs j ON j.id = w.job_id AND j.status = 'waiting'
+    WITH c AS (
+        SELECT d.*, CASE j.run_if WHEN 'finished' THEN true WHEN 'failed' THEN d.failed_parent IS NOT NULL
+                                  ELSE d.failed_parent IS NULL END AS go
+        FROM unnest(p_children, p_failed, p_failed_status, p_last, p_delays)
+             AS d(job_id, failed_parent, failed_status, last_parent, start_delay)
+        JOIN jobq.jobs j ON j.id = d.job_id AND j.status = 'waiting'
     ), started AS (
         UPDATE jobq.jobs j
         SET status = 'pending', updated_at = now(),
@@ -276,20 +283,26 @@ END
 $$;
 
 
--- jobq.parents_ended(): the parents `p_parents` ended (or are gone): count their children down, decide
--- those that reach zero (jobq.decide()), and go on with the children that this cancelled, until no job is
--- left to end (a loop, not a trigger calling itself: a chain of a thousand cancellations stays one level
--- deep). A parent's status is read as it is now; one that is nowhere was deleted, and counts as
--- cancelled. The children's job_waits rows are locked in id order before they are counted down, so two
--- parents ending at once wait for each other instead of deadlocking.
+-- jobq.parents_ended(): the parents `p_parents` ended (or are gone): take their edges, decide the
+-- children whose last parent this was (jobq.decide()), and go on with the children that this cancelled,
+-- until no job is left to end (a loop, not a trigger calling itself: a chain of a thousand cancellations
+-- stays one level deep). A parent's status is read as it is now; one that is nowhere was deleted, and
+-- counts as cancelled. A child of one parent (and no delay) has no job_waits row: the edge it had was its
+-- only one, and the transaction that deleted it decides it. A child of several has one, counted down
+-- here; its rows are locked in id order first, so two parents ending at once wait for each other instead
+-- of deadlocking, and the one that counts it to zero deletes the row and decides the child.
 CREATE OR REPLACE FUNCTION jobq.parents_ended(p_parents bigint[]) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_frontier bigint[] := p_parents;
     v_children bigint[];
     v_parents bigint[];
     v_statuses text[];
     v_ready bigint[];
+    v_failed bigint[];
+    v_failed_status text[];
+    v_last bigint[];
+    v_delays double precision[];
 BEGIN
     WHILE coalesce(cardinality(v_frontier), 0) > 0 LOOP
         WITH gone AS (
@@ -302,6 +315,14 @@ BEGIN
         FROM gone g LEFT JOIN jobq.all_jobs a ON a.id = g.parent_id;
         EXIT WHEN v_children IS NULL;
         PERFORM 1 FROM jobq.job_waits WHERE job_id = ANY(v_children) ORDER BY job_id FOR UPDATE;
+        IF NOT FOUND THEN  -- children of one parent each: this one, whose end decides them
+            SELECT array_agg(CASE WHEN status <> 'completed' THEN parent_id END ORDER BY n),
+                   array_agg(CASE WHEN status <> 'completed' THEN status END ORDER BY n)
+            INTO v_failed, v_failed_status
+            FROM unnest(v_parents, v_statuses) WITH ORDINALITY AS e(parent_id, status, n);
+            v_frontier := jobq.decide(v_children, v_failed, v_failed_status, v_parents, NULL);
+            CONTINUE;
+        END IF;
         WITH per_child AS (
             SELECT child_id, count(*) AS n, max(parent_id) AS last_parent,
                    (array_agg(parent_id ORDER BY parent_id) FILTER (WHERE status <> 'completed'))[1]
@@ -316,11 +337,25 @@ BEGIN
                 failed_parent = coalesce(w.failed_parent, p.failed_parent),
                 failed_status = CASE WHEN w.failed_parent IS NULL THEN p.failed_status
                                      ELSE w.failed_status END
-            FROM per_child p WHERE w.job_id = p.child_id
-            RETURNING w.job_id, w.parents_left
+            FROM per_child p WHERE w.job_id = p.child_id AND w.parents_left > p.n
+            RETURNING w.job_id
+        ), done AS (
+            DELETE FROM jobq.job_waits w USING per_child p
+            WHERE w.job_id = p.child_id AND w.parents_left <= p.n
+            RETURNING w.job_id, coalesce(w.failed_parent, p.failed_parent) AS failed_parent,
+                      CASE WHEN w.failed_parent IS NULL THEN p.failed_status ELSE w.failed_status END
+                          AS failed_status,
+                      p.last_parent, w.start_delay
+        ), ready AS (
+            SELECT * FROM done
+            UNION ALL
+            SELECT p.child_id, p.failed_parent, p.failed_status, p.last_parent, NULL FROM per_child p
+            WHERE p.child_id NOT IN (SELECT job_id FROM counted UNION ALL SELECT job_id FROM done)
         )
-        SELECT coalesce(array_agg(job_id) FILTER (WHERE parents_left <= 0), '{}') INTO v_ready FROM counted;
-        v_frontier := jobq.decide(v_ready);
+        SELECT array_agg(job_id), array_agg(failed_parent), array_agg(failed_status), array_agg(last_parent),
+               array_agg(start_delay)
+        INTO v_ready, v_failed, v_failed_status, v_last, v_delays FROM ready;
+        v_frontier := jobq.decide(v_ready, v_failed, v_failed_status, v_last, v_delays);
     END LOOP;
 END
 $$;
@@ -331,7 +366,9 @@ $$;
 -- in id order): a parent's end under way is waited for, and one that comes after waits for this
 -- transaction and then finds its edges, so no end is missed. Parents that ended already count at once:
 -- a child whose parents have all ended is decided here. `p_delays`, one per child: the `delay` it was
--- enqueued with, counted from its decision (NULL: none). An id that is no job raises
+-- enqueued with, counted from its decision (NULL: none). A child left waiting gets a job_waits row when
+-- it has several parents or a delay (jobq.parents_ended() counts it down); one with a single parent and
+-- no delay needs none. An id that is no job raises
 -- foreign_key_violation, the ids in its DETAIL (the service answers 422 naming them).
 CREATE OR REPLACE FUNCTION jobq.add_parents(p_children bigint[], p_delays double precision[])
 RETURNS void
@@ -341,6 +378,10 @@ DECLARE
     v_live bigint[];
     v_unknown bigint[];
     v_ready bigint[];
+    v_failed bigint[];
+    v_failed_status text[];
+    v_last bigint[];
+    v_delays double precision[];
 BEGIN
     SELECT array_agg(DISTINCT p) INTO v_parents
     FROM jobq.jobs c CROSS JOIN LATERAL unnest(c.depends_on) p WHERE c.id = ANY(p_children);
@@ -360,23 +401,28 @@ BEGIN
         SELECT pairs.*, a.status FROM pairs LEFT JOIN jobq.all_jobs a ON a.id = pairs.parent AND NOT live
     ), unknown AS (
         SELECT array_agg(DISTINCT parent) AS ids FROM ended WHERE NOT live AND status IS NULL
+    ), per_child AS (
+        SELECT child, count(*) AS parents, count(*) FILTER (WHERE live) AS parents_left,
+               (array_agg(parent ORDER BY parent) FILTER (WHERE status <> 'completed'))[1] AS failed_parent,
+               (array_agg(status ORDER BY parent) FILTER (WHERE status <> 'completed'))[1] AS failed_status,
+               max(parent) FILTER (WHERE NOT live) AS last_parent, min(delay) AS delay
+        FROM ended GROUP BY child
     ), waits AS (
         INSERT INTO jobq.job_waits (job_id, parents_left, failed_parent, failed_status, last_parent,
                                     start_delay)
-        SELECT child, count(*) FILTER (WHERE live),
-               (array_agg(parent ORDER BY parent) FILTER (WHERE status <> 'completed'))[1],
-               (array_agg(status ORDER BY parent) FILTER (WHERE status <> 'completed'))[1],
-               max(parent) FILTER (WHERE NOT live), min(delay)
-        FROM ended GROUP BY child
-        RETURNING job_id, parents_left
+        SELECT child, parents_left, failed_parent, failed_status, last_parent, delay FROM per_child
+        WHERE parents_left > 0 AND (parents > 1 OR delay IS NOT NULL)
+    ), ready AS (
+        SELECT * FROM per_child WHERE parents_left = 0
     )
-    SELECT (SELECT ids FROM unknown), array_agg(job_id) FILTER (WHERE parents_left = 0)
-    INTO v_unknown, v_ready FROM waits;
+    SELECT (SELECT ids FROM unknown), array_agg(child), array_agg(failed_parent), array_agg(failed_status),
+           array_agg(last_parent), array_agg(delay)
+    INTO v_unknown, v_ready, v_failed, v_failed_status, v_last, v_delays FROM ready;
     IF v_unknown IS NOT NULL THEN
         RAISE EXCEPTION 'depends_on names jobs that do not exist: %', array_to_string(v_unknown, ', ')
             USING ERRCODE = 'foreign_key_violation', DETAIL = array_to_string(v_unknown, ',');
     END IF;
-    PERFORM jobq.parents_ended(jobq.decide(v_ready));
+    PERFORM jobq.parents_ended(jobq.decide(v_ready, v_failed, v_failed_status, v_last, v_delays));
 END
 $$;
 

@@ -101,6 +101,28 @@ async def test_run_if_decides_by_how_the_parents_ended(runtime, db, run_if, pare
     assert await bookkeeping(db) == (0, 0)
 
 
+@pytest.mark.parametrize("parent_ends", ["completed", "dead", "cancelled"])
+@pytest.mark.parametrize("run_if", ["completed", "finished", "failed"])
+async def test_a_child_of_one_parent_is_decided_by_its_end(runtime, db, run_if, parent_ends):
+    """A child of a single parent keeps no count (no job_waits row): the end of that parent, which takes
+    its only edge, decides it, by the same rules."""
+    parent = await enqueue(runtime, max_attempts=1)
+    child = await child_of(runtime, parent["id"], run_if=run_if)
+    assert await bookkeeping(db) == (1, 0)
+    if parent_ends == "completed":
+        await run_to_completion(runtime)
+    elif parent_ends == "dead":
+        await nack(runtime, await lease_one(runtime), error="boom")
+    else:
+        await service.cancel(runtime.db, parent["id"])
+    runs = {"completed": parent_ends == "completed", "finished": True, "failed": parent_ends != "completed"}
+    assert await status_of(db, child["id"]) == ("pending" if runs[run_if] else "cancelled")
+    if not runs[run_if] and run_if == "completed":
+        last_error = (await row(db, child["id"]))["last_error"]
+        assert last_error == f"cancelled: parent job {parent['id']} is {parent_ends} (run_if completed)"
+    assert await bookkeeping(db) == (0, 0)
+
+
 async def test_parents_already_ended_decide_the_child_at_enqueue(runtime, db):
     done = await enqueue(runtime)
     await run_to_completion(runtime)
@@ -131,7 +153,7 @@ async def test_an_attempt_that_fails_with_attempts_left_decides_nothing(runtime,
     await expire(db, leased["id"])
     assert [r["status"] for r in await service.expire_leases(runtime)] == ["pending"]
     assert await status_of(db, child["id"]) == "waiting"
-    assert await bookkeeping(db) == (1, 1)
+    assert await bookkeeping(db) == (1, 0)  # its edge; a child of one parent has no count to keep
 
 
 async def test_a_retried_dead_parent_does_not_reopen_its_decided_children(runtime, db):

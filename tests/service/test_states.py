@@ -116,7 +116,16 @@ DEBOUNCED_ARGS = dict(
 
 
 async def decide(conn: asyncpg.Connection, job_id: int) -> None:
-    await conn.execute("SELECT jobq.decide(ARRAY[$1::bigint])", job_id)
+    """Decide the job as the end of its last parent (job 1, completed) does."""
+    await conn.execute("SELECT jobq.decide(ARRAY[$1::bigint], NULL, NULL, ARRAY[1::bigint], NULL)", job_id)
+
+
+async def decide_failed(conn: asyncpg.Connection, job_id: int) -> None:
+    """Decide the job as the end of its last parent (job 1, dead) does."""
+    await conn.execute(
+        "SELECT jobq.decide(ARRAY[$1::bigint], ARRAY[1::bigint], ARRAY['dead'], ARRAY[1::bigint], NULL)",
+        job_id,
+    )
 
 
 async def retry_workflow(conn: asyncpg.Connection, job_id: int) -> None:
@@ -125,9 +134,6 @@ async def retry_workflow(conn: asyncpg.Connection, job_id: int) -> None:
 
 # The job is in workflow 1 (no row of that id is needed: nothing joins it).
 IN_WORKFLOW = "UPDATE jobq.jobs SET workflow_id = 1; UPDATE jobq.jobs_history SET workflow_id = 1"
-
-# The job's parents have all ended (as jobq.parents_ended() leaves a waiting job's count).
-DECIDED = "INSERT INTO jobq.job_waits (job_id, parents_left) SELECT id, 0 FROM jobq.jobs"
 
 CASES: dict[str, Case] = {
     "LEASE": Case(q.LEASE, statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"])),
@@ -236,13 +242,8 @@ CASES: dict[str, Case] = {
         given="UPDATE jobq.jobs SET debounce_key = 'd'",
         makes=True,
     ),
-    "jobq.decide()": Case(None, decide, when="run_if holds", given=DECIDED),
-    "jobq.decide() a failed parent": Case(
-        None,
-        decide,
-        when="run_if does not hold",
-        given=f"{DECIDED}; UPDATE jobq.job_waits SET failed_parent = 1, failed_status = 'dead'",
-    ),
+    "jobq.decide()": Case(None, decide, when="run_if holds"),
+    "jobq.decide() a failed parent": Case(None, decide_failed, when="run_if does not hold"),
     "EXPIRE_MESSAGES": Case(
         q.EXPIRE_MESSAGES,
         statement(q.EXPIRE_MESSAGES, retention=60.0),

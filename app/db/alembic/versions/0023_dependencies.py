@@ -210,7 +210,10 @@ $$;
 
 FUNCTIONS = [
     r"""
-CREATE OR REPLACE FUNCTION jobq.decide(p_children bigint[]) RETURNS bigint[]
+CREATE OR REPLACE FUNCTION jobq.decide(
+    p_children bigint[], p_failed bigint[], p_failed_status text[], p_last bigint[],
+    p_delays double precision[]
+) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cancelled bigint[];
@@ -218,12 +221,12 @@ BEGIN
     IF coalesce(cardinality(p_children), 0) = 0 THEN
         RETURN '{}';
     END IF;
-    WITH w AS (
-        DELETE FROM jobq.job_waits WHERE job_id = ANY(p_children) AND parents_left = 0 RETURNING *
-    ), c AS (
-        SELECT w.*, CASE j.run_if WHEN 'finished' THEN true WHEN 'failed' THEN w.failed_parent IS NOT NULL
-                                  ELSE w.failed_parent IS NULL END AS go
-        FROM w JOIN jobq.jobs j ON j.id = w.job_id AND j.status = 'waiting'
+    WITH c AS (
+        SELECT d.*, CASE j.run_if WHEN 'finished' THEN true WHEN 'failed' THEN d.failed_parent IS NOT NULL
+                                  ELSE d.failed_parent IS NULL END AS go
+        FROM unnest(p_children, p_failed, p_failed_status, p_last, p_delays)
+             AS d(job_id, failed_parent, failed_status, last_parent, start_delay)
+        JOIN jobq.jobs j ON j.id = d.job_id AND j.status = 'waiting'
     ), started AS (
         UPDATE jobq.jobs j
         SET status = 'pending', updated_at = now(),
@@ -270,13 +273,17 @@ $$;
 """,
     r"""
 CREATE OR REPLACE FUNCTION jobq.parents_ended(p_parents bigint[]) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_frontier bigint[] := p_parents;
     v_children bigint[];
     v_parents bigint[];
     v_statuses text[];
     v_ready bigint[];
+    v_failed bigint[];
+    v_failed_status text[];
+    v_last bigint[];
+    v_delays double precision[];
 BEGIN
     WHILE coalesce(cardinality(v_frontier), 0) > 0 LOOP
         WITH gone AS (
@@ -289,6 +296,14 @@ BEGIN
         FROM gone g LEFT JOIN jobq.all_jobs a ON a.id = g.parent_id;
         EXIT WHEN v_children IS NULL;
         PERFORM 1 FROM jobq.job_waits WHERE job_id = ANY(v_children) ORDER BY job_id FOR UPDATE;
+        IF NOT FOUND THEN  -- children of one parent each: this one, whose end decides them
+            SELECT array_agg(CASE WHEN status <> 'completed' THEN parent_id END ORDER BY n),
+                   array_agg(CASE WHEN status <> 'completed' THEN status END ORDER BY n)
+            INTO v_failed, v_failed_status
+            FROM unnest(v_parents, v_statuses) WITH ORDINALITY AS e(parent_id, status, n);
+            v_frontier := jobq.decide(v_children, v_failed, v_failed_status, v_parents, NULL);
+            CONTINUE;
+        END IF;
         WITH per_child AS (
             SELECT child_id, count(*) AS n, max(parent_id) AS last_parent,
                    (array_agg(parent_id ORDER BY parent_id) FILTER (WHERE status <> 'completed'))[1]
@@ -303,11 +318,25 @@ BEGIN
                 failed_parent = coalesce(w.failed_parent, p.failed_parent),
                 failed_status = CASE WHEN w.failed_parent IS NULL THEN p.failed_status
                                      ELSE w.failed_status END
-            FROM per_child p WHERE w.job_id = p.child_id
-            RETURNING w.job_id, w.parents_left
+            FROM per_child p WHERE w.job_id = p.child_id AND w.parents_left > p.n
+            RETURNING w.job_id
+        ), done AS (
+            DELETE FROM jobq.job_waits w USING per_child p
+            WHERE w.job_id = p.child_id AND w.parents_left <= p.n
+            RETURNING w.job_id, coalesce(w.failed_parent, p.failed_parent) AS failed_parent,
+                      CASE WHEN w.failed_parent IS NULL THEN p.failed_status ELSE w.failed_status END
+                          AS failed_status,
+                      p.last_parent, w.start_delay
+        ), ready AS (
+            SELECT * FROM done
+            UNION ALL
+            SELECT p.child_id, p.failed_parent, p.failed_status, p.last_parent, NULL FROM per_child p
+            WHERE p.child_id NOT IN (SELECT job_id FROM counted UNION ALL SELECT job_id FROM done)
         )
-        SELECT coalesce(array_agg(job_id) FILTER (WHERE parents_left <= 0), '{}') INTO v_ready FROM counted;
-        v_frontier := jobq.decide(v_ready);
+        SELECT array_agg(job_id), array_agg(failed_parent), array_agg(failed_status), array_agg(last_parent),
+               array_agg(start_delay)
+        INTO v_ready, v_failed, v_failed_status, v_last, v_delays FROM ready;
+        v_frontier := jobq.decide(v_ready, v_failed, v_failed_status, v_last, v_delays);
     END LOOP;
 END
 $$;
@@ -321,6 +350,10 @@ DECLARE
     v_live bigint[];
     v_unknown bigint[];
     v_ready bigint[];
+    v_failed bigint[];
+    v_failed_status text[];
+    v_last bigint[];
+    v_delays double precision[];
 BEGIN
     SELECT array_agg(DISTINCT p) INTO v_parents
     FROM jobq.jobs c CROSS JOIN LATERAL unnest(c.depends_on) p WHERE c.id = ANY(p_children);
@@ -340,23 +373,28 @@ BEGIN
         SELECT pairs.*, a.status FROM pairs LEFT JOIN jobq.all_jobs a ON a.id = pairs.parent AND NOT live
     ), unknown AS (
         SELECT array_agg(DISTINCT parent) AS ids FROM ended WHERE NOT live AND status IS NULL
+    ), per_child AS (
+        SELECT child, count(*) AS parents, count(*) FILTER (WHERE live) AS parents_left,
+               (array_agg(parent ORDER BY parent) FILTER (WHERE status <> 'completed'))[1] AS failed_parent,
+               (array_agg(status ORDER BY parent) FILTER (WHERE status <> 'completed'))[1] AS failed_status,
+               max(parent) FILTER (WHERE NOT live) AS last_parent, min(delay) AS delay
+        FROM ended GROUP BY child
     ), waits AS (
         INSERT INTO jobq.job_waits (job_id, parents_left, failed_parent, failed_status, last_parent,
                                     start_delay)
-        SELECT child, count(*) FILTER (WHERE live),
-               (array_agg(parent ORDER BY parent) FILTER (WHERE status <> 'completed'))[1],
-               (array_agg(status ORDER BY parent) FILTER (WHERE status <> 'completed'))[1],
-               max(parent) FILTER (WHERE NOT live), min(delay)
-        FROM ended GROUP BY child
-        RETURNING job_id, parents_left
+        SELECT child, parents_left, failed_parent, failed_status, last_parent, delay FROM per_child
+        WHERE parents_left > 0 AND (parents > 1 OR delay IS NOT NULL)
+    ), ready AS (
+        SELECT * FROM per_child WHERE parents_left = 0
     )
-    SELECT (SELECT ids FROM unknown), array_agg(job_id) FILTER (WHERE parents_left = 0)
-    INTO v_unknown, v_ready FROM waits;
+    SELECT (SELECT ids FROM unknown), array_agg(child), array_agg(failed_parent), array_agg(failed_status),
+           array_agg(last_parent), array_agg(delay)
+    INTO v_unknown, v_ready, v_failed, v_failed_status, v_last, v_delays FROM ready;
     IF v_unknown IS NOT NULL THEN
         RAISE EXCEPTION 'depends_on names jobs that do not exist: %', array_to_string(v_unknown, ', ')
             USING ERRCODE = 'foreign_key_violation', DETAIL = array_to_string(v_unknown, ',');
     END IF;
-    PERFORM jobq.parents_ended(jobq.decide(v_ready));
+    PERFORM jobq.parents_ended(jobq.decide(v_ready, v_failed, v_failed_status, v_last, v_delays));
 END
 $$;
 """,
@@ -756,7 +794,7 @@ def downgrade() -> None:
         "job_ending()",
         "add_parents(bigint[], double precision[])",
         "parents_ended(bigint[])",
-        "decide(bigint[])",
+        "decide(bigint[], bigint[], text[], bigint[], double precision[])",
     ):
         op.execute(f"DROP FUNCTION IF EXISTS {SCHEMA}.{function}")
     op.execute(f"DROP FUNCTION IF EXISTS {NEW_SIGNATURE}")
