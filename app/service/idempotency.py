@@ -65,6 +65,12 @@ def keyed(requests: Sequence[NewJobLike], payloads: list[str], once: Once) -> Ke
             [r.queue, p, r.priority, r.run_at, r.delay, r.max_attempts, r.dedup_key]
             + ([] if r.kind is None else [r.kind])
             + ([] if r.key is None else [["key", r.key]])
+            + ([] if r.depends_on is None else [["depends_on", list(r.depends_on), r.run_if]])
+            + (
+                []
+                if r.debounce is None
+                else [["debounce", r.debounce.key, r.debounce.seconds, r.debounce.max_seconds]]
+            )
             for r, p in zip(requests, payloads, strict=True)
         ],
     ]
@@ -227,18 +233,60 @@ def _replay(call: Keyed, kept: asyncpg.Record, ttl: float) -> list[Row] | JobqEr
 _DECODER = json.JSONDecoder()
 
 
+def as_answered_jobs(text: bytes) -> list[Row]:
+    """Job answers kept whole as a JSON array (orjson's), each as _as_answered makes it."""
+    decoded, rows, i = text.decode(), [], 1  # past "["
+    while decoded[i] != "]":
+        _, end = _DECODER.raw_decode(decoded, i)
+        rows.append(_as_answered(decoded[i:end]))
+        i = end + (decoded[end] == ",")
+    return rows
+
+
 def _as_answered(text: str) -> Row:
     """A job answer kept as JSON text (orjson's: no whitespace between members), as a Row that writes out
-    exactly that text: each member's value as written, but `id` and `duplicate`, which callers read."""
+    exactly that text: each member's value as written, but `id`, `duplicate` and `debounced`, which callers
+    read."""
     row: Row = {}
     i = 1  # past "{"
     while text[i] != "}":
         name, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
         start = i + 1  # past ":"
         value, i = _DECODER.raw_decode(text, start)
-        row[name] = value if name in ("id", "duplicate") else JSONText(text[start:i])
+        row[name] = value if name in ("id", "duplicate", "debounced") else JSONText(text[start:i])
         i += text[i] == ","
     return row
+
+
+async def claim(conn: asyncpg.Connection, once: Once, digest: bytes, ttl: float) -> bytes | None:
+    """For a request whose answer cannot be rebuilt from it (a workflow, jobs with parents or debounce),
+    in the transaction that will carry it out: take its key (None: carry it out, then `keep` the answer),
+    or the answer kept under the key when this request was carried out before (Conflict when the key was
+    first sent with another). A second request under the key waits here for the first to commit."""
+    for _ in range(KEY_ROUNDS):
+        claimed = await conn.fetchval(
+            q.CLAIM_KEY.text,
+            *q.CLAIM_KEY.args(scope=once.scope, key=once.key, request_hash=digest, ttl=ttl),
+        )
+        if claimed is not None:
+            return None
+        kept = await conn.fetchrow(q.KEPT_KEY.text, *q.KEPT_KEY.args(scope=once.scope, key=once.key))
+        if kept is None or not kept["live"]:
+            await conn.execute(
+                q.FREE_EXPIRED_KEY.text, *q.FREE_EXPIRED_KEY.args(scope=once.scope, key=once.key)
+            )
+            continue
+        if kept["request_hash"] != digest or kept["answer"] is None:
+            raise _reused(once, ttl)
+        return kept["answer"].encode()
+    raise Unavailable("idempotency keys kept changing hands; retry the request")
+
+
+async def keep(conn: asyncpg.Connection, once: Once, answer: str, ids: Sequence[int]) -> None:
+    """Keep a claimed request's answer (JSON text, as sent) and the ids it made under its key."""
+    await conn.execute(
+        q.KEEP_ANSWER.text, *q.KEEP_ANSWER.args(answer=answer, ids=list(ids), scope=once.scope, key=once.key)
+    )
 
 
 def _reused(once: Once, ttl: float) -> Conflict:

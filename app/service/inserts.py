@@ -25,7 +25,7 @@ from app.core.jsontext import (
 )
 from app.db import sql as q
 from app.service.arguments import NewJobLike
-from app.service.rows import Row, as_job
+from app.service.rows import Row, Scope, as_job
 
 DEDUP_ROUNDS = 10  # tries of an insert whose dedup keys' holders keep finishing under it
 
@@ -302,10 +302,12 @@ async def insert_waiting(
     payloads: list[str],
     workflow_id: int | None = None,
     ids: list[int] | None = None,
+    scope: Scope = None,
 ) -> list[Row]:
     """Insert jobs some of which have parents, in the caller's transaction: those `waiting`, linked to
     their parents (ADD_PARENTS), which decides at once the ones whose parents have all ended. The jobs as
-    they are then, in request order. A parent that is no job: Invalid, naming every such id. `ids`: the
+    they are then, in request order. A parent that is no job: Invalid, naming every such id; so is one
+    outside `scope`, the queues of the caller's token (a child carries its parents' results). `ids`: the
     jobs' ids, drawn beforehand (a workflow's); None draws them."""
     columns = _columns(requests, payloads)
     parents = [None if r.depends_on is None else _id_array(r.depends_on) for r in requests]
@@ -324,6 +326,13 @@ async def insert_waiting(
     except asyncpg.NumericValueOutOfRangeError:
         refuse_unstorable_numbers(requests)
         raise
+    if scope is not None:
+        named = [p for p in parents if p is not None]
+        hidden = await conn.fetchval(
+            q.PARENTS_OUT_OF_SCOPE.text, *q.PARENTS_OUT_OF_SCOPE.args(parents=named, scope=scope)
+        )
+        if hidden:
+            raise Invalid(f"depends_on names jobs that do not exist: {', '.join(map(str, hidden))}")
     ids = [row["id"] for row in rows]
     children = [(i, r.delay) for i, r in zip(ids, requests, strict=True) if r.depends_on is not None]
     try:

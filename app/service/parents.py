@@ -1,5 +1,6 @@
 """A job's parents as its workers and readers see them (API part 6): carried by a lease, so that a child
-reads what its parents returned without another request, and paged for any job."""
+reads what its parents returned without another request, and paged for any job; and a job's children, for
+its page in the dashboard."""
 
 from __future__ import annotations
 
@@ -54,3 +55,19 @@ async def job_parents(db: Database, job_id: int, limit: int, after_id: int, scop
     more = len(parents) > limit
     parents = parents[:limit]
     return {"parents": parents, "next_after_id": parents[-1]["id"] if more else None}
+
+
+async def job_children(db: Database, job_id: int, limit: int, after_id: int, scope: Scope = None) -> Row:
+    """A page of a job's children ({id, queue, kind, status, run_at}) in id order after `after_id`, and the
+    `after_id` of the next page (None once none is left): the jobs waiting for it, and those of its
+    workflow that name it (JOB_CHILDREN says which it cannot find); children outside `scope` are left out.
+    NotFound when there is no such job (or it is outside `scope`)."""
+    async with db.acquire() as conn:
+        args = q.JOB_CHILDREN.args(id=job_id, limit=limit + 1, after_id=after_id, scope=scope)
+        rows = await conn.fetch(q.JOB_CHILDREN.text, *args)
+    if not rows:
+        raise NotFound(f"job {job_id} does not exist")
+    children = [dict(row) for row in rows if row["id"] is not None]
+    more = len(children) > limit
+    children = children[:limit]
+    return {"children": children, "next_after_id": children[-1]["id"] if more else None}

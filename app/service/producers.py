@@ -8,28 +8,38 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
+import orjson
 
-from app.core.errors import Invalid, JobqError, NotFound
+from app.core.errors import JobqError, NotFound
+from app.core.jsontext import WRITE_OPTIONS, written
 from app.core.states import FINISHED
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import NewJobLike
 from app.service.coalesce import Shared
-from app.service.idempotency import Once, enqueue_once, enqueue_singles_once, keyed
+from app.service.idempotency import (
+    Once,
+    as_answered_jobs,
+    claim,
+    enqueue_once,
+    enqueue_singles_once,
+    keep,
+    keyed,
+)
 from app.service.inserts import encode_payloads, insert_deduplicated, insert_new, insert_waiting
 from app.service.rows import Row, Scope, as_job, run_guarded
 from app.service.runtime import Runtime
 from app.telemetry import tracing
 
 
-async def enqueue(runtime: Runtime, job: NewJobLike, once: Once | None = None) -> Row:
+async def enqueue(runtime: Runtime, job: NewJobLike, once: Once | None = None, scope: Scope = None) -> Row:
     """Enqueue one job, sharing its INSERT with concurrent single enqueues. A shared statement PostgreSQL
     refused is retried call by call, so each call still succeeds or fails on its own
     (app/service/coalesce.py). Enqueues with an idempotency key (`once`) share theirs with each other, so the
     others' statement stays ENQUEUE_NEW, with nothing of the keys. A job with parents is inserted on its
-    own, and so is a debounced one (enqueue_batch)."""
+    own, and so is a debounced one (enqueue_batch); `scope` is for them (enqueue_batch)."""
     if job.depends_on is not None or job.debounce is not None:
-        (row,) = await enqueue_batch(runtime, [job], once=once)
+        (row,) = await enqueue_batch(runtime, [job], once=once, scope=scope)
         return row
     if once is None:
         return await runtime.coalescing.submit(ENQUEUES, job)
@@ -46,6 +56,7 @@ async def enqueue_batch(
     then: Callable[[asyncpg.Connection, Sequence[Row]], Awaitable[None]] | None = None,
     once: Once | None = None,
     payload_limit: int | None = None,
+    scope: Scope = None,
 ) -> Sequence[Row]:
     """Insert jobs, all or nothing; each result carries `duplicate`.
 
@@ -55,16 +66,12 @@ async def enqueue_batch(
     FIFO messages their deduplication ids). With `once` (an idempotency key, see `Once`), the request is
     carried out at most once. `payload_limit`: the largest payload in bytes, encoded, for a caller that
     held its payloads to rules of its own (the SQS API: SQS's message size); None: JOBQ_MAX_PAYLOAD_BYTES.
+    `scope`: the queues of the caller's token (None: all), which the parents it names must be in.
     """
     limit = runtime.settings.max_payload_bytes if payload_limit is None else payload_limit
     payloads = encode_payloads(requests, limit)
-    waiting = any(r.depends_on is not None for r in requests)
-    debounced = any(r.debounce is not None for r in requests)
-    if (waiting or debounced) and once is not None:
-        raise Invalid(
-            f"an Idempotency-Key is not taken with {'debounce' if debounced else 'depends_on'} yet: send the"
-            " request without the key"
-        )
+    if any(r.depends_on is not None or r.debounce is not None for r in requests):
+        return await _enqueue_linked(runtime, requests, payloads, then, once, scope)
     if once is not None:
         if then is not None:
             raise TypeError("enqueue_batch: `then` and `once` do not go together")
@@ -73,23 +80,6 @@ async def enqueue_batch(
             raise answer
         return answer
     started = time.time_ns()
-    if debounced:
-        async with runtime.db.acquire() as conn:
-            async with conn.transaction():
-                rows = [await _enqueue_one(conn, r, p) for r, p in zip(requests, payloads, strict=True)]
-                if then is not None:
-                    await then(conn, rows)
-        runtime.metrics.enqueued.count([row for row in rows if not row["debounced"]])
-        return rows
-    if waiting:
-        async with runtime.db.acquire() as conn:
-            async with conn.transaction():
-                rows = await insert_waiting(conn, requests, payloads)
-                if then is not None:
-                    await then(conn, rows)
-        runtime.metrics.enqueued.count(rows)
-        tracing.record("send", rows, started)
-        return rows
     if all(r.dedup_key is None for r in requests):
         async with runtime.db.acquire() as conn:
             if then is None:
@@ -113,13 +103,49 @@ async def enqueue_batch(
     return answers
 
 
-async def _enqueue_one(conn: asyncpg.Connection, request: NewJobLike, payload: str) -> Row:
+async def _enqueue_linked(
+    runtime: Runtime,
+    requests: Sequence[NewJobLike],
+    payloads: list[str],
+    then: Callable[[asyncpg.Connection, Sequence[Row]], Awaitable[None]] | None,
+    once: Once | None,
+    scope: Scope,
+) -> Sequence[Row]:
+    """Jobs with parents (waiting, linked to them) or debounce (landing in their key's pending job), in a
+    transaction of their own. Their answers depend on more than the request (a parent's end, a debounced
+    job's state), so an Idempotency-Key keeps each answer whole (claim, keep) rather than rebuilding it."""
+    started = time.time_ns()
+    async with runtime.db.acquire() as conn:
+        async with conn.transaction():
+            if once is not None:
+                digest = keyed(requests, payloads, once).digest
+                kept = await claim(conn, once, digest, runtime.settings.idempotency_ttl)
+                if kept is not None:
+                    return as_answered_jobs(kept)
+            if any(r.debounce is not None for r in requests):
+                rows = [
+                    await _enqueue_one(conn, r, p, scope) for r, p in zip(requests, payloads, strict=True)
+                ]
+            else:
+                rows = await insert_waiting(conn, requests, payloads, scope=scope)
+            if then is not None:
+                await then(conn, rows)
+            if once is not None:
+                answer = orjson.dumps(rows, option=WRITE_OPTIONS, default=written).decode()
+                await keep(conn, once, answer, [row["id"] for row in rows])
+    made = [row for row in rows if not row.get("debounced")]
+    runtime.metrics.enqueued.count(made)
+    tracing.record("send", made, started)
+    return rows
+
+
+async def _enqueue_one(conn: asyncpg.Connection, request: NewJobLike, payload: str, scope: Scope) -> Row:
     """One job of a batch that has debounced jobs, in the batch's transaction: a debounced one lands in its
     key's pending job (or makes one), any other is inserted alone; each answer says `debounced`."""
     debounce = request.debounce
     if debounce is None:
         if request.depends_on is not None:
-            (row,) = await insert_waiting(conn, [request], [payload])
+            (row,) = await insert_waiting(conn, [request], [payload], scope=scope)
         else:
             row = (await insert_new(conn, [request], [payload]))[0]
         return row | {"debounced": False}

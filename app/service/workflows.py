@@ -26,13 +26,12 @@ from app.core.states import WorkflowStatus, workflow_status
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import NewJob, WorkflowJobLike
-from app.service.idempotency import Once
+from app.service.idempotency import Once, claim, keep
 from app.service.inserts import encode_payloads, insert_waiting
-from app.service.rows import Row
+from app.service.rows import Row, Scope
 from app.service.runtime import Runtime
 
 FINISHED = frozenset({WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED})
-KEY_ROUNDS = 3  # claims of an idempotency key that an expired one held
 
 
 # --- making one -------------------------------------------------------------------------------------
@@ -109,60 +108,38 @@ def _digest(name: str | None, jobs: Sequence[WorkflowJobLike], payloads: list[st
 
 
 async def create_workflow(
-    runtime: Runtime, name: str | None, jobs: Sequence[WorkflowJobLike], once: Once | None = None
+    runtime: Runtime,
+    name: str | None,
+    jobs: Sequence[WorkflowJobLike],
+    once: Once | None = None,
+    scope: Scope = None,
 ) -> JSONText:
     """Make the workflow, all or nothing: its jobs inserted with ids drawn first, each job's refs turned
     into its siblings' ids, and linked to their parents (which decides at once the jobs whose parents had
     all ended). The answer as JSON text: the kept one for a request sent again under its Idempotency-Key
-    (nothing made then)."""
+    (nothing made then). Parents named by id must be in `scope`, the queues of the caller's token."""
     check_graph(jobs)
     payloads = encode_payloads(jobs, runtime.settings.max_payload_bytes)
     digest = _digest(name, jobs, payloads) if once is not None else b""
     async with runtime.db.acquire() as conn:
         async with conn.transaction():
             if once is not None:
-                kept = await _claim(conn, once, digest, runtime.settings.idempotency_ttl)
+                kept = await claim(conn, once, digest, runtime.settings.idempotency_ttl)
                 if kept is not None:
                     return JSONText(kept)
-            workflow_id, answer = await _make(conn, name, jobs, payloads)
+            workflow_id, answer = await _make(conn, name, jobs, payloads, scope)
             if once is not None:
-                await conn.execute(
-                    q.KEEP_ANSWER.text,
-                    *q.KEEP_ANSWER.args(
-                        answer=answer.decode(), workflow_id=workflow_id, scope=once.scope, key=once.key
-                    ),
-                )
+                await keep(conn, once, answer.decode(), [workflow_id])
     runtime.metrics.workflows_started.inc()
     return JSONText(answer)
 
 
-async def _claim(conn: asyncpg.Connection, once: Once, digest: bytes, ttl: float) -> bytes | None:
-    """Take the key for this request; the answer kept under it when a request took it before (Conflict
-    when that was another request)."""
-    for _ in range(KEY_ROUNDS):
-        claimed = await conn.fetchval(
-            q.CLAIM_KEY.text,
-            *q.CLAIM_KEY.args(scope=once.scope, key=once.key, request_hash=digest, ttl=ttl),
-        )
-        if claimed is not None:
-            return None
-        kept = await conn.fetchrow(q.KEPT_KEY.text, *q.KEPT_KEY.args(scope=once.scope, key=once.key))
-        if kept is None or not kept["live"]:
-            await conn.execute(
-                q.FREE_EXPIRED_KEY.text, *q.FREE_EXPIRED_KEY.args(scope=once.scope, key=once.key)
-            )
-            continue
-        if kept["request_hash"] != digest or kept["answer"] is None:
-            raise Conflict(
-                f"the Idempotency-Key {once.key!r} was used for another request; send a new key for a new"
-                " request"
-            )
-        return kept["answer"].encode()
-    raise Conflict(f"the Idempotency-Key {once.key!r} keeps changing hands; retry the request")
-
-
 async def _make(
-    conn: asyncpg.Connection, name: str | None, jobs: Sequence[WorkflowJobLike], payloads: list[str]
+    conn: asyncpg.Connection,
+    name: str | None,
+    jobs: Sequence[WorkflowJobLike],
+    payloads: list[str],
+    scope: Scope,
 ) -> tuple[int, bytes]:
     """Insert the workflow and its jobs; its id, and the answer as JSON."""
     ids = [row["id"] for row in await conn.fetch(q.DRAW_JOB_IDS.text, *q.DRAW_JOB_IDS.args(n=len(jobs)))]
@@ -190,7 +167,7 @@ async def _make(
         )
         for job in jobs
     ]
-    rows = await insert_waiting(conn, requests, payloads, workflow_id=made["id"], ids=ids)
+    rows = await insert_waiting(conn, requests, payloads, workflow_id=made["id"], ids=ids, scope=scope)
     status = workflow_status(row["status"] for row in rows)
     return made["id"], orjson.dumps(
         {
@@ -305,15 +282,15 @@ async def wait_for_workflow(
 
 
 async def list_workflows(
-    db: Database, status: str | None, name: str | None, limit: int, before_id: int
+    db: Database, status: str | None, name: str | None, limit: int, before_id: int, scope: Scope = None
 ) -> Row:
     """A page of workflows newest first, by their kept status (brought up to date by readers and the
-    background loop), and the before_id of the next page."""
+    background loop), and the before_id of the next page; with `scope`, those whose jobs are all in it."""
     async with db.acquire() as conn:
-        rows = await conn.fetch(
-            q.LIST_WORKFLOWS.text,
-            *q.LIST_WORKFLOWS.args(status=status, name=name, limit=limit + 1, before_id=before_id),
+        args = q.LIST_WORKFLOWS.args(
+            status=status, name=name, limit=limit + 1, before_id=before_id, scope=scope
         )
+        rows = await conn.fetch(q.LIST_WORKFLOWS.text, *args)
     page = [dict(row) for row in rows[:limit]]
     return {"workflows": page, "next_before_id": page[-1]["id"] if len(rows) > limit else None}
 
@@ -340,14 +317,18 @@ async def refresh_running(runtime: Runtime, batch: int = 200) -> int:
 # --- acting on one ---------------------------------------------------------------------------------
 
 
-async def cancel_workflow(runtime: Runtime, workflow_id: int) -> Row:
-    """Cancel the workflow's waiting and pending jobs (running ones finish; their children are among the
-    waiting), and mark it cancelled; the workflow as it is then."""
+async def cancel_workflow(runtime: Runtime, workflow: Row) -> Row:
+    """Cancel a running workflow (as get_workflow read it): its waiting and pending jobs cancelled
+    (running ones finish; their children are among the waiting), and it is marked cancelled. Conflict for
+    one that has finished, as DELETE /jobs/{id} is for a finished job: its status stays what its jobs
+    made it, and a failed one can still be retried. The workflow as it is then."""
+    workflow_id = workflow["id"]
     async with runtime.db.acquire() as conn:
         async with conn.transaction():
             marked = await conn.fetchval(q.MARK_CANCELLED.text, *q.MARK_CANCELLED.args(id=workflow_id))
             if marked is None:
-                raise NotFound(f"workflow {workflow_id} does not exist")
+                status = workflow["status"]
+                raise Conflict(f"workflow {workflow_id} is {status}; only a running one can be cancelled")
             await conn.execute(
                 q.CANCEL_WORKFLOW_JOBS.text, *q.CANCEL_WORKFLOW_JOBS.args(id=workflow_id, scope=None)
             )

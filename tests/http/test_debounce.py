@@ -80,3 +80,18 @@ async def test_debounce_goes_with_nothing_that_sets_the_job_or_its_time(client, 
     body = {"queue": "q", "payload": 1, "debounce": {"key": "k", "seconds": 1}, **extra}
     r = await client.post("/jobs", json=body)
     assert r.status_code == 422 and "debounce sets when the job runs" in r.text
+
+
+async def test_an_idempotency_key_answers_a_debounced_repeat_as_the_first_time(client, db):
+    """A retried debounced enqueue (its answer lost) is not one more enqueue of the burst: under its key it
+    answers as the first time, and moves the job no further."""
+    body = {"queue": "q", "payload": 1, "debounce": {"key": "user:7", "seconds": 60}}
+    first = await client.post("/jobs", json=body, headers={"Idempotency-Key": "a"})
+    assert first.status_code == 201, first.text
+    second = await client.post("/jobs", json={**body, "payload": 2}, headers={"Idempotency-Key": "b"})
+    assert (second.status_code, second.json()["debounced"]) == (200, True)
+    run_at = await db.fetchval("SELECT run_at FROM jobq.jobs")
+    repeat = await client.post("/jobs", json={**body, "payload": 2}, headers={"Idempotency-Key": "b"})
+    assert (repeat.status_code, repeat.content) == (200, second.content)
+    assert await db.fetchval("SELECT run_at FROM jobq.jobs") == run_at
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1

@@ -82,16 +82,41 @@ async def test_bad_dependencies_are_refused_in_words(client, fields, words):
     assert words in r.text
 
 
-async def test_an_idempotency_key_with_parents_is_refused_in_words(client):
+async def test_an_idempotency_key_makes_a_child_once_and_answers_its_repeat_alike(client, db):
+    """A child's answer depends on its parents' state (waiting, or decided at once), so it is kept whole
+    under the key: the repeat answers the same bytes, even after the parent ended, and makes nothing."""
     parent = await enqueue(client)
-    r = await client.post(
-        "/jobs",
-        json={"queue": "c", "payload": 1, "depends_on": [parent["id"]]},
-        headers={"Idempotency-Key": "k1"},
+    body = {"queue": "c", "payload": {"n": 1}, "depends_on": [parent["id"]]}
+    first = await client.post("/jobs", json=body, headers={"Idempotency-Key": "k1"})
+    assert first.status_code == 201, first.text
+    assert first.json()["status"] == "waiting"
+    leased = await lease_one(client, "q", parent["id"])
+    assert (
+        await client.post("/ack", json={"id": leased["id"], "lease_token": leased["lease_token"]})
+    ).is_success
+    again = await client.post("/jobs", json=body, headers={"Idempotency-Key": "k1"})
+    assert (again.status_code, again.content) == (201, first.content)
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'c'") == 1
+    other = {**body, "run_if": "finished"}
+    assert_problem(await client.post("/jobs", json=other, headers={"Idempotency-Key": "k1"}), 409, "conflict")
+    plain = {"queue": "c", "payload": {"n": 1}}
+    assert_problem(await client.post("/jobs", json=plain, headers={"Idempotency-Key": "k1"}), 409, "conflict")
+    batch = {"jobs": [body, {"queue": "c", "payload": 2}]}
+    made = await client.post("/jobs/batch", json=batch, headers={"Idempotency-Key": "k2"})
+    assert made.status_code == 201, made.text
+    repeat = await client.post("/jobs/batch", json=batch, headers={"Idempotency-Key": "k2"})
+    assert (repeat.status_code, repeat.content) == (201, made.content)
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'c'") == 3
+
+
+async def test_a_key_sent_twice_at_once_with_parents_makes_one_child(client, db):
+    parent = await enqueue(client)
+    body = {"queue": "c", "payload": 1, "depends_on": [parent["id"]]}
+    answers = await asyncio.gather(
+        *(client.post("/jobs", json=body, headers={"Idempotency-Key": "k"}) for _ in range(8))
     )
-    assert assert_problem(r, 422, "validation_error")["detail"].startswith(
-        "an Idempotency-Key is not taken with depends_on"
-    )
+    assert {(r.status_code, r.content) for r in answers} == {(201, answers[0].content)}
+    assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE queue = 'c'") == 1
 
 
 async def test_cancelling_a_waiting_job(client):

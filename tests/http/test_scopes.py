@@ -95,6 +95,10 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/ui/schedules/{name}/pause"): set(),
     ("POST", "/ui/schedules/{name}/resume"): set(),
     ("POST", "/ui/schedules/{name}/trigger"): set(),
+    ("GET", "/ui/workflows"): {"viewer"},
+    ("GET", "/ui/workflows/{id}"): {"viewer"},
+    ("POST", "/ui/workflows/{id}/cancel"): set(),
+    ("POST", "/ui/workflows/{id}/retry"): set(),
     ("POST", "/"): SQS,
     ("POST", "/{account:int}/{queue}"): SQS,  # the Query protocol at a queue's URL
 }
@@ -417,3 +421,39 @@ def test_patterns_match_like_globs_and_are_cached():
     for n in range(3 * Grant.MAX_CACHED):  # a client naming endless queues cannot grow the cache
         grant.admits(f"q{n}")
     assert len(grant._cached) <= Grant.MAX_CACHED
+
+
+async def test_scoped_tokens_name_and_see_parents_and_workflows_only_in_their_queues(scoped):
+    """A child carries its parents' results, so a scoped token may name only parents in its queues (any
+    other is as unknown), pages only those, and lists only the workflows whose jobs are all in them."""
+    http, jobs = scoped
+    user, admin = bearer("t-scoped"), bearer("t-admin")
+    outside, inside = jobs["native"]["pending"], jobs["celery-a"]["pending"]
+    body = {"queue": "celery-b", "payload": 1, "depends_on": [inside, outside]}
+    r = await http.post("/jobs", json=body, headers=user)
+    assert (
+        assert_problem(r, 422, "validation_error")["detail"]
+        == f"depends_on names jobs that do not exist: {outside}"
+    )
+    made = {"jobs": [{"ref": "a", "queue": "celery-b", "payload": 1, "depends_on": [outside]}]}
+    assert_problem(await http.post("/workflows", json=made, headers=user), 422, "validation_error")
+    assert (await http.post("/jobs", json={**body, "depends_on": [inside]}, headers=user)).status_code == 201
+    child = (await http.post("/jobs", json=body, headers=admin)).json()
+    seen = (await http.get(f"/jobs/{child['id']}/parents", headers=user)).json()
+    assert [p["id"] for p in seen["parents"]] == [inside]
+    seen = (await http.get(f"/jobs/{child['id']}/parents", headers=user, params={"limit": 1})).json()
+    assert ([p["id"] for p in seen["parents"]], seen["next_after_id"]) == ([inside], None)
+    mixed = {
+        "jobs": [
+            {"ref": "a", "queue": "celery-b", "payload": 1},
+            {"ref": "b", "queue": "native", "payload": 1},
+        ]
+    }
+    hidden = (await http.post("/workflows", json=mixed, headers=admin)).json()["id"]
+    own = (await http.post("/workflows", json={"jobs": mixed["jobs"][:1]}, headers=user)).json()["id"]
+    listed = (await http.get("/workflows", headers=user)).json()["workflows"]
+    assert [w["id"] for w in listed] == [own]
+    assert {w["id"] for w in (await http.get("/workflows", headers=admin)).json()["workflows"]} == {
+        own,
+        hidden,
+    }

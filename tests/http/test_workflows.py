@@ -126,6 +126,18 @@ async def test_cancelling_a_workflow_lets_running_jobs_finish_and_cancels_the_re
     assert r.is_success
     assert (await get(client, made["id"]))["status"] == "cancelled"
     assert await lease(client, "emails") == []
+    assert_problem(await client.delete(f"/workflows/{made['id']}"), 409, "conflict")
+
+
+async def test_a_finished_workflow_is_not_cancelled(client):
+    """DELETE of a workflow that finished is 409, as for a finished job: its status stays what its jobs
+    made it, and a failed one can still be retried."""
+    made = await make(client, {"jobs": [{"ref": "only", "queue": "q", "payload": 1}]})
+    await finish(client, "q")
+    r = await client.delete(f"/workflows/{made['id']}")
+    assert_problem(r, 409, "conflict")
+    assert "is completed" in r.json()["detail"]
+    assert (await get(client, made["id"]))["status"] == "completed"
 
 
 async def test_a_wait_on_another_replica_answers_when_the_last_job_ends(start_service):

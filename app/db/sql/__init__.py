@@ -86,9 +86,13 @@ from app.db.sql.gauges import (
 from app.db.sql.history import HISTORY_DAYS, HISTORY_PARTITIONS, MOVE_FINISHED, PRUNE_HISTORY_DEFAULT
 from app.db.sql.idempotency import (
     ANSWERS,
+    CLAIM_KEY,
     ENQUEUE_NEW_EACH_ONCE,
     ENQUEUE_NEW_ONCE,
+    FREE_EXPIRED_KEY,
+    KEEP_ANSWER,
     KEEP_ANSWERS,
+    KEPT_KEY,
     PRUNE_IDEMPOTENCY_KEYS,
 )
 from app.db.sql.jobs import CANCEL, CANCEL_JOBS, GET_JOB, GET_JOBS, JOB_STATUS, RUN_NOW, WATCH_JOB, WATCH_JOBS
@@ -102,7 +106,7 @@ from app.db.sql.lists import (
     SCOPE_QUEUES,
     list_filters,
 )
-from app.db.sql.parents import ADD_PARENTS, JOB_PARENTS, PARENTS
+from app.db.sql.parents import ADD_PARENTS, JOB_CHILDREN, JOB_PARENTS, PARENTS, PARENTS_OUT_OF_SCOPE
 from app.db.sql.query import Query
 from app.db.sql.queues import (
     CONFIGURE_FLOW,
@@ -139,12 +143,8 @@ from app.db.sql.vacuum import MAINTENANCE_LOCK, MAINTENANCE_UNLOCK, VACUUM_HEALT
 from app.db.sql.workers import FORGET_WORKERS, LIST_WORKERS, SEE_WORKERS
 from app.db.sql.workflows import (
     CANCEL_WORKFLOW_JOBS,
-    CLAIM_KEY,
     DRAW_JOB_IDS,
-    FREE_EXPIRED_KEY,
     GET_WORKFLOW,
-    KEEP_ANSWER,
-    KEPT_KEY,
     LIST_WORKFLOWS,
     MARK_CANCELLED,
     NEW_WORKFLOW,

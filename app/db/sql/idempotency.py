@@ -119,3 +119,36 @@ PRUNE_IDEMPOTENCY_KEYS = Query.define(
     DELETE FROM jobq.idempotency_keys k USING doomed WHERE k.scope = doomed.scope AND k.key = doomed.key
     """,
 )
+
+# An Idempotency-Key sent with POST /workflows, or with an enqueue of jobs with parents or debounce, whose
+# answers the request cannot rebuild (app/service/idempotency.py, claim): claimed in the transaction that
+# makes the jobs, before anything else, so a second request under the key waits for the first to commit
+# and then finds it; the answer is kept whole once made, with the ids it made. A key past its expires_at
+# that pruning has not reached yet is freed (FREE_EXPIRED_KEY) and claimed again.
+CLAIM_KEY = Query.define(
+    "claim_key",
+    """
+    INSERT INTO jobq.idempotency_keys (scope, key, request_hash, ids, max_attempts, expires_at)
+    VALUES (:scope, :key, :request_hash, '{}', '{}', now() + make_interval(secs => :ttl))
+    ON CONFLICT DO NOTHING
+    RETURNING key
+    """,
+)
+KEPT_KEY = Query.define(
+    "kept_key",
+    """
+    SELECT request_hash, answer, expires_at > now() AS live FROM jobq.idempotency_keys
+    WHERE scope = :scope AND key = :key
+    """,
+)
+FREE_EXPIRED_KEY = Query.define(
+    "free_expired_key",
+    "DELETE FROM jobq.idempotency_keys WHERE scope = :scope AND key = :key AND expires_at <= now()",
+)
+KEEP_ANSWER = Query.define(
+    "keep_answer",
+    """
+    UPDATE jobq.idempotency_keys SET answer = :answer, ids = :ids::bigint[]
+    WHERE scope = :scope AND key = :key
+    """,
+)

@@ -50,14 +50,18 @@ SET_WORKFLOW_STATUS = Query.define(
     """,
 )
 
-# Workflows newest first, by status and name, a page at a time.
+# Workflows newest first, by status and name, a page at a time; for a token limited to some queues, those
+# whose every job is in them (as GET /workflows/{id} shows a workflow).
 LIST_WORKFLOWS = Query.define(
     "list_workflows",
     """
-    SELECT id, name, status, created_at, finished_at FROM jobq.workflows
-    WHERE (:status::text IS NULL OR status = :status::text) AND (:name::text IS NULL OR name = :name::text)
-      AND id < :before_id
-    ORDER BY id DESC
+    SELECT w.id, w.name, w.status, w.created_at, w.finished_at FROM jobq.workflows w
+    WHERE (:status::text IS NULL OR w.status = :status::text)
+      AND (:name::text IS NULL OR w.name = :name::text)
+      AND w.id < :before_id
+      AND (:scope::text[] IS NULL OR NOT EXISTS (
+          SELECT 1 FROM jobq.all_jobs j WHERE j.workflow_id = w.id AND NOT j.queue LIKE ANY(:scope::text[])))
+    ORDER BY w.id DESC
     LIMIT :limit
     """,
 )
@@ -74,8 +78,8 @@ CANCEL_WORKFLOW_JOBS = Query.define("cancel_workflow_jobs", _cancel("j.workflow_
 MARK_CANCELLED = Query.define(
     "mark_cancelled",
     """
-    UPDATE jobq.workflows SET status = 'cancelled', finished_at = coalesce(finished_at, now())
-    WHERE id = :id
+    UPDATE jobq.workflows SET status = 'cancelled', finished_at = now()
+    WHERE id = :id AND status = 'running'
     RETURNING id
     """,
 )
@@ -83,35 +87,3 @@ MARK_CANCELLED = Query.define(
 # POST /workflows/{id}/retry: dead jobs pending again, jobs their end cancelled waiting again
 # (app/db/functions.sql, jobq.retry_workflow()); how many.
 RETRY_WORKFLOW = Query.define("retry_workflow", "SELECT jobq.retry_workflow(:id) AS reopened")
-
-# An Idempotency-Key sent with POST /workflows (app/service/idempotency.py, Once): claimed in the
-# transaction that makes the workflow, before anything else, so a second request under the key waits for
-# the first to commit and then finds it; the answer is kept whole once made. A key past its expires_at
-# that pruning has not reached yet is freed (FREE_EXPIRED_KEY) and claimed again.
-CLAIM_KEY = Query.define(
-    "claim_key",
-    """
-    INSERT INTO jobq.idempotency_keys (scope, key, request_hash, ids, max_attempts, expires_at)
-    VALUES (:scope, :key, :request_hash, '{}', '{}', now() + make_interval(secs => :ttl))
-    ON CONFLICT DO NOTHING
-    RETURNING key
-    """,
-)
-KEPT_KEY = Query.define(
-    "kept_key",
-    """
-    SELECT request_hash, answer, expires_at > now() AS live FROM jobq.idempotency_keys
-    WHERE scope = :scope AND key = :key
-    """,
-)
-FREE_EXPIRED_KEY = Query.define(
-    "free_expired_key",
-    "DELETE FROM jobq.idempotency_keys WHERE scope = :scope AND key = :key AND expires_at <= now()",
-)
-KEEP_ANSWER = Query.define(
-    "keep_answer",
-    """
-    UPDATE jobq.idempotency_keys SET answer = :answer, ids = ARRAY[:workflow_id::bigint]
-    WHERE scope = :scope AND key = :key
-    """,
-)

@@ -110,7 +110,7 @@ async def enqueue(body: EnqueueRequest, runtime: RuntimeDep, caller: Caller, req
     true) when one does."""
     caller.admit(body.queue)
     (body,) = _traced(request, [body])
-    job = await service.enqueue(runtime, body, idempotency_of(request, "/jobs"))
+    job = await service.enqueue(runtime, body, idempotency_of(request, "/jobs"), caller.like)
     return JSONBody(job, status_code=200 if job["duplicate"] or job.get("debounced") else 201)
 
 
@@ -130,7 +130,7 @@ async def enqueue_batch(
         for i, job in enumerate(body.jobs):
             caller.admit(job.queue, where=f"jobs[{i}].queue")
     answer = await service.enqueue_batch(
-        runtime, _traced(request, body.jobs), once=idempotency_of(request, "/jobs/batch")
+        runtime, _traced(request, body.jobs), once=idempotency_of(request, "/jobs/batch"), scope=caller.like
     )
     return JSONBody({"jobs": answer}, status_code=201)
 

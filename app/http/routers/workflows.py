@@ -46,6 +46,7 @@ def _visible(workflow: Row, caller: Grant) -> Row:
     "/workflows",
     dependencies=[Producer],
     response_model=None,
+    status_code=201,
     responses=answers(WorkflowMade, 409, 413, status=201),
     openapi_extra=IDEMPOTENCY_HEADER,
 )
@@ -58,13 +59,16 @@ async def create_workflow(
         for i, job in enumerate(body.jobs):
             caller.admit(job.queue, where=f"jobs[{i}].queue")
     jobs = [WorkflowJob(**job.model_dump()) for job in body.jobs]
-    answer = await workflows.create_workflow(runtime, body.name, jobs, idempotency_of(request, "/workflows"))
+    answer = await workflows.create_workflow(
+        runtime, body.name, jobs, idempotency_of(request, "/workflows"), caller.like
+    )
     return JSONBody(answer, status_code=201)
 
 
 @router.get("/workflows", dependencies=[Reader], response_model=None, responses=answers(WorkflowPage))
 async def list_workflows(
     runtime: RuntimeDep,
+    caller: Caller,
     status: Annotated[WorkflowStatus | None, Query(description="Only workflows in this status.")] = None,
     name: Annotated[
         str | None,
@@ -73,8 +77,9 @@ async def list_workflows(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before_id: Annotated[int, Query(ge=1, le=MAX_JOB_ID + 1)] = MAX_JOB_ID + 1,
 ) -> JSONBody:
-    """Workflows newest first; pass `next_before_id` back as `before_id` for the next page."""
-    return JSONBody(await workflows.list_workflows(runtime.db, status, name, limit, before_id))
+    """Workflows newest first; pass `next_before_id` back as `before_id` for the next page. A token limited
+    to some queues sees the workflows whose jobs are all in them."""
+    return JSONBody(await workflows.list_workflows(runtime.db, status, name, limit, before_id, caller.like))
 
 
 @router.get("/workflows/{id}", dependencies=[Reader], response_model=None, responses=answers(Workflow, 404))
@@ -95,11 +100,14 @@ async def get_workflow(
     return JSONBody(await workflows.wait_for_workflow(runtime, id, wait, disconnected(request)))
 
 
-@router.delete("/workflows/{id}", dependencies=[Admin], response_model=None, responses=answers(Workflow, 404))
+@router.delete(
+    "/workflows/{id}", dependencies=[Admin], response_model=None, responses=answers(Workflow, 404, 409)
+)
 async def cancel_workflow(id: WorkflowId, runtime: RuntimeDep, caller: Caller) -> JSONBody:
-    """Cancel its waiting and pending jobs; running ones finish, and their children are cancelled."""
-    _visible(await workflows.get_workflow(runtime, id), caller)
-    return JSONBody(await workflows.cancel_workflow(runtime, id))
+    """Cancel a running workflow: its waiting and pending jobs cancelled; running ones finish, and their
+    children are cancelled. One that has finished is 409 (its status stays)."""
+    workflow = _visible(await workflows.get_workflow(runtime, id), caller)
+    return JSONBody(await workflows.cancel_workflow(runtime, workflow))
 
 
 @router.post(

@@ -9,7 +9,7 @@ who may not press them (a viewer: `actions=False`) have no buttons at all.
 """
 
 from app.ui.pages.dead import dead_page
-from app.ui.pages.job import job_page
+from app.ui.pages.job import RELATIVES_SHOWN, job_page
 from app.ui.pages.jobs import BULK, jobs_page
 from app.ui.pages.keys import KEYS_SHOWN, keys_page
 from app.ui.pages.layout import limits_text, not_found_page, url, with_sign_out
@@ -18,10 +18,12 @@ from app.ui.pages.queues import database_health, queues_page
 from app.ui.pages.schedules import schedules_page
 from app.ui.pages.sign_in import sign_in_page
 from app.ui.pages.workers import workers_page
+from app.ui.pages.workflows import workflow_page, workflows_page
 
 __all__ = [
     "BULK",
     "KEYS_SHOWN",
+    "RELATIVES_SHOWN",
     "SETTINGS",
     "database_health",
     "dead_page",
@@ -38,4 +40,6 @@ __all__ = [
     "url",
     "with_sign_out",
     "workers_page",
+    "workflow_page",
+    "workflows_page",
 ]

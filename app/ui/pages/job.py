@@ -1,13 +1,22 @@
-"""A job's page: every field, its result, progress, last error and payload, and the buttons its state
-allows (retry and purge a dead job, run a scheduled one now, cancel a waiting one).
+"""A job's page: every field, its result, progress, last error and payload, its parents and children (API
+part 6) and its workflow, and the buttons its state allows (retry and purge a dead job, run a scheduled one
+now, cancel a pending or scheduled one, or one waiting for its parents).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.ui.pages.layout import button, esc, job_state, layout, outcome, pretty_json, url, when
+
+RELATIVES_SHOWN = 100  # of a job's parents, and of its children, on its page
+# What a job's run_if means, once its last parent ends.
+RUN_IF = {
+    "completed": "it runs once every parent completed, and is cancelled if one did not.",
+    "finished": "it runs once every parent ended, however they ended.",
+    "failed": "it runs once its parents ended if one is dead or cancelled, and is cancelled otherwise.",
+}
 
 
 def schedule_of(job: Mapping[str, Any]) -> str:
@@ -29,7 +38,69 @@ def _worker_of(job: Mapping[str, Any]) -> str:
     return f'<a href="/ui/workers">{esc(worker)}</a>{held}'
 
 
-def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool = True) -> str:
+def _relatives(rows: Sequence[Mapping[str, Any]], what: str) -> str:
+    """A table of a job's parents or children: each linked, with its kind and status (and queue, for
+    children)."""
+    queues = any("queue" in row for row in rows)
+    lines = []
+    for row in rows:
+        state = job_state(row) if "run_at" in row else row["status"]
+        queue = f'<td><a href="/ui/queues/{esc(row["queue"])}">{esc(row["queue"])}</a></td>' if queues else ""
+        lines.append(
+            f'<tr data-job="{row["id"]}"><th scope="row"><a href="/ui/jobs/{row["id"]}">{row["id"]}</a></th>'
+            f"{queue}<td>{esc(row['kind'] or '')}</td>"
+            f'<td><span class="status {esc(state)}">{esc(state)}</span></td></tr>'
+        )
+    head = "<th>Job</th>" + ("<th>Queue</th>" if queues else "") + "<th>Kind</th><th>Status</th>"
+    return f'<table class="{what}"><thead><tr>{head}</tr></thead><tbody>{"".join(lines)}</tbody></table>'
+
+
+def parents_section(job: Mapping[str, Any], parents: Mapping[str, Any] | None) -> str:
+    """A job's parents (the first page of job_parents), with how many it has, and what it waits for them
+    to end as (its run_if)."""
+    named = list(dict.fromkeys(job.get("depends_on") or ()))
+    if not named or parents is None:
+        return ""
+    rows = parents["parents"]
+    said = f"{len(named)} parent{'s' if len(named) != 1 else ''}; {RUN_IF.get(job.get('run_if') or '', '')}"
+    if parents["next_after_id"] is not None:
+        said += (
+            f" The first {len(rows)} are shown; GET /jobs/{job['id']}/parents?after_id="
+            f"{parents['next_after_id']} pages on."
+        )
+    elif len(rows) < len(named):
+        said += f" {len(named) - len(rows)} of them are no longer kept (their queues' retention)."
+    table = _relatives(rows, "parents") if rows else ""
+    return f'<h2>Parents</h2><p class="meta">{said}</p>{table}'
+
+
+def children_section(children: Mapping[str, Any] | None) -> str:
+    """A job's children (the first page of job_children); nothing for a job without any."""
+    if children is None or not children["children"]:
+        return ""
+    rows = children["children"]
+    said = "The jobs that wait for this one (and, of its workflow, those that waited for it)."
+    if children["next_after_id"] is not None:
+        said += f" The first {len(rows)} are shown."
+    return f'<h2>Children</h2><p class="meta">{said}</p>{_relatives(rows, "children")}'
+
+
+def _workflow_of(job: Mapping[str, Any]) -> str:
+    workflow_id = job.get("workflow_id")
+    if workflow_id is None:
+        return "—"
+    return f'<a href="/ui/workflows/{workflow_id}">workflow {workflow_id}</a>'
+
+
+def job_page(
+    job: Mapping[str, Any],
+    *,
+    parents: Mapping[str, Any] | None = None,
+    children: Mapping[str, Any] | None = None,
+    flash: str | None = None,
+    actions: bool = True,
+) -> str:
+    """A job's page; `parents` and `children` are the first pages of job_parents and job_children."""
     job_id = job["id"]
     here = f"/ui/jobs/{job_id}"
     state = job_state(job)
@@ -45,6 +116,8 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
         ("Worker", _worker_of(job)),
         ("Dedup key", esc(job["dedup_key"]) if job["dedup_key"] is not None else "—"),
         ("Schedule", schedule_of(job)),
+        ("Workflow", _workflow_of(job)),
+        ("Run if", esc(job["run_if"]) if job.get("run_if") else "—"),
         ("Created", when(job["created_at"])),
         ("Updated", when(job["updated_at"])),
         ("Completed", when(job["completed_at"])),
@@ -60,7 +133,7 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
         pressed.append(button(f"/ui/dead/{job_id}/purge", "Purge", back=gone, confirm=confirm, danger=True))
     if actions and state == "scheduled":
         pressed.append(button(f"{here}/run", "Run now", back=here))
-    if actions and state in ("pending", "scheduled"):
+    if actions and state in ("pending", "scheduled", "waiting"):
         confirm = f"Cancel job {job_id}? It will not run."
         pressed.append(button(f"{here}/cancel", "Cancel", back=here, confirm=confirm, danger=True))
     buttons = f'<div class="actions">{"".join(pressed)}</div>' if pressed else ""
@@ -78,6 +151,7 @@ def job_page(job: Mapping[str, Any], *, flash: str | None = None, actions: bool 
     pretty = pretty_json(job["payload"])
     body = (
         f'<h1>Job {job_id}</h1>{buttons}<table class="fields">{table}</table>{error}'
+        f"{parents_section(job, parents)}{children_section(children)}"
         f'<h2>Payload</h2><pre class="payload">{esc(pretty)}</pre>'
     )
     return layout(f"Job {job_id}", body, flash=flash)

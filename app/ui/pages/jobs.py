@@ -16,7 +16,9 @@ from app.ui.pages.layout import (
     job_state,
     layout,
     payload_text,
+    select,
     shorten,
+    text_input,
     url,
     when,
 )
@@ -26,19 +28,6 @@ ALL_BOX = '<th><input type="checkbox" data-select-all aria-label="select every j
 # What the dashboard does to a selection of jobs, or to every job a list matches, and to which jobs
 # each action applies: the others in a selection are left as they are, and said so.
 BULK = {"retry": ("dead", "Retry"), "purge": ("dead", "Purge"), "cancel": ("pending", "Cancel")}
-
-
-def _select(name: str, label: str, chosen: str | None, options: Iterable[str], everything: str) -> str:
-    items = "".join(
-        f'<option value="{esc(o)}"{" selected" if o == chosen else ""}>{esc(o)}</option>' for o in options
-    )
-    return (
-        f'<label>{label} <select name="{name}"><option value="">{everything}</option>{items}</select></label>'
-    )
-
-
-def _text_input(name: str, label: str, value: str | None, size: int = 12) -> str:
-    return f'<label>{label} <input name="{name}" value="{esc(value or "")}" size="{size}"></label>'
 
 
 def jobs_page(
@@ -55,15 +44,15 @@ def jobs_page(
     status = filters.get("status")
     picker = (
         '<form class="filter" action="/ui/jobs" method="get">'
-        + _select("queue", "Queue", filters.get("queue"), queues, "all queues")
+        + select("queue", "Queue", filters.get("queue"), queues, "all queues")
         + " "
-        + _select("status", "Status", status, STATUSES, "any status")
+        + select("status", "Status", status, STATUSES, "any status")
         + " "
-        + _text_input("kind", "Kind", filters.get("kind"))
+        + text_input("kind", "Kind", filters.get("kind"))
         + " "
-        + _text_input("key", "Key", filters.get("key"))
+        + text_input("key", "Key", filters.get("key"))
         + " "
-        + _text_input("q", "Search", filters.get("q"), 20)
+        + text_input("q", "Search", filters.get("q"), 20)
         + " <button>Show</button></form>"
     )
     shown = [action for action, (applies, _) in BULK.items() if status in (None, applies)]

@@ -5,7 +5,7 @@ the one-button forms, and how values are written (escaped, times, durations, rat
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -52,7 +52,8 @@ def layout(
         else ""
     )
     links = (
-        """<nav><a href="/ui">Queues</a> <a href="/ui/jobs">Jobs</a> <a href="/ui/dead">Dead jobs</a>
+        """<nav><a href="/ui">Queues</a> <a href="/ui/jobs">Jobs</a> <a href="/ui/workflows">Workflows</a>
+    <a href="/ui/dead">Dead jobs</a>
     <a href="/ui/schedules">Schedules</a> <a href="/ui/workers">Workers</a></nav>
   <form class="lookup" action="/ui/jobs" method="get">
     <input name="id" inputmode="numeric" placeholder="job id" aria-label="job id"> <button>Open</button>
@@ -93,6 +94,21 @@ def button(action: str, label: str, *, back: str, confirm: str | None = None, da
         f'<form method="post" action="{esc(url(action, next=back))}"{confirm_attr}>'
         f'<button class="{css}">{esc(label)}</button></form>'
     )
+
+
+def select(name: str, label: str, chosen: str | None, options: Iterable[str], everything: str) -> str:
+    """A filter form's picker: `everything` (an empty value) or one of `options`."""
+    items = "".join(
+        f'<option value="{esc(o)}"{" selected" if o == chosen else ""}>{esc(o)}</option>' for o in options
+    )
+    return (
+        f'<label>{label} <select name="{name}"><option value="">{everything}</option>{items}</select></label>'
+    )
+
+
+def text_input(name: str, label: str, value: str | None, size: int = 12) -> str:
+    """A filter form's text field."""
+    return f'<label>{label} <input name="{name}" value="{esc(value or "")}" size="{size}"></label>'
 
 
 def when(moment: datetime | None) -> str:

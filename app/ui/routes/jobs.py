@@ -1,5 +1,5 @@
-"""The jobs' pages (the list, a job) and their buttons: cancel a job or run it now, and retry, purge or
-cancel a selection of jobs or every job the filters match.
+"""The jobs' pages (the list, a job with its parents and children) and their buttons: cancel a job or run it
+now, and retry, purge or cancel a selection of jobs or every job the filters match.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from app.core.states import JobStatus
 from app.http.auth import Caller
 from app.http.deps import DB
 from app.http.problems import status_of
+from app.service.parents import job_children
 from app.ui import pages
 from app.ui.routes.common import (
     Flash,
@@ -95,11 +96,18 @@ async def jobs_page(
 
 @viewed.get("/jobs/{id}", response_model=None)
 async def job_page(id: JobIdPath, db: DB, request: Request, caller: Caller, flash: Flash = None) -> Response:
+    """A job, with the first RELATIVES_SHOWN of its parents and of its children."""
+    shown = pages.RELATIVES_SHOWN
     try:
         job = await service.get_job(db, id, caller.like)
+        parents = await service.job_parents(db, id, shown, 0, caller.like) if job.get("depends_on") else None
+        children = await job_children(db, id, shown, 0, caller.like)
     except NotFound as exc:
         return html(request, pages.not_found_page(exc.detail), status=status_of(exc))
-    return html(request, pages.job_page(job, flash=flash, actions=caller.has(Role.ADMIN)))
+    return html(
+        request,
+        pages.job_page(job, parents=parents, children=children, flash=flash, actions=caller.has(Role.ADMIN)),
+    )
 
 
 buttons = button_router()
