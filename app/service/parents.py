@@ -23,9 +23,10 @@ def _parent(row: object) -> Row:
 
 async def attach_parents(db: Database, jobs: Sequence[Row]) -> None:
     """Give each leased job with at most MAX_LEASED_PARENTS parents its `parents` ({id, kind, status,
-    result}, in its depends_on order; one pruned already is left out), read in one statement for the
-    whole lease; a job with more has none (GET /jobs/{id}/parents pages them). The lease rows' `depends_on`
-    goes: a job without parents is handed out as it always was, and costs no statement."""
+    result}, in id order as GET /jobs/{id}/parents pages them; one pruned already is left out), read in
+    one statement for the whole lease; a job with more has none (GET /jobs/{id}/parents pages them). The
+    lease rows' `depends_on` goes: a job without parents is handed out as it always was, and costs no
+    statement."""
     wanted: dict[int, list[int]] = {}
     for job in jobs:
         parents = job.pop("depends_on", None)
@@ -40,7 +41,7 @@ async def attach_parents(db: Database, jobs: Sequence[Row]) -> None:
     for job in jobs:
         parents = wanted.get(job["id"])
         if parents is not None:
-            job["parents"] = [found[p] for p in parents if p in found]
+            job["parents"] = [found[p] for p in sorted(set(parents)) if p in found]
 
 
 async def job_parents(db: Database, job_id: int, limit: int, after_id: int, scope: Scope = None) -> Row:

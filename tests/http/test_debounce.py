@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timedelta
 
+import httpx
 import pytest
 
 from tests.helpers import lease, lease_one
@@ -95,3 +97,20 @@ async def test_an_idempotency_key_answers_a_debounced_repeat_as_the_first_time(c
     assert (repeat.status_code, repeat.content) == (200, second.content)
     assert await db.fetchval("SELECT run_at FROM jobq.jobs") == run_at
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs") == 1
+
+
+async def test_a_long_poll_wakes_for_a_moved_job_when_it_falls_due(start_service):
+    """A burst moves its job's run_at later; the long-poll waiting on the queue is woken when the job falls
+    due at its new time, not by the safety poll (set out of reach here)."""
+    service = start_service(wakeup_safety_interval=60.0)
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(client.post("/lease", json={"queue": "q", "wait": 8}))
+        await asyncio.sleep(0.3)
+        _, first = await debounced(client, 1, seconds=0.6)
+        await asyncio.sleep(0.3)
+        _, moved = await debounced(client, 2, seconds=0.6)
+        assert moved["debounced"] and at(moved["run_at"]) > at(first["run_at"])
+        (job,) = (await waiting).json()["jobs"]
+        assert (job["id"], job["payload"]) == (first["id"], 2)
+        assert time.monotonic() - started < 4, "the long-poll ran out its wait: nothing woke it"

@@ -162,9 +162,10 @@ async def test_a_lease_carries_its_parents_results(client):
     for job in await lease(client, max_jobs=2):
         await ack_with(client, job, {"from": job["id"]})
     leased = {j["id"]: j for j in await lease(client, "c", max_jobs=2)}
+    # In id order, as GET /jobs/{id}/parents pages them, whatever the order of depends_on.
     assert leased[child["id"]]["parents"] == [
-        {"id": second["id"], "kind": "render", "status": "completed", "result": {"from": second["id"]}},
         {"id": first["id"], "kind": "charge", "status": "completed", "result": {"from": first["id"]}},
+        {"id": second["id"], "kind": "render", "status": "completed", "result": {"from": second["id"]}},
     ]
     # A job without parents is handed out as it always was.
     assert "parents" not in leased[plain["id"]] and "depends_on" not in leased[plain["id"]]

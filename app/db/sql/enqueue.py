@@ -151,8 +151,9 @@ ENQUEUE_WAITING = Query.define(
 # its debounce_until (its creation + max_seconds); otherwise a new job is made, to run in :seconds.
 # uq_jobs_debounce holds one pending job per key, and ON CONFLICT against it makes concurrent enqueues of
 # a key land in one job: a job leased meanwhile is running, out of the index, and the enqueue makes a new
-# one. `debounced` says which (a row an ON CONFLICT updated has an xmax). No wake-up for a moved job: its
-# new run_at is later than the one its first enqueue announced, whose waiters find nothing and wait again.
+# one. `debounced` says which (a row an ON CONFLICT updated has an xmax). A moved job is announced again
+# with its new run_at, as a new one is: the timer its first enqueue armed finds nothing due, and without
+# this one its waiters would wait for the safety poll.
 ENQUEUE_DEBOUNCED = Query.define(
     "enqueue_debounced",
     f"""
@@ -170,7 +171,7 @@ ENQUEUE_DEBOUNCED = Query.define(
         DO UPDATE SET payload = excluded.payload, updated_at = now(),
                       run_at = least(excluded.run_at, coalesce(j.debounce_until, 'infinity'))
         RETURNING j.*, j.xmax <> 0 AS debounced
-    ), {_notify("j", "NOT debounced")}
+    ), {_notify("j")}
     SELECT {JOB}, j.debounced FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
     WHERE {NOTIFIED}
     """,
