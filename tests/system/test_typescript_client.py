@@ -81,7 +81,7 @@ def test_typescript_client(tmp_path, start_service, typescript_dev_packages, typ
     )
 
     tests = sorted((work / "dist" / "test").glob("*.test.js"))
-    expected = {"client", "errors", "retry", "tasks", "worker"}
+    expected = {"client", "errors", "retry", "tasks", "worker", "workflows"}
     assert {path.name.removesuffix(".test.js") for path in tests} >= expected
 
     # Noticing within 0.5 s a long-poll whose worker has gone (instead of the 5 s default), so that stopping

@@ -14,15 +14,23 @@ error is a `JobqError`; `Unavailable` covers no answer at all). A client's own m
 (`enqueue`, `get_job`, `wait`, `cancel`); `client.worker` holds the lease protocol and `client.admin`
 the operator's calls (see `jobq.client`).
 
+Workflows, jobs each run after its parents, are built from tasks with `Flow` (`flow.add(task.s(...),
+after=[ref])`, then `flow.submit(client)`), or `chain`, `group` and `chord`; a task's handler reads
+what its parents returned with `parents()` and `parent_results()` (`aparents()` and `aparent_results()`
+in an async handler).
+
 The rest is imported from the module it lives in:
 - `jobq.types`: the results (`Job`, `LeasedJob`, `JobStatus`, `AckResult`, `NackResult`, `ExtendResult`,
   `ItemResult`, `JobPage`, `DeadPage`, `RetryDeadResult`, `PurgeResult`, `QueueRow`, `QueueDetail`,
   `QueueSettings`, `Rate`, `NO_LIMIT`, `KeyView`, `DeleteKeyResult`, `WorkerSeen`, `Schedule`, `CatchUp`,
-  `DeleteScheduleResult`) and the other errors (`Unreachable`, `Unauthorized`, `Forbidden`,
+  `DeleteScheduleResult`; of dependencies and workflows `RunIf`, `Debounce`, `Parent`, `ParentPage`,
+  `Workflow`, `WorkflowJob`, `WorkflowMade`, `WorkflowJobMade`, `WorkflowRow`, `WorkflowPage`,
+  `WorkflowStatus`) and the other errors (`Unreachable`, `Unauthorized`, `Forbidden`,
   `PayloadTooLarge`);
 - `jobq.client`: the calls (`Call`, `Calls`), the retry policy (`RetryPolicy`), the batch items
   (`Completion`, `Failure`) and the groups of calls (`WorkerCalls`, `AdminCalls` and their async forms);
-- `jobq.tasks`: `UnknownTask`; `jobq.worker`: the runner's `Stats` (`jobq.pools` and `jobq.serving` hold
+- `jobq.tasks`: `UnknownTask`, `Signature` (what `task.s(...)` gives); `jobq.flows`: what `Flow` is
+  built on; `jobq.worker`: the runner's `Stats` (`jobq.pools` and `jobq.serving` hold
   its parts); `jobq.cli`: the `jobq` command.
 
 Those names were importable from here too, and still are for one release, with a DeprecationWarning
@@ -37,7 +45,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jobq.client import AsyncClient, Client
-    from jobq.tasks import Fail, Retry, Task, Tasks, current_job, progress
+    from jobq.flows import Flow, chain, chord, group
+    from jobq.tasks import (
+        Fail,
+        Retry,
+        Task,
+        Tasks,
+        aparent_results,
+        aparents,
+        current_job,
+        parent_results,
+        parents,
+        progress,
+    )
     from jobq.types import Conflict, JobqError, LeaseLost, NotFound, Unavailable, ValidationError
     from jobq.worker import Worker
 
@@ -46,6 +66,7 @@ __all__ = [
     "Client",
     "Conflict",
     "Fail",
+    "Flow",
     "JobqError",
     "LeaseLost",
     "NotFound",
@@ -55,7 +76,14 @@ __all__ = [
     "Unavailable",
     "ValidationError",
     "Worker",
+    "aparent_results",
+    "aparents",
+    "chain",
+    "chord",
     "current_job",
+    "group",
+    "parent_results",
+    "parents",
     "progress",
 ]
 
@@ -65,6 +93,8 @@ __all__ = [
 _HOME = {
     **dict.fromkeys(("AsyncClient", "Client"), "jobq.client"),
     **dict.fromkeys(("Fail", "Retry", "Task", "Tasks", "current_job", "progress"), "jobq.tasks"),
+    **dict.fromkeys(("Flow", "chain", "chord", "group"), "jobq.flows"),
+    **dict.fromkeys(("parents", "aparents", "parent_results", "aparent_results"), "jobq.tasks"),
     **dict.fromkeys(
         ("Conflict", "JobqError", "LeaseLost", "NotFound", "Unavailable", "ValidationError"), "jobq.types"
     ),

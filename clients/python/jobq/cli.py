@@ -1,5 +1,5 @@
 """The `jobq` command: the commands that talk to a running service (worker, enqueue, job, jobs, stats,
-workers, dead, queues, schedules), and those other installed distributions add (the server's serve,
+workers, dead, queues, schedules, workflows), and those other installed distributions add (the server's serve,
 migrate, database-url and openapi).
 
 Each command here takes `--url` ($JOBQ_URL, default http://127.0.0.1:8000) and `--token` ($JOBQ_TOKEN);
@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeGuard,
 from jobq.types import (
     FINISHED,
     NO_LIMIT,
+    WORKFLOW_FINISHED,
     CatchUp,
     DeleteKeyResult,
     Job,
@@ -63,6 +64,8 @@ from jobq.types import (
     Schedule,
     Unauthorized,
     Unavailable,
+    Workflow,
+    WorkflowStatus,
 )
 
 # The HTTP clients and the runner are imported by the commands that use them: the commands other
@@ -384,6 +387,11 @@ def _job_text(job: Job) -> str:
         ("updated", job.updated_at),
         ("completed", job.completed_at),
     ]
+    if job.depends_on is not None:  # only for jobs with parents: most have none
+        parents = ", ".join(map(str, job.depends_on))
+        fields.insert(1, ("depends on", f"{parents} (runs if {job.run_if or 'completed'})"))
+    if job.workflow_id is not None:
+        fields.insert(1, ("workflow", job.workflow_id))
     width = max(len(name) for name, _ in fields)
     lines = [head, *(f"  {name.ljust(width)}  {_cell(value)}" for name, value in fields)]
     if job.last_error:
@@ -884,6 +892,104 @@ def schedules_delete(args: argparse.Namespace) -> None:
         print(f"deleted schedule {args.name}")
 
 
+# --- workflows -------------------------------------------------------------------------------------
+
+
+def _workflow_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workflow_id", type=int, metavar="ID", help="The workflow's id.")
+
+
+def _one_workflow_arguments(parser: argparse.ArgumentParser) -> None:
+    _workflow_argument(parser)
+    _service_options(parser)
+
+
+def _workflows_list_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--status", choices=[status.value for status in WorkflowStatus], help="Only workflows in this status."
+    )
+    parser.add_argument("--name", help="Only workflows of this name.")
+    _page_options(parser, 500)
+    _service_options(parser)
+
+
+def workflows_list(args: argparse.Namespace) -> None:
+    """Workflows, newest first, with their status as last seen, and when they were made and finished."""
+    with service(args.url, args.token) as jobq:
+        page = jobq.workflows(status=args.status, name=args.name, limit=args.limit, before_id=args.before_id)
+    if args.as_json:
+        print_json(page)
+        return
+    if page.workflows:
+        rows = [[w.id, w.name, w.status, w.created_at, w.finished_at] for w in page.workflows]
+        print(table(["id", "name", "status", "created", "finished"], rows))
+    else:
+        print("no workflows")
+    if page.next_before_id is not None:
+        print(f"\nmore: add --before-id {page.next_before_id}")
+
+
+def _workflow_text(workflow: Workflow) -> str:
+    """A workflow for people: its status and counts, then its jobs with their parents' refs."""
+    name = f" {workflow.name}" if workflow.name else ""
+    head = f"workflow {workflow.id}{name}: {workflow.status}"
+    when = f"  created {_cell(workflow.created_at)}, finished {_cell(workflow.finished_at)}"
+    counts = ", ".join(f"{status} {n}" for status, n in sorted(workflow.counts.items()))
+    rows = [
+        [j.ref, j.id, j.queue, j.kind, j.status, ", ".join(map(str, j.depends_on)) or None]
+        for j in workflow.jobs
+    ]
+    jobs = table(["ref", "id", "queue", "kind", "status", "after"], rows) if rows else "no jobs left"
+    return "\n".join([head, when, f"  jobs: {counts or 'none'}", "", jobs])
+
+
+def _show_workflow(workflow: Workflow, as_json: bool) -> None:
+    if as_json:
+        print_json(workflow)
+    else:
+        print(_workflow_text(workflow))
+
+
+def _workflows_show_arguments(parser: argparse.ArgumentParser) -> None:
+    _workflow_argument(parser)
+    parser.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="Wait up to this long for the workflow to finish, then print it. Exit status: 0 completed, "
+        "1 failed or cancelled, 124 not finished in time.",
+    )
+    _service_options(parser)
+
+
+def workflows_show(args: argparse.Namespace) -> int | None:
+    """A workflow: its status, its jobs' counts by status, and its jobs, each with its status and the
+    refs of its parents (ids for parents outside the workflow). With --wait, once it has finished."""
+    with service(args.url, args.token) as jobq:
+        if args.wait is None:
+            workflow = jobq.get_workflow(args.workflow_id)
+        else:
+            workflow = jobq.wait_workflow(args.workflow_id, args.wait)
+    _show_workflow(workflow, args.as_json)
+    if args.wait is None or workflow.status == WorkflowStatus.COMPLETED:
+        return None
+    return EXIT_FAILED if workflow.status in WORKFLOW_FINISHED else EXIT_UNFINISHED
+
+
+def workflows_cancel(args: argparse.Namespace) -> None:
+    """Cancel a workflow: its waiting and pending jobs are cancelled; running ones finish, and their
+    children are cancelled. Prints the workflow then."""
+    with service(args.url, args.token) as jobq:
+        _show_workflow(jobq.cancel_workflow(args.workflow_id), args.as_json)
+
+
+def workflows_retry(args: argparse.Namespace) -> None:
+    """Resume a failed workflow where it failed: its dead jobs run again (attempts reset), and the jobs
+    cancelled because of them wait for them again. Prints the workflow then."""
+    with service(args.url, args.token) as jobq:
+        _show_workflow(jobq.retry_workflow(args.workflow_id), args.as_json)
+
+
 # --- the worker ------------------------------------------------------------------------------------
 
 
@@ -1029,6 +1135,15 @@ COMMANDS: Mapping[str, Entry] = {
             "resume": Command(schedules_resume, _one_schedule_arguments),
             "trigger": Command(schedules_trigger, _one_schedule_arguments),
             "delete": Command(schedules_delete, _one_schedule_arguments),
+        },
+    ),
+    "workflows": Group(
+        "Workflows: jobs made together, each run after its parents.",
+        {
+            "list": Command(workflows_list, _workflows_list_arguments),
+            "show": Command(workflows_show, _workflows_show_arguments),
+            "cancel": Command(workflows_cancel, _one_workflow_arguments),
+            "retry": Command(workflows_retry, _one_workflow_arguments),
         },
     ),
 }

@@ -7,7 +7,9 @@
             jobq.worker.ack(job)
         print(jobq.admin.queue("emails").pending)
 
-A client's own methods are a producer's: `enqueue`, `enqueue_many`, `get_job`, `wait` and `cancel`. The
+A client's own methods are a producer's: `enqueue`, `enqueue_many`, `get_job`, `wait` and `cancel`; and
+those of workflows, jobs made together each after its parents: `create_workflow` (or a `jobq.Flow`),
+`get_workflow`, `wait_workflow`, `workflows`, `cancel_workflow`, `retry_workflow`, and `job_parents`. The
 other calls are in two groups, by who makes them: `client.worker` the lease protocol (`WorkerCalls`:
 lease, ack, nack, extend, release, and the batch forms), which the worker runner makes for most
 applications; `client.admin` operating the service (`AdminCalls`: jobs listed, dead jobs, queues, keys,
@@ -54,9 +56,11 @@ except ImportError:  # pragma: no cover - a dependency; without it answers are o
 
 from jobq.types import (
     FINISHED,
+    WORKFLOW_FINISHED,
     AckResult,
     CatchUp,
     DeadPage,
+    Debounce,
     DeleteKeyResult,
     DeleteScheduleResult,
     ExtendResult,
@@ -68,15 +72,21 @@ from jobq.types import (
     NackItemResult,
     NackResult,
     NoLimit,
+    Parent,
+    ParentPage,
     PurgeResult,
     QueueDetail,
     QueueRow,
     QueueSettings,
     Rate,
     RetryDeadResult,
+    RunIf,
     Schedule,
     Unreachable,
     WorkerSeen,
+    Workflow,
+    WorkflowMade,
+    WorkflowPage,
     error_from,
     load,
 )
@@ -154,7 +164,12 @@ def _leased_job(j: Mapping[str, Any], time: Callable[[str], datetime] = datetime
         j.get("key"),
         j.get("traceparent"),
         j.get("tracestate"),
+        None if (parents := j.get("parents")) is None else [_parent(p) for p in parents],
     )
+
+
+def _parent(p: Mapping[str, Any]) -> Parent:
+    return load(Parent, p)
 
 
 def _item_results(data: Mapping[str, Any]) -> list[ItemResult]:
@@ -245,9 +260,21 @@ def _compact(values: Mapping[str, Any]) -> dict[str, Any]:
 def _new_job(job: Mapping[str, Any]) -> dict[str, Any]:
     if "queue" not in job or "payload" not in job:
         raise ValueError("each job needs a queue and a payload (null is a valid payload)")
-    return {"queue": job["queue"], "payload": job["payload"]} | _compact(
-        {k: v for k, v in job.items() if k not in ("queue", "payload")}
-    )
+    options = {k: v for k, v in job.items() if k not in ("queue", "payload")}
+    if options.get("depends_on") is not None:
+        options["depends_on"] = [_parent_ref(p) for p in options["depends_on"]]
+    if isinstance(options.get("debounce"), Debounce):
+        debounce: Debounce = options["debounce"]
+        options["debounce"] = _compact(
+            {"key": debounce.key, "seconds": debounce.seconds, "max_seconds": debounce.max_seconds}
+        )
+    return {"queue": job["queue"], "payload": job["payload"]} | _compact(options)
+
+
+def _parent_ref(parent: int | str | Job) -> int | str:
+    """A parent as depends_on names it: a job's id (a `Job` stands for its own), or in a workflow the ref
+    of a sibling."""
+    return parent.id if isinstance(parent, Job) else parent
 
 
 def _lease_of(job: LeasedJob | int, lease_token: str | None) -> dict[str, Any]:
@@ -334,6 +361,44 @@ def _wait_more(job: Job, *, deadline: float) -> Call[Job] | None:
     return _wait_call(job.id, deadline)
 
 
+def _workflow(data: Mapping[str, Any]) -> Workflow:
+    return load(Workflow, data)
+
+
+def _wait_workflow_call(workflow_id: int, deadline: float) -> Call[Workflow]:
+    left = max(0.0, min(MAX_WAIT, deadline - time.monotonic()))
+    then = functools.partial(_wait_workflow_more, deadline=deadline)
+    path = f"/workflows/{workflow_id}"
+    return Call("GET", path, _workflow, params={"wait": round(left, 3)}, wait=left, then=then)
+
+
+def _wait_workflow_more(workflow: Workflow, *, deadline: float) -> Call[Workflow] | None:
+    """The next long-poll of a wait for `workflow`, while it runs and time is left."""
+    if workflow.status in WORKFLOW_FINISHED or deadline <= time.monotonic():
+        return None
+    return _wait_workflow_call(workflow.id, deadline)
+
+
+_WORKFLOW_JOB_FIELDS = frozenset(
+    {"ref", "queue", "payload", "kind", "key", "priority", "max_attempts", "delay", "run_at"}
+    | {"depends_on", "run_if"}
+)
+
+
+def _workflow_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A job of a workflow as POST /workflows takes it; a field it does not take is a ValueError here,
+    rather than the service's 422 for the whole request."""
+    if "ref" not in job:
+        raise ValueError("each job of a workflow needs a ref (what its children name it by)")
+    unknown = sorted(k for k, v in job.items() if k not in _WORKFLOW_JOB_FIELDS and v is not None)
+    if unknown:
+        raise ValueError(
+            f"job {job['ref']!r}: a workflow's jobs take no {', '.join(unknown)} (they take "
+            f"{', '.join(sorted(_WORKFLOW_JOB_FIELDS))})"
+        )
+    return _new_job(job)
+
+
 class Calls:
     """Every call of the API, written once. The clients expose each under the same name, on the client
     or in its `worker` or `admin` group."""
@@ -352,6 +417,9 @@ class Calls:
         key: str | None = None,
         idempotency_key: str | None = None,
         wait: float | None = None,
+        depends_on: Iterable[int | Job] | None = None,
+        run_if: RunIf | str | None = None,
+        debounce: Debounce | None = None,
     ) -> Call[Job]:
         """Enqueue a job (`POST /jobs`). With a `dedup_key` an active job of the queue already holds, the
         answer is that job, with `duplicate` True. Lower `priority` runs first; `delay` is in seconds.
@@ -360,11 +428,24 @@ class Calls:
         The call is sent with an `Idempotency-Key` (`idempotency_key`, else a fresh random one), so its
         retries enqueue it at most once.
 
+        `depends_on`: its parents, 1-1000 existing jobs (ids, or `Job`s). It starts `waiting` and is
+        decided once the last of them has ended: it runs if `run_if` holds (`completed`, the default:
+        every parent completed; `finished`: whatever they ended as; `failed`: one at least dead or
+        cancelled), else it is cancelled. A `delay` counts from then. Its handler reads what they
+        returned with `jobq.parents()`. Not with `dedup_key`.
+
+        `debounce` (`Debounce(key, seconds, max_seconds)`): while a job of the queue with that key is
+        still pending, the enqueue lands in it (payload replaced, run_at moved to now + seconds, never
+        past its first enqueue + max_seconds), and the answer is that job with `debounced` True; else a
+        new job runs in `seconds`. Not with `run_at`, `delay`, `dedup_key` or `depends_on`.
+
         With `wait` (seconds), the call then waits for the job to finish, as `wait` does, and answers
         the job as it is then: request and reply in one call (`job.status`, `job.result`)."""
         options = dict(priority=priority, delay=delay, run_at=run_at, max_attempts=max_attempts)
         body = _new_job(
             {"queue": queue, "payload": payload, **options, "dedup_key": dedup_key, "kind": kind, "key": key}
+            | {"depends_on": None if depends_on is None else list(depends_on), "run_if": run_if}
+            | {"debounce": debounce}
         )
         then = functools.partial(_wait_more, deadline=time.monotonic() + wait) if wait else None
         return Call("POST", "/jobs", _job, json=body, headers=_once(idempotency_key), then=then)
@@ -374,10 +455,81 @@ class Calls:
         jobs: Iterable[Mapping[str, Any]], *, idempotency_key: str | None = None
     ) -> Call[list[Job]]:
         """Enqueue 1..1000 jobs at once, all or nothing (`POST /jobs/batch`); each is a mapping with the
-        fields of `enqueue` (`{"queue": ..., "payload": ..., "priority": ..., "kind": ...}`), each job
-        its own. Answers in order. Sent with an `Idempotency-Key`, as `enqueue` is."""
+        fields of `enqueue` (`{"queue": ..., "payload": ..., "priority": ..., "kind": ...}`, and
+        `depends_on`, `run_if`, `debounce`), each job its own. Answers in order. Sent with an
+        `Idempotency-Key`, as `enqueue` is. For jobs that depend on each other, make a workflow
+        (`create_workflow`)."""
         body = [_new_job(j) for j in jobs]
         return Call("POST", "/jobs/batch", _jobs, json={"jobs": body}, headers=_once(idempotency_key))
+
+    @staticmethod
+    def create_workflow(
+        jobs: Iterable[Mapping[str, Any]], *, name: str | None = None, idempotency_key: str | None = None
+    ) -> Call[WorkflowMade]:
+        """Make a workflow: 1..1000 jobs, all or none (`POST /workflows`), each a mapping with the fields
+        of `enqueue_many`'s jobs (no `dedup_key` or `debounce`) and a `ref` (1-128 characters, unique
+        in the workflow) that its siblings' `depends_on` name it by: `depends_on` lists refs of
+        siblings and ids of existing jobs (or `Job`s). A job without parents is pending at once, the
+        others wait for theirs. A cycle, or an unknown or repeated ref, is a `ValidationError` naming
+        it. `name` says what it is (for people, and `workflows(name=...)`). The answer has each job's
+        id by ref (`made.ids["charge"]`). Sent with an `Idempotency-Key`, as `enqueue` is.
+        `jobq.Flow` builds the jobs from tasks."""
+        body = _compact({"name": name}) | {"jobs": [_workflow_job(j) for j in jobs]}
+        headers = _once(idempotency_key)
+        return Call("POST", "/workflows", _reader(WorkflowMade), json=body, headers=headers)
+
+    @staticmethod
+    def get_workflow(id: int) -> Call[Workflow]:
+        """A workflow: its status, its jobs' counts by status, and its jobs, each with its status and its
+        parents' refs (`GET /workflows/{id}`); `NotFound` if none."""
+        return Call("GET", f"/workflows/{int(id)}", _workflow)
+
+    @staticmethod
+    def wait_workflow(id: int, timeout: float) -> Call[Workflow]:
+        """The workflow once it has finished (completed, failed or cancelled), or as it is after `timeout`
+        seconds: read its `status`. Long-polls (`GET /workflows/{id}?wait=N`, up to a minute per
+        request, again while time is left), answered when it finishes, not by polling."""
+        return _wait_workflow_call(int(id), time.monotonic() + timeout)
+
+    @staticmethod
+    def workflows(
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> Call[WorkflowPage]:
+        """Workflows newest first (`GET /workflows`), of a status (running, completed, failed,
+        cancelled) and name when given; pass `next_before_id` as `before_id` for the next page. A
+        status is the one last seen: the service brings a workflow nobody reads up to date within its
+        metrics interval."""
+        params = _compact({"status": status, "name": name, "limit": limit, "before_id": before_id})
+        return Call("GET", "/workflows", _reader(WorkflowPage), params=params)
+
+    @staticmethod
+    def cancel_workflow(id: int) -> Call[Workflow]:
+        """Cancel a running workflow (`DELETE /workflows/{id}`): its waiting and pending jobs are
+        cancelled; running ones finish, and their children are cancelled. The workflow as it is then;
+        `Conflict` for one that has finished."""
+        # A repeat after a lost answer would answer conflict (it is cancelled): not sent twice.
+        return Call("DELETE", f"/workflows/{int(id)}", _workflow, idempotent=False)
+
+    @staticmethod
+    def retry_workflow(id: int) -> Call[Workflow]:
+        """Resume a failed workflow where it failed (`POST /workflows/{id}/retry`): its dead jobs pending
+        again (attempts reset), the jobs cancelled because of them waiting again. `Conflict` for a
+        workflow that is not failed. The workflow as it is then."""
+        # A repeat after a lost answer would answer conflict (it is running again): not sent twice.
+        return Call("POST", f"/workflows/{int(id)}/retry", _workflow, idempotent=False)
+
+    @staticmethod
+    def job_parents(id: int, *, limit: int = 100, after_id: int | None = None) -> Call[ParentPage]:
+        """A page of a job's parents in id order (`GET /jobs/{id}/parents`): each one's id, kind, status
+        and result; pass `next_after_id` as `after_id` for the next page (`limit`: 1-1000). A leased
+        job with at most 100 parents carries them (`LeasedJob.parents`); a handler reads them with
+        `jobq.parents()`, which pages them only for a job with more."""
+        params = _compact({"limit": limit, "after_id": after_id})
+        return Call("GET", f"/jobs/{int(id)}/parents", _reader(ParentPage), params=params)
 
     @staticmethod
     def get_job(id: int) -> Call[Job]:
@@ -1135,7 +1287,8 @@ class Client(_Transport, _Blocking):
     `AsyncClient`'s do, but a `connector` is given as a function that makes one, since the client makes
     its sessions itself: `Client(url, connector=lambda: aiohttp.TCPConnector(ssl=context))`.
 
-    Its own methods are a producer's; `worker` holds the lease protocol, `admin` the operator's calls.
+    Its own methods are a producer's (jobs, and workflows of jobs); `worker` holds the lease protocol,
+    `admin` the operator's calls.
 
     Its requests run on aiohttp, in an event loop on a daemon thread of the client's own, started at the
     first request and ended by `close`: so one client may be shared by many threads, used from code
@@ -1233,6 +1386,13 @@ class Client(_Transport, _Blocking):
     get_job = _sync(Calls.get_job)
     wait = _sync(Calls.wait)
     cancel = _sync(Calls.cancel)
+    create_workflow = _sync(Calls.create_workflow)
+    get_workflow = _sync(Calls.get_workflow)
+    wait_workflow = _sync(Calls.wait_workflow)
+    workflows = _sync(Calls.workflows)
+    cancel_workflow = _sync(Calls.cancel_workflow)
+    retry_workflow = _sync(Calls.retry_workflow)
+    job_parents = _sync(Calls.job_parents)
 
     @functools.cached_property
     def worker(self) -> WorkerCalls:
@@ -1351,6 +1511,13 @@ class AsyncClient(_Transport, _Awaited):
     get_job = _async(Calls.get_job)
     wait = _async(Calls.wait)
     cancel = _async(Calls.cancel)
+    create_workflow = _async(Calls.create_workflow)
+    get_workflow = _async(Calls.get_workflow)
+    wait_workflow = _async(Calls.wait_workflow)
+    workflows = _async(Calls.workflows)
+    cancel_workflow = _async(Calls.cancel_workflow)
+    retry_workflow = _async(Calls.retry_workflow)
+    job_parents = _async(Calls.job_parents)
 
     @functools.cached_property
     def worker(self) -> AsyncWorkerCalls:

@@ -18,10 +18,13 @@
   changed default reaches jobs already queued. The payload must be a JSON object of them (or null for none).
 - A task's settings (`queue`, `max_attempts`, `priority`, `visibility_timeout`) apply to every job it
   enqueues; `task.using(delay=60, dedup_key=...)` gives the same task with other options for one enqueue.
+- `task.s(...)` is a signature: the task with its arguments, a job to be, for a workflow built with
+  `jobq.Flow` (jobq/flows.py), each job after its parents.
 - In a handler: `raise jobq.Retry(after=300)` runs the job again in 5 minutes (an attempt, like any failure),
   `raise jobq.Fail("reason")` makes it dead now, any other exception retries it on the queue's backoff.
   What it returns is the job's result (when JSON can hold it). `jobq.current_job()` is the job being run
-  (its id, attempts, ...), `jobq.progress(value)` reports how far it got.
+  (its id, attempts, ...), `jobq.progress(value)` reports how far it got, and `jobq.parents()` /
+  `jobq.parent_results()` what its parents (`depends_on`) returned.
 - A worker serving a registry (`Worker(tasks)`, `jobq worker myapp.tasks`) routes each job by its kind; a
   job whose kind no task has fails with an error naming the kinds it knows, and is retried on the queue's
   backoff, so that a worker of a newer release can take it during a rolling deploy (until its attempts run
@@ -30,6 +33,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import inspect
@@ -39,9 +43,22 @@ from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from jobq.client import AsyncClient, Client
-from jobq.types import Job, LeasedJob
+from jobq.types import Job, LeasedJob, Parent
 
-__all__ = ["Fail", "Retry", "Task", "Tasks", "UnknownTask", "current_job", "progress"]
+__all__ = [
+    "Fail",
+    "Retry",
+    "Signature",
+    "Task",
+    "Tasks",
+    "UnknownTask",
+    "aparent_results",
+    "aparents",
+    "current_job",
+    "parent_results",
+    "parents",
+    "progress",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,10 +66,16 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """What a handler's context knows of its job: the job, and where its progress goes."""
+    """What a handler's context knows of its job: the job, where its progress goes, and the worker's
+    client and event loop (to read its parents when its lease did not carry them; None outside a
+    worker)."""
 
     job: LeasedJob
     report: Callable[[int, Any], None]  # (job id, progress)
+    client: AsyncClient | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    # Its parents once read with a request (`parents`), so a handler asking again makes no other.
+    read: dict[str, list[Parent]] = field(default_factory=dict)
 
 
 _current: contextvars.ContextVar[Running] = contextvars.ContextVar("jobq_running")
@@ -83,6 +106,97 @@ def progress(value: Any) -> None:
     per call, and only the latest value is sent."""
     running = _running("progress")
     running.report(running.job.id, value)
+
+
+PARENTS_PAGE = 1000  # parents read per request, when the lease did not carry them
+
+
+def parents() -> list[Parent]:
+    """The running job's parents (its `depends_on`), in id order (the order they were enqueued in; a
+    `jobq.Flow`'s jobs are enqueued in the order they were added): each one's id, kind, status and
+    result, what its handler returned. LookupError outside a handler.
+
+    The lease of a job with 1-100 parents carries them: read from it, with no request. For a job with
+    more, or none (a lease tells the two apart by nothing), they are read with `GET /jobs/{id}/parents`,
+    page after page, once per job. A plain handler (run on a thread) waits for that; an async handler
+    cannot block its event loop, so there this raises RuntimeError when a request is needed:
+    `await jobq.aparents()` reads them either way."""
+    running = _running("parents")
+    known = _parents_known(running)
+    if known is not None:
+        return known
+    loop = _worker_loop(running, "parents")
+    try:
+        on_the_loop = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        on_the_loop = False
+    if on_the_loop:
+        raise RuntimeError(
+            f"job {running.job.id}: its lease did not carry its parents (it has none, or more than 100), "
+            "and an async handler cannot wait for them here: use `await jobq.aparents()`"
+        )
+    return asyncio.run_coroutine_threadsafe(_read_parents(running), loop).result()
+
+
+async def aparents() -> list[Parent]:
+    """`parents()`, awaited: for an async handler, which may not block its event loop while the parents
+    of a job whose lease did not carry them (more than 100, or none) are read."""
+    running = _running("aparents")
+    known = _parents_known(running)
+    if known is not None:
+        return known
+    loop = _worker_loop(running, "aparents")
+    if asyncio.get_running_loop() is loop:
+        return await _read_parents(running)
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_read_parents(running), loop))
+
+
+def parent_results(kind: str | Task[Any, Any] | None = None) -> list[Any]:
+    """What the running job's parents returned (their results), in id order as `parents()` gives them;
+    only those of `kind` (a kind, or a task) when given: `(charge,) = jobq.parent_results("charge")`.
+    A parent that did not complete has None (a job with `run_if="finished"` or `"failed"` may have
+    such parents: `parents()` says each one's status)."""
+    return _results(parents(), kind)
+
+
+async def aparent_results(kind: str | Task[Any, Any] | None = None) -> list[Any]:
+    """`parent_results()`, awaited, as `aparents()` is."""
+    return _results(await aparents(), kind)
+
+
+def _results(found: list[Parent], kind: str | Task[Any, Any] | None) -> list[Any]:
+    name = kind.name if isinstance(kind, Task) else kind
+    return [parent.result for parent in found if name is None or parent.kind == name]
+
+
+def _parents_known(running: Running) -> list[Parent] | None:
+    """The job's parents without a request (in id order): as its lease carried them, or as read before."""
+    if running.job.parents is not None:
+        return list(running.job.parents)
+    read = running.read.get("parents")
+    return None if read is None else list(read)
+
+
+def _worker_loop(running: Running, what: str) -> asyncio.AbstractEventLoop:
+    if running.client is None or running.loop is None:
+        raise LookupError(
+            f"jobq.{what}(): the job's lease did not carry its parents, and no worker can read them"
+        )
+    return running.loop
+
+
+async def _read_parents(running: Running) -> list[Parent]:
+    """Every parent of the running job, page by page, through the worker's client (on its loop)."""
+    assert running.client is not None
+    found: list[Parent] = []
+    after: int | None = None
+    while True:
+        page = await running.client.job_parents(running.job.id, limit=PARENTS_PAGE, after_id=after)
+        found += page.parents
+        if page.next_after_id is None:
+            running.read["parents"] = found
+            return list(found)
+        after = page.next_after_id
 
 
 class Retry(Exception):  # noqa: N818 - read as an instruction: raise Retry(after=300)
@@ -152,10 +266,19 @@ class Task(Generic[P, R]):
         run_at: datetime | None = None,
         dedup_key: str | None = None,
         key: str | None = None,
+        queue: str | None = None,
     ) -> Task[P, R]:
-        """The same task with these options for the jobs it enqueues (the others kept)."""
-        given = {k: v for k, v in locals().items() if k != "self" and v is not None}
-        return dataclasses.replace(self, options=dataclasses.replace(self.options, **given))
+        """The same task with these options for the jobs it enqueues (the others kept), and in `queue`
+        when given."""
+        given = {k: v for k, v in locals().items() if k not in ("self", "queue") and v is not None}
+        options = dataclasses.replace(self.options, **given)
+        return dataclasses.replace(self, options=options, queue=queue or self.queue)
+
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """A signature: this task with these arguments (checked now, as `enqueue` checks them) and its
+        options, a job to be. `jobq.Flow` makes a workflow of them: `flow.add(charge.s(order=7))`;
+        `task.using(...).s(...)` for other options."""
+        return Signature(self, self.payload(*args, **kwargs))
 
     def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
         """The job's payload for these arguments: each given argument by name (a TypeError, as a call
@@ -169,12 +292,7 @@ class Task(Generic[P, R]):
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
         """The job `enqueue` sends, as a mapping for `Client.enqueue_many` (to send many in one request)."""
-        return {
-            "queue": self.queue,
-            "kind": self.name,
-            "payload": self.payload(*args, **kwargs),
-            **{k: v for k, v in dataclasses.asdict(self.options).items() if v is not None},
-        }
+        return self.s(*args, **kwargs).job()
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Queue a job that runs this task with these arguments (through the registry's `Client`)."""
@@ -197,6 +315,26 @@ class Task(Generic[P, R]):
         except TypeError as exc:
             raise Fail(f"task {self.name}: the payload does not fit its arguments: {exc}") from None
         return self.function(**payload)  # type: ignore[call-arg]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A task with its arguments (`task.s(...)`): one job to be, with the task's queue and options. A
+    `jobq.Flow` adds it to a workflow; `job()` is the mapping `Client.enqueue_many` takes."""
+
+    task: Task[Any, Any]
+    payload: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The task's name: the job's kind."""
+        return self.task.name
+
+    def job(self) -> dict[str, Any]:
+        """The job, as a mapping for `Client.enqueue_many` (or, with a ref, for `create_workflow`)."""
+        task = self.task
+        options = {k: v for k, v in dataclasses.asdict(task.options).items() if v is not None}
+        return {"queue": task.queue, "kind": task.name, "payload": self.payload, **options}
 
 
 class Register(Protocol):

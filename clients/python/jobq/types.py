@@ -9,7 +9,7 @@ ignored, so an older client keeps working.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
@@ -134,6 +134,28 @@ class JobStatus(StrEnum):
 FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
 
 
+class RunIf(StrEnum):
+    """What a job's parents (`depends_on`) must end as for it to run, once the last of them has ended;
+    else it is cancelled. A str, like JobStatus."""
+
+    COMPLETED = "completed"  # every parent completed (the default)
+    FINISHED = "finished"  # whatever they ended as
+    FAILED = "failed"  # one at least dead or cancelled: a job that cleans up after a failure
+
+
+class WorkflowStatus(StrEnum):
+    """A workflow's status, from its jobs'. A str, like JobStatus."""
+
+    RUNNING = "running"  # any of its jobs may still run (waiting, pending or running)
+    COMPLETED = "completed"  # every job completed
+    FAILED = "failed"  # one at least dead, or cancelled because of a parent
+    CANCELLED = "cancelled"  # by `cancel_workflow` (DELETE)
+
+
+# The statuses a wait for a workflow ends on.
+WORKFLOW_FINISHED = frozenset({WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED})
+
+
 class CatchUp(StrEnum):
     """What a schedule enqueues for the times it missed (the service was down): times reached more than
     the service's grace late (JOBQ_SCHEDULE_GRACE, 30 s by default). A str, like JobStatus."""
@@ -152,32 +174,43 @@ _TIMES = {
     "schedule_slot",
     "next_run_at",
     "last_run_at",
+    "finished_at",
 }
 # The fields read as an enum, and their values; a value this client does not know yet stays a str.
 _ENUMS: dict[str, dict[Any, StrEnum]] = {
     "status": {status.value: status for status in JobStatus},
     "catch_up": {catch_up.value: catch_up for catch_up in CatchUp},
+    "run_if": {run_if.value: run_if for run_if in RunIf},
 }
 
 
-# Per result dataclass, per field: its name, whether it is a time, its enum's values (None: no enum).
-_PLANS: dict[type, tuple[tuple[str, bool, dict[Any, StrEnum] | None], ...]] = {}
+# Per result dataclass, per field: its name, whether it is a time, its enum's values (None: no enum), and
+# how a value of it is read (None: as it is; `_READERS`).
+_Plan = tuple[tuple[str, bool, dict[Any, StrEnum] | None, Callable[[Any], Any] | None], ...]
+_PLANS: dict[type, _Plan] = {}
 
 
-def _plan(cls: type) -> tuple[tuple[str, bool, dict[Any, StrEnum] | None], ...]:
+def _plan(cls: type) -> _Plan:
     plan = _PLANS.get(cls)
     if plan is None:
-        plan = _PLANS[cls] = tuple((f.name, f.name in _TIMES, _ENUMS.get(f.name)) for f in fields(cls))
+        own = _READERS.get(cls, {})
+        plan = _PLANS[cls] = tuple(
+            (f.name, f.name in _TIMES, None if f.name in own else _ENUMS.get(f.name), own.get(f.name))
+            for f in fields(cls)
+        )
     return plan
 
 
 def load(cls: type[T], data: Mapping[str, Any]) -> T:
-    """A result dataclass from an answer's JSON object: known fields only, RFC 3339 times parsed."""
+    """A result dataclass from an answer's JSON object: known fields only, RFC 3339 times parsed, nested
+    results read as theirs (a workflow's jobs, a leased job's parents)."""
     values = {}
-    for name, is_time, choices in _plan(cls):
+    for name, is_time, choices, read in _plan(cls):
         if name in data:
             value = data[name]
-            if is_time and isinstance(value, str):
+            if read is not None:
+                value = None if value is None else read(value)
+            elif is_time and isinstance(value, str):
                 value = datetime.fromisoformat(value)
             elif choices is not None:
                 value = choices.get(value, value)
@@ -220,6 +253,45 @@ class Job:
     # The W3C trace context it was enqueued under; None when none was given.
     traceparent: str | None = None
     tracestate: str | None = None
+    # Its parents' ids, as enqueued (depends_on), and what they must end as for it to run (None: it has
+    # no parents); the workflow that made it (None: none).
+    depends_on: list[int] | None = None
+    run_if: RunIf | None = None
+    workflow_id: int | None = None
+    # Only in answers of an enqueue with `debounce`: True when the key's pending job took this enqueue
+    # (its payload replaced, its run_at moved), and this is that job.
+    debounced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Debounce:
+    """An enqueue's debounce (`enqueue(..., debounce=Debounce("user:7", 30))`): while a job of the queue
+    with this `key` is still pending, an enqueue with the key lands in it (its payload replaced, its
+    run_at moved to now + `seconds`, never past its first enqueue + `max_seconds`); otherwise a new job
+    is made to run in `seconds`. So a burst of enqueues runs once, with the last payload, `seconds`
+    after the burst ends."""
+
+    key: str  # 1-256 characters, per queue
+    seconds: float
+    max_seconds: float | None = None  # None: a burst that never pauses moves the job for good
+
+
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """A parent of a job (one of its `depends_on`): its id, kind, status, and what its ack kept."""
+
+    id: int
+    kind: str | None
+    status: JobStatus  # a leased child's parents have all ended
+    result: Any = None  # None: none (or the parent is not completed)
+
+
+@dataclass(frozen=True, slots=True)
+class ParentPage:
+    """A page of a job's parents, in id order (`client.job_parents`)."""
+
+    parents: list[Parent]
+    next_after_id: int | None  # pass as after_id for the next page; None at the end
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +313,9 @@ class LeasedJob:
     key: str | None = None  # as enqueued; None when none was given
     traceparent: str | None = None  # the W3C trace context it was enqueued under; None: none
     tracestate: str | None = None
+    # Its parents, as the lease carries them for a job with 1-100 of them; None for a job with none, or
+    # with more (a handler's `jobq.parents()` reads them either way).
+    parents: list[Parent] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,3 +489,108 @@ class Schedule:
 class DeleteScheduleResult:
     name: str
     deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowJobMade:
+    """A job of a workflow just made: its ref, its id, and its status (pending, or waiting for parents)."""
+
+    ref: str
+    id: int
+    status: JobStatus
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowMade:
+    """A workflow just made (`client.create_workflow`, `Flow.submit`): its id, and its jobs' ids by ref."""
+
+    id: int
+    name: str | None
+    status: WorkflowStatus  # running, unless every job ended at once
+    created_at: datetime
+    jobs: list[WorkflowJobMade]  # in the request's order
+
+    @property
+    def ids(self) -> dict[str, int]:
+        """Each job's id, by its ref."""
+        return {job.ref: job.id for job in self.jobs}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowJob:
+    """A job of a workflow as it is now: its parents named by their refs (and by their ids, for parents
+    outside the workflow)."""
+
+    ref: str
+    id: int
+    queue: str
+    kind: str | None
+    status: JobStatus
+    depends_on: list[str | int]
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """A workflow (`client.get_workflow`): its status, how many of its jobs are in each status, and its
+    jobs in the order they were made (those pruned by their queue's retention left out)."""
+
+    id: int
+    name: str | None
+    status: WorkflowStatus
+    created_at: datetime
+    finished_at: datetime | None  # when its last job ended; None while running
+    counts: dict[str, int]  # job status: how many
+    jobs: list[WorkflowJob]
+
+    @property
+    def ids(self) -> dict[str, int]:
+        """Each job's id, by its ref."""
+        return {job.ref: job.id for job in self.jobs}
+
+    def job(self, ref: str) -> WorkflowJob:
+        """Its job named `ref`; KeyError when it has none of that name."""
+        for job in self.jobs:
+            if job.ref == ref:
+                return job
+        raise KeyError(ref)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRow:
+    """A workflow in a list (`client.workflows`): its status as the service last saw it."""
+
+    id: int
+    name: str | None
+    status: WorkflowStatus
+    created_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowPage:
+    """A page of workflows, newest first."""
+
+    workflows: list[WorkflowRow]
+    next_before_id: int | None  # pass as before_id for the next page; None at the end
+
+
+def _list_of(cls: type[T]) -> Callable[[Any], list[T]]:
+    return lambda items: [load(cls, item) for item in items]
+
+
+def _enum(cls: type[StrEnum]) -> Callable[[Any], Any]:
+    choices = {member.value: member for member in cls}
+    return lambda value: choices.get(value, value)
+
+
+_WORKFLOW_STATUS = _enum(WorkflowStatus)
+# Fields read otherwise than by their name's rule (`load`): nested results, and a workflow's `status`,
+# which is a WorkflowStatus where every other `status` is a JobStatus.
+_READERS: dict[type, dict[str, Callable[[Any], Any]]] = {
+    LeasedJob: {"parents": _list_of(Parent)},
+    ParentPage: {"parents": _list_of(Parent)},
+    WorkflowMade: {"status": _WORKFLOW_STATUS, "jobs": _list_of(WorkflowJobMade)},
+    Workflow: {"status": _WORKFLOW_STATUS, "jobs": _list_of(WorkflowJob)},
+    WorkflowRow: {"status": _WORKFLOW_STATUS},
+    WorkflowPage: {"workflows": _list_of(WorkflowRow)},
+}

@@ -17,9 +17,10 @@
   that slow gain nothing from one.
 - Acks and nacks go in batches (`/ack/batch`, `/nack/batch`): those of jobs finishing within a few ms of
   each other, or while the previous batch is in flight, go together.
-- A handler that returns acks its job; one that raises nacks it with the exception's type, message and
-  the last frames of its traceback, and the queue's backoff decides when it runs again (`jobq.Retry(after=)`
-  chooses when, `jobq.Fail` makes the job dead now).
+- A handler that returns acks its job, what it returned kept as the job's result (which its children, the
+  jobs that depend on it, read with `jobq.parents()`); one that raises nacks it with the exception's type,
+  message and the last frames of its traceback, and the queue's backoff decides when it runs again
+  (`jobq.Retry(after=)` chooses when, `jobq.Fail` makes the job dead now).
 - While a handler runs, its lease is extended every half visibility timeout (one task looks after all
   the running jobs), so long work is not handed to another worker; a lease lost anyway (the worker was
   stalled) makes its ack a counted, logged no-op.
@@ -510,7 +511,7 @@ class Worker:
                 self._idle.popleft().set_result((job, route))
             else:
                 assert self._threads is not None
-                self._threads.submit(Running(job, self._report), route.run)
+                self._threads.submit(self._context_of(job), route.run)
 
     def _give_back_stale(self) -> None:
         """Give back the buffered jobs leased more than BUFFER_AGE of their visibility timeout ago, and
@@ -543,7 +544,7 @@ class Worker:
             if given is None:
                 return
             job, route = given
-            _current.set(Running(job, self._report))
+            _current.set(self._context_of(job))
             try:
                 value = await route.run(job)
             except asyncio.CancelledError as exc:
@@ -554,6 +555,11 @@ class Worker:
                 self._finished(job, exc)
             else:
                 self._finished(job, None, value)
+
+    def _context_of(self, job: LeasedJob) -> Running:
+        """What the job's handler reads of it (`jobq.current_job()`, `progress()`, `parents()`): the worker's
+        client and loop read its parents when its lease did not carry them."""
+        return Running(job, self._report, self.client, asyncio.get_running_loop())
 
     def _finished_in_threads(self, outcomes: list[Outcome]) -> None:
         for job, error, value in outcomes:

@@ -43,6 +43,14 @@ EVERYDAY = {
     "Conflict",
     "Unavailable",
     "ValidationError",
+    "Flow",
+    "chain",
+    "group",
+    "chord",
+    "parents",
+    "aparents",
+    "parent_results",
+    "aparent_results",
 }
 
 # What `jobq.__all__` was before, and the module each name now comes from.

@@ -37,9 +37,13 @@ import {
   type ListDeadQuery,
   type ListJobsQuery,
   type ListKeysQuery,
+  type ListParentsQuery,
+  type ListWorkflowsQuery,
   type NackItemResult,
   type NackRequest,
   type NackResponse,
+  type ParentJob,
+  type ParentPage,
   type PurgeResponse,
   type QueueDetail,
   type QueueRow,
@@ -50,12 +54,19 @@ import {
   type Schedule,
   type ScheduleRequest,
   type TriggeredSchedule,
+  WORKFLOW_FINISHED,
   type WorkerView,
+  type Workflow,
+  type WorkflowMade,
+  type WorkflowPage,
+  type WorkflowRequest,
 } from "./types.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:8000";
 /** Seconds one long-poll may wait, at most (the service's limit). */
 export const MAX_WAIT = 60;
+/** Parents a job may have, at most (`depends_on`), and so parents one page of them may hold. */
+export const MAX_PARENTS = 1000;
 
 export interface ClientOptions {
   /** The service; default $JOBQ_URL, else http://127.0.0.1:8000. */
@@ -83,6 +94,11 @@ export interface EnqueueOptions extends JobOptions, SignalOptions {
   /** Seconds to wait, after the enqueue, for the job to finish (as `wait` does); the answer is then the
    * job as it is at the end of the wait (read `status` and `result`). */
   wait?: number;
+}
+
+export interface CreateWorkflowOptions {
+  /** The `Idempotency-Key` sent with the request, the same on each of its tries; default a fresh UUID. */
+  idempotencyKey?: string;
 }
 
 export interface LeaseOptions extends Omit<LeaseRequest, "queue">, SignalOptions {}
@@ -127,11 +143,20 @@ function nackItem(item: NackRequest, defaults: NackOptions): NackRequest {
   };
 }
 
-function newJob(job: EnqueueRequest): EnqueueRequest {
+function newJob<Request extends { queue: string; payload: unknown }>(job: Request): Request {
   if (typeof job.queue !== "string" || !("payload" in job)) {
     throw new TypeError("each job needs a queue and a payload (null is a valid payload)");
   }
   return job;
+}
+
+function newWorkflow(request: WorkflowRequest): WorkflowRequest {
+  if (!Array.isArray(request?.jobs)) throw new TypeError("a workflow needs its jobs");
+  for (const job of request.jobs) {
+    if (typeof job.ref !== "string") throw new TypeError("each job of a workflow needs a ref");
+    newJob(job);
+  }
+  return request;
 }
 
 export class Client {
@@ -176,14 +201,21 @@ export class Client {
    * groups it by (a tenant, a customer). Sent with an `Idempotency-Key`, so its retries enqueue it at
    * most once. With `wait` (seconds), the call then waits for the job to finish, as `wait` does, and
    * answers the job as it is then: request and reply in one call (`job.status`, `job.result`).
+   *
+   * `depends_on` (ids of existing jobs, its parents) makes the job wait (status `waiting`) until the last
+   * of them ends, then run if `run_if` holds (`completed`, the default: all completed; `finished`: however
+   * they ended; `failed`: one at least dead or cancelled), else be cancelled. `debounce: { key, seconds,
+   * max_seconds? }` makes a burst of enqueues with one key one job, run `seconds` after the burst with
+   * the last payload: an enqueue that found the key's job still pending answers it with `debounced` true.
    */
   async enqueue(queue: string, payload: unknown, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
     const { idempotencyKey, wait, signal, ...fields } = options;
     const deadline = wait === undefined ? undefined : now() + wait;
+    const body = newJob({ ...fields, queue, payload });
     const job = await this.send<EnqueuedJob>({
       method: "POST",
       path: "/jobs",
-      body: newJob({ ...fields, queue, payload }),
+      body,
       headers: once(idempotencyKey),
       signal,
     });
@@ -343,6 +375,90 @@ export class Client {
       body: { items: leases.map(leaseOf) },
     });
     return answer.results;
+  }
+
+  // --- workflows ---------------------------------------------------------------------------------
+
+  /** Make a workflow's jobs, all or none (`POST /workflows`): `{ name?, jobs: [{ ref, queue, payload,
+   * depends_on?, run_if?, ... }] }`, 1..1000 jobs, each naming its parents by the `ref` of a sibling or
+   * the id of an existing job. A job without parents is pending at once, the others wait for theirs. A
+   * cycle, or a ref repeated or unknown, is a `ValidationError` naming it. Sent with an
+   * `Idempotency-Key`, as `enqueue` is: its retries make it at most once. The `Flow` builder (tasks.ts)
+   * makes the request from tasks. */
+  async createWorkflow(
+    request: WorkflowRequest,
+    options: CreateWorkflowOptions = {},
+  ): Promise<WorkflowMade> {
+    return this.send<WorkflowMade>({
+      method: "POST",
+      path: "/workflows",
+      body: newWorkflow(request),
+      headers: once(options.idempotencyKey),
+    });
+  }
+
+  /** A workflow: its status, its jobs' counts by status and its jobs (`GET /workflows/{id}`). With
+   * `wait` (seconds, at most 60), once it has finished (completed, failed or cancelled) or when `wait`
+   * runs out: read its `status`. */
+  getWorkflow(id: number, options: { wait?: number } & SignalOptions = {}): Promise<Workflow> {
+    const { wait, signal } = options;
+    return this.send<Workflow>({ method: "GET", path: `/workflows/${id}`, query: { wait }, wait, signal });
+  }
+
+  /** The workflow once it has finished (completed, failed or cancelled), or as it is after `timeout`
+   * seconds: read its `status`. Long-polls (`GET /workflows/{id}?wait=N`, up to a minute per request,
+   * again while time is left), as `wait` does for a job. */
+  async waitWorkflow(id: number, timeout: number, options: SignalOptions = {}): Promise<Workflow> {
+    const deadline = now() + timeout;
+    const { signal } = options;
+    for (;;) {
+      const left = Math.max(0, Math.min(MAX_WAIT, deadline - now()));
+      const workflow = await this.getWorkflow(id, { wait: Math.round(left * 1000) / 1000, signal });
+      if (WORKFLOW_FINISHED.has(workflow.status) || now() >= deadline) return workflow;
+    }
+  }
+
+  /** Workflows newest first (`GET /workflows`), filtered by status and name; pass `next_before_id` as
+   * `before_id` for the next page. A status there is as last seen (brought up to date by any read of
+   * the workflow, and by the service in the background). */
+  listWorkflows(query: ListWorkflowsQuery = {}): Promise<WorkflowPage> {
+    return this.send<WorkflowPage>({ method: "GET", path: "/workflows", query });
+  }
+
+  /** Cancel a workflow (`DELETE /workflows/{id}`): its waiting and pending jobs are cancelled, running
+   * ones finish (and their children are cancelled). The workflow as it is then. */
+  cancelWorkflow(id: number): Promise<Workflow> {
+    return this.send<Workflow>({ method: "DELETE", path: `/workflows/${id}` });
+  }
+
+  /** Resume a failed workflow where it failed (`POST /workflows/{id}/retry`): its dead jobs pending
+   * again (attempts reset), the jobs cancelled because of them waiting again. `Conflict` for a workflow
+   * in any other status. */
+  retryWorkflow(id: number): Promise<Workflow> {
+    // A repeat after a lost answer would answer conflict (the workflow runs again): not sent twice.
+    return this.send<Workflow>({ method: "POST", path: `/workflows/${id}/retry`, idempotent: false });
+  }
+
+  /** A page of a job's parents in id order (`GET /jobs/{id}/parents`): each one's id, kind, status and
+   * result; pass `next_after_id` as `after_id` for the next page (default 100 a page, at most 1000). */
+  jobParents(id: number, query: ListParentsQuery = {}): Promise<ParentPage> {
+    return this.send<ParentPage>({ method: "GET", path: `/jobs/${id}/parents`, query });
+  }
+
+  /** All of a job's parents (at most 1000): for a leased job that carries them (`job.parents`, a job
+   * with at most 100, in id order) that list, with no request; else read from
+   * `GET /jobs/{id}/parents`, in id order, a page at a time. A job without parents has none. */
+  async allParents(job: number | { id: number; parents?: ParentJob[] | null }): Promise<ParentJob[]> {
+    if (typeof job !== "number" && Array.isArray(job.parents)) return job.parents;
+    const id = typeof job === "number" ? job : job.id;
+    const parents: ParentJob[] = [];
+    let after_id: number | null = 0;
+    while (after_id !== null) {
+      const page: ParentPage = await this.jobParents(id, { limit: MAX_PARENTS, after_id });
+      parents.push(...page.parents);
+      after_id = page.next_after_id;
+    }
+    return parents;
   }
 
   // --- operators ---------------------------------------------------------------------------------

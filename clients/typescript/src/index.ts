@@ -1,8 +1,9 @@
 // jobq-client: the jobq HTTP API (`Client`), its errors, and the worker runner (`Worker`, `run`, `Tasks`).
 
-export { Client, DEFAULT_URL, MAX_WAIT } from "./client.js";
+export { Client, DEFAULT_URL, MAX_PARENTS, MAX_WAIT } from "./client.js";
 export type {
   ClientOptions,
+  CreateWorkflowOptions,
   EnqueueOptions,
   ExtendOptions,
   LeaseOptions,
@@ -25,9 +26,9 @@ export {
 export type { JobqErrorOptions, ProblemBody } from "./errors.js";
 export { RetryPolicy } from "./http.js";
 export type { Call, Method, RetryPolicyOptions } from "./http.js";
-export { Fail, Retry, Task, Tasks, UnknownTask } from "./tasks.js";
-export type { JobContext, TaskFunction, TaskJobOptions, TaskOptions } from "./tasks.js";
-export { FINISHED } from "./types.js";
+export { Fail, Flow, Retry, Signature, Step, Task, Tasks, UnknownTask } from "./tasks.js";
+export type { FlowJob, JobContext, StepOptions, TaskFunction, TaskJobOptions, TaskOptions } from "./tasks.js";
+export { FINISHED, WORKFLOW_FINISHED } from "./types.js";
 export type * from "./types.js";
 export { Worker, run } from "./worker.js";
 export type { Handler, Logger, Stats, WorkerOptions } from "./worker.js";

@@ -279,7 +279,8 @@ export interface paths {
         };
         /**
          * List Workflows
-         * @description Workflows newest first; pass `next_before_id` back as `before_id` for the next page.
+         * @description Workflows newest first; pass `next_before_id` back as `before_id` for the next page. A token limited
+         *     to some queues sees the workflows whose jobs are all in them.
          *
          *     Roles, when tokens are configured: producer, worker, viewer, admin.
          */
@@ -317,7 +318,8 @@ export interface paths {
         post?: never;
         /**
          * Cancel Workflow
-         * @description Cancel its waiting and pending jobs; running ones finish, and their children are cancelled.
+         * @description Cancel a running workflow: its waiting and pending jobs cancelled; running ones finish, and their
+         *     children are cancelled. One that has finished is 409 (its status stays).
          *
          *     Roles, when tokens are configured: admin.
          */
@@ -4304,15 +4306,6 @@ export interface operations {
         };
         responses: {
             /** @description Successful Response */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": unknown;
-                };
-            };
-            /** @description Created */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -4487,6 +4480,15 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -49,6 +49,28 @@ export type TriggeredSchedule = Schemas["TriggeredSchedule"];
 export type DeletedSchedule = Schemas["DeletedSchedule"];
 export type CatchUp = Schemas["CatchUp"];
 
+/** A job of `POST /workflows`: a job as `POST /jobs` takes it (no dedup_key or debounce), named by a `ref`
+ * its siblings give in their `depends_on` (beside ids of existing jobs). */
+export type WorkflowJobRequest = Schemas["WorkflowJobRequest"];
+export type WorkflowRequest = Schemas["WorkflowRequest"];
+/** `POST /workflows`' answer: the workflow, and each job's ref, id and status in the request's order. */
+export type WorkflowMade = Schemas["WorkflowMade"];
+export type WorkflowJobMade = Schemas["WorkflowJobMade"];
+/** A workflow, its status, its jobs' counts by status, and its jobs (`GET /workflows/{id}`). */
+export type Workflow = Schemas["Workflow"];
+export type WorkflowJob = Schemas["WorkflowJob"];
+export type WorkflowStatus = Schemas["WorkflowStatus"];
+/** A workflow as `GET /workflows` lists it (no jobs, no counts). */
+export type WorkflowRow = Schemas["WorkflowRow"];
+export type WorkflowPage = Schemas["WorkflowPage"];
+/** A job's parent as a lease carries it and `GET /jobs/{id}/parents` pages it: id, kind, status, result. */
+export type ParentJob = Schemas["ParentJob"];
+export type ParentPage = Schemas["ParentPage"];
+/** What a job's parents must end as for it to run: `completed` (default), `finished` or `failed`. */
+export type RunIf = Schemas["RunIf"];
+/** `debounce` of `POST /jobs`: `{ key, seconds, max_seconds? }`. */
+export type Debounce = Schemas["Debounce"];
+
 export type Health = Schemas["Health"];
 export type Readiness = Schemas["Readiness"];
 
@@ -65,9 +87,20 @@ export type ListJobsQuery = Query<"list_jobs">;
 /** The filters of `GET /dead`: queue, limit, before_id. */
 export type ListDeadQuery = Query<"list_dead">;
 export type ListKeysQuery = Query<"list_keys">;
+/** The filters of `GET /workflows`: status, name, limit, before_id. */
+export type ListWorkflowsQuery = Query<"list_workflows">;
+/** The paging of `GET /jobs/{id}/parents`: limit (default 100, at most 1000), after_id. */
+export type ListParentsQuery = Query<"get_parents">;
 
 /** The fields of a job beside its queue and payload, as `POST /jobs` takes them. */
 export type JobOptions = Omit<EnqueueRequest, "queue" | "payload">;
 
 /** The statuses a wait for a job ends on: nothing more happens to the job unless someone acts on it. */
 export const FINISHED: ReadonlySet<JobStatus> = new Set<JobStatus>(["completed", "dead", "cancelled"]);
+
+/** The statuses a wait for a workflow ends on: none of its jobs may run any more (until a retry). */
+export const WORKFLOW_FINISHED: ReadonlySet<WorkflowStatus> = new Set<WorkflowStatus>([
+  "completed",
+  "failed",
+  "cancelled",
+]);

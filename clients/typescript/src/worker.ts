@@ -551,6 +551,8 @@ export class Worker {
         held.progress = value;
         held.reported += 1;
       },
+      // The lease's list when it carries one (a job with at most 100 parents): no request.
+      parents: () => this.client.allParents(held.job),
     };
     // Started on a later microtask, never inside #handOut: a handler that throws at once, or stops the
     // worker, finds the worker as it is between jobs.

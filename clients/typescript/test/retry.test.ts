@@ -245,3 +245,58 @@ test("an enqueue whose answer is lost is sent again and enqueued once (the live 
     await proxy.close();
   }
 });
+
+test("an enqueue with depends_on or debounce keeps one Idempotency-Key across its tries", async () => {
+  const enqueued = { ...job, duplicate: false };
+  const service = await fake(
+    drop, // a child's enqueue whose answer is lost: sent again under its key, made at most once
+    json(201, { ...enqueued, status: "waiting" }),
+    problem(503, "unavailable"),
+    json(200, { ...enqueued, debounced: true }),
+  );
+  try {
+    const jobq = new Client({ url: service.url, retry: quick });
+    const child = await jobq.enqueue("q", null, { depends_on: [1] });
+    assert.equal(child.status, "waiting");
+    const debounced = await jobq.enqueue("q", 1, { debounce: { key: "k", seconds: 5 } });
+    assert.equal(debounced.debounced, true);
+    const keys = service.seen.map((seen) => seen.headers["idempotency-key"]);
+    assert.equal(keys.length, 4);
+    assert.ok(keys.every((key) => typeof key === "string"));
+    assert.equal(keys[0], keys[1]);
+    assert.equal(keys[2], keys[3]);
+    assert.notEqual(keys[0], keys[2]);
+    assert.deepEqual(JSON.parse(service.seen[2]!.body), {
+      queue: "q",
+      payload: 1,
+      debounce: { key: "k", seconds: 5 },
+    });
+  } finally {
+    await service.close();
+  }
+});
+
+test("a workflow is made with one Idempotency-Key on each of its tries; a retry of one is not sent twice", async () => {
+  const made = { id: 3, name: null, status: "running", created_at: "2026-01-01T00:00:00Z", jobs: [] };
+  const service = await fake(problem(503, "unavailable"), json(201, made), drop);
+  try {
+    const jobq = new Client({ url: service.url, retry: quick });
+    const request = { jobs: [{ ref: "a", queue: "q", payload: null }] };
+    assert.deepEqual(await jobq.createWorkflow(request), made);
+    await assert.rejects(jobq.retryWorkflow(3), Unreachable);
+    const keys = service.seen.map((seen) => seen.headers["idempotency-key"]);
+    assert.equal(keys[0], keys[1]);
+    assert.match(String(keys[0]), /^[0-9a-f-]{36}$/);
+    assert.deepEqual(
+      service.seen.map((seen) => [seen.method, seen.path]),
+      [
+        ["POST", "/workflows"],
+        ["POST", "/workflows"],
+        ["POST", "/workflows/3/retry"],
+      ],
+    );
+    assert.deepEqual(JSON.parse(service.seen[0]!.body), request);
+  } finally {
+    await service.close();
+  }
+});
