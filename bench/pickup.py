@@ -113,6 +113,48 @@ async def wait_latency(waiter_url: str, worker_url: str, rounds: int) -> list[fl
     return latencies
 
 
+async def child_pickup(waiter_url: str, worker_url: str, rounds: int) -> list[float]:
+    """A fan-in child across replicas (API part 6): a worker long-polls the child's queue on one replica
+    while the child's three parents are leased and acked on the other; from the last parent's ack request
+    to the long-poll's answer with the child (decided in that ack's transaction, the queue woken at its
+    commit)."""
+    latencies = []
+    async with served.Session() as waiter, served.Session() as worker:
+        for i in range(rounds):
+            parents = [
+                job["id"]
+                for job in (
+                    await served.post(
+                        worker, f"{worker_url}/jobs/batch", {"jobs": [{"queue": "fan-in", "payload": i}] * 3}
+                    )
+                )["jobs"]
+            ]
+            child = await served.post(
+                worker, f"{worker_url}/jobs", {"queue": "fan-in-child", "payload": i, "depends_on": parents}
+            )
+            leased = (await served.post(worker, f"{worker_url}/lease", {"queue": "fan-in", "max_jobs": 3}))[
+                "jobs"
+            ]
+            assert len(leased) == 3, leased
+            first, last = leased[:2], leased[2]
+            items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in first]
+            await served.post(worker, f"{worker_url}/ack/batch", {"items": items})
+            lease = {"queue": "fan-in-child", "wait": 10}
+            waiting = asyncio.create_task(served.post(waiter, f"{waiter_url}/lease", lease))
+            await asyncio.sleep(random.uniform(0.01, 0.03))  # the long-poll is waiting by then
+            started = time.perf_counter()
+            await served.post(
+                worker, f"{worker_url}/ack", {"id": last["id"], "lease_token": last["lease_token"]}
+            )
+            (got,) = (await waiting)["jobs"]
+            latencies.append(time.perf_counter() - started)
+            assert got["id"] == child["id"], got
+            await served.post(
+                waiter, f"{waiter_url}/ack", {"id": got["id"], "lease_token": got["lease_token"]}
+            )
+    return latencies
+
+
 async def raw_wait_latency(dsn: str, rounds: int) -> list[float]:
     """The same path in bare asyncpg: a listener; the ack's UPDATE notifies the job's id at commit; on the
     notification the waiter reads the job."""

@@ -685,6 +685,7 @@ class Bench:
         ):
             latency = summary_ms(await pickup.wait_latency(a.url, b.url, rounds))
             raw_ = summary_ms(await pickup.raw_wait_latency(self.dsn, rounds))
+            child = summary_ms(await pickup.child_pickup(a.url, b.url, rounds))
             queue = self.queue("wa")
             ids: list[int] = []
             async with served.Session() as http:
@@ -721,6 +722,15 @@ class Bench:
                 writer.close()
         assert statuses == [200] * count, set(statuses)
         added = waiting_rss - idle
+        self.results["fan-in child pickup"] = {
+            "across replicas": child,
+            "reference": latency,
+            "target": "p99 <= 1 s from the last parent's ack to the child's lease on the other replica",
+        }
+        print(
+            f"  {'fan-in child, across replicas':34} p50 {child['p50_ms']} p99 {child['p99_ms']}"
+            f"   (a job's waiter p50 {latency['p50_ms']} p99 {latency['p99_ms']})"
+        )
         self.results["waiting for jobs"] = {
             "across replicas": latency,
             "reference": raw_,
