@@ -310,6 +310,8 @@ class Workflow(Base):
     __table_args__ = (
         CheckConstraint(status_in_values(WorkflowStatus), name="status_known"),
         Index("ix_workflows_status", "status", "id"),
+        # Finished workflows, oldest first: those pruning looks at (their jobs all gone, they go).
+        Index("ix_workflows_finished", "finished_at", postgresql_where=text("status <> 'running'")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)

@@ -30,6 +30,7 @@ from app.service.idempotency import Once, claim, keep
 from app.service.inserts import encode_payloads, insert_waiting
 from app.service.rows import Row, Scope
 from app.service.runtime import Runtime
+from app.service.upkeep import prune_in_batches
 
 FINISHED = frozenset({WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED})
 
@@ -293,6 +294,12 @@ async def list_workflows(
         rows = await conn.fetch(q.LIST_WORKFLOWS.text, *args)
     page = [dict(row) for row in rows[:limit]]
     return {"workflows": page, "next_before_id": page[-1]["id"] if len(rows) > limit else None}
+
+
+async def prune_workflows(db: Database) -> int:
+    """Forget workflows whose jobs are all gone (pruned with their queues' retention), in bounded batches;
+    how many went. GET /workflows/{id} is then 404, as for its jobs."""
+    return await prune_in_batches(db, q.PRUNE_WORKFLOWS)
 
 
 async def refresh_running(runtime: Runtime, batch: int = 200) -> int:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+import orjson
 import pytest
 
 from app import service
-from app.core.errors import Invalid
+from app.core.errors import Invalid, NotFound
+from app.service import workflows
+from app.service.arguments import WorkflowJob
 from tests.helpers import count, db_now, row, status_of
 from tests.service.calls import ack, enqueue, expire, held, lease, lease_one, make_dead, nack
 
@@ -271,3 +274,23 @@ async def test_parents_shared_by_children_end_at_once_without_deadlock(runtime, 
         assert statuses == {"pending"}
         await lease(runtime, "c", max_jobs=100)
     assert await bookkeeping(db) == (0, 0)
+
+
+# --- workflows outliving their jobs ----------------------------------------------------------------
+
+
+async def test_a_workflow_goes_once_its_jobs_are_all_pruned(runtime, db):
+    async def made(queue: str) -> int:
+        jobs = [WorkflowJob(ref="a", queue=queue, payload=1)]
+        return orjson.loads(orjson.dumps(await workflows.create_workflow(runtime, None, jobs)))["id"]
+
+    done, live = await made("q"), await made("r")
+    await run_to_completion(runtime, "q")
+    for workflow in (done, live):
+        await workflows.get_workflow(runtime, workflow)  # its status brought up to date
+    assert await workflows.prune_workflows(runtime.db) == 0  # the finished one's job is still kept
+    await db.execute("UPDATE jobq.jobs_history SET purge_after = now() - interval '1 second'")
+    assert await workflows.prune_workflows(runtime.db) == 1
+    assert await db.fetchval("SELECT array_agg(id) FROM jobq.workflows") == [live]
+    with pytest.raises(NotFound):
+        await workflows.get_workflow(runtime, done)

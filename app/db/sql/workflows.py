@@ -87,3 +87,24 @@ MARK_CANCELLED = Query.define(
 # POST /workflows/{id}/retry: dead jobs pending again, jobs their end cancelled waiting again
 # (app/db/functions.sql, jobq.retry_workflow()); how many.
 RETRY_WORKFLOW = Query.define("retry_workflow", "SELECT jobq.retry_workflow(:id) AS reopened")
+
+# Finished workflows whose jobs are all gone (pruned past their queues' retention, or deleted): what is
+# left of one is its row, which no job names any more. It looks at the :batch that finished first and
+# takes those of them whose jobs are gone, so a batch comes back short (and pruning stops for this round)
+# while the oldest finished workflows still have jobs: a workflow outlives its jobs by at most the longest
+# retention among the queues of the workflows that finished before it, and pruning reads a batch of rows,
+# never every workflow.
+PRUNE_WORKFLOWS = Query.define(
+    "prune_workflows",
+    """
+    WITH oldest AS (
+        SELECT w.id FROM jobq.workflows w
+        WHERE w.status <> 'running'
+        ORDER BY w.finished_at
+        LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM jobq.workflows w USING oldest
+    WHERE w.id = oldest.id AND NOT EXISTS (SELECT 1 FROM jobq.all_jobs j WHERE j.workflow_id = w.id)
+    """,
+)

@@ -65,6 +65,9 @@ def start(runtime: Runtime) -> list[asyncio.Task]:
         forgotten = await service.prune_idempotency_keys(db)
         if forgotten:
             log.info("forgot %d expired idempotency keys", forgotten)
+        gone = await workflows.prune_workflows(db)
+        if gone:
+            log.info("forgot %d workflows whose jobs are all gone", gone)
         attempts = await sqs_fifo.prune_receive_attempts(db)
         if attempts:
             log.info("forgot %d expired SQS receive attempts", attempts)

@@ -118,6 +118,8 @@ TABLES = [
     CONSTRAINT ck_workflows_status_known CHECK (status IN ('running', 'completed', 'failed', 'cancelled'))
 )""",
     f"CREATE INDEX IF NOT EXISTS ix_workflows_status ON {SCHEMA}.workflows (status, id)",
+    f"CREATE INDEX IF NOT EXISTS ix_workflows_finished ON {SCHEMA}.workflows (finished_at)"
+    " WHERE status <> 'running'",
     f"ALTER TABLE {SCHEMA}.idempotency_keys ADD COLUMN IF NOT EXISTS answer text",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.job_edges (
     parent_id bigint NOT NULL,
