@@ -364,7 +364,12 @@ $$;
 -- jobq.add_parents(): link new `waiting` jobs (`p_children`, each with its `depends_on`) to their parents,
 -- in the transaction that inserts them. Parents that have not ended are locked first (FOR NO KEY UPDATE,
 -- in id order): a parent's end under way is waited for, and one that comes after waits for this
--- transaction and then finds its edges, so no end is missed. Parents that ended already count at once:
+-- transaction and then finds its edges, so no end is missed. A statement that ends parents (an ack of a
+-- hundred) takes their rows in the order its plan meets them, which may not be id order: it could wait
+-- for a parent this holds while holding one this waits for. So this waits at most 200 ms for a parent
+-- (lock_timeout, well under deadlock_timeout), and gives up (lock_not_available) rather than deadlock
+-- the end, whose client would be answered 503; the service makes the jobs again in a new transaction
+-- (app/service/inserts.py, linked), a caller in SQL retries as it would any lock timeout. Parents that ended already count at once:
 -- a child whose parents have all ended is decided here. `p_delays`, one per child: the `delay` it was
 -- enqueued with, counted from its decision (NULL: none). A child left waiting gets a job_waits row when
 -- it has several parents or a delay (jobq.parents_ended() counts it down); one with a single parent and
@@ -372,7 +377,7 @@ $$;
 -- foreign_key_violation, the ids in its DETAIL (the service answers 422 naming them).
 CREATE OR REPLACE FUNCTION jobq.add_parents(p_children bigint[], p_delays double precision[])
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET lock_timeout = '200ms' AS $$
 DECLARE
     v_parents bigint[];
     v_live bigint[];

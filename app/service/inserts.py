@@ -3,9 +3,11 @@ or without (app/service/producers.py), and the job each insert answers with."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import asyncpg
 import msgspec
@@ -24,6 +26,7 @@ from app.core.jsontext import (
     written_size,
 )
 from app.db import sql as q
+from app.db.pool import Database
 from app.service.arguments import NewJobLike
 from app.service.rows import Row, Scope, as_job
 
@@ -294,6 +297,25 @@ async def _insert_or_find_holders(
         if not todo:
             return
     raise Unavailable("dedup keys kept changing hands; retry the request")
+
+
+LINK_ROUNDS = 10  # transactions tried, making jobs with parents, while their parents are being ended
+Made = TypeVar("Made")
+
+
+async def linked(db: Database, make: Callable[[asyncpg.Connection], Awaitable[Made]]) -> Made:
+    """`make` (which inserts jobs with parents: insert_waiting) in a transaction of its own, made again in
+    a new one when jobq.add_parents() gave up waiting for a parent's row that another statement held
+    (lock_not_available: an ack of many parents may take their rows in another order than it does, and
+    would deadlock with it; app/db/functions.sql says why). Unavailable after LINK_ROUNDS tries."""
+    for tried in range(1, LINK_ROUNDS + 1):
+        try:
+            async with db.acquire() as conn:
+                async with conn.transaction():
+                    return await make(conn)
+        except asyncpg.LockNotAvailableError:
+            await asyncio.sleep(random.uniform(0, 0.01 * tried))
+    raise Unavailable("the parents named kept being ended as their children were linked to them; retry")
 
 
 async def insert_waiting(

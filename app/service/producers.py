@@ -26,7 +26,7 @@ from app.service.idempotency import (
     keep,
     keyed,
 )
-from app.service.inserts import encode_payloads, insert_deduplicated, insert_new, insert_waiting
+from app.service.inserts import encode_payloads, insert_deduplicated, insert_new, insert_waiting, linked
 from app.service.rows import Row, Scope, as_job, run_guarded
 from app.service.runtime import Runtime
 from app.telemetry import tracing
@@ -115,24 +115,28 @@ async def _enqueue_linked(
     transaction of their own. Their answers depend on more than the request (a parent's end, a debounced
     job's state), so an Idempotency-Key keeps each answer whole (claim, keep) rather than rebuilding it."""
     started = time.time_ns()
-    async with runtime.db.acquire() as conn:
-        async with conn.transaction():
-            if once is not None:
-                digest = keyed(requests, payloads, once).digest
-                kept = await claim(conn, once, digest, runtime.settings.idempotency_ttl)
-                if kept is not None:
-                    return as_answered_jobs(kept)
-            if any(r.debounce is not None for r in requests):
-                rows = [
-                    await _enqueue_one(conn, r, p, scope) for r, p in zip(requests, payloads, strict=True)
-                ]
-            else:
-                rows = await insert_waiting(conn, requests, payloads, scope=scope)
-            if then is not None:
-                await then(conn, rows)
-            if once is not None:
-                answer = orjson.dumps(rows, option=WRITE_OPTIONS, default=written).decode()
-                await keep(conn, once, answer, [row["id"] for row in rows])
+
+    async def make(conn: asyncpg.Connection) -> tuple[Sequence[Row], bool]:
+        if once is not None:
+            kept = await claim(
+                conn, once, keyed(requests, payloads, once).digest, runtime.settings.idempotency_ttl
+            )
+            if kept is not None:
+                return as_answered_jobs(kept), True
+        if any(r.debounce is not None for r in requests):
+            rows = [await _enqueue_one(conn, r, p, scope) for r, p in zip(requests, payloads, strict=True)]
+        else:
+            rows = await insert_waiting(conn, requests, payloads, scope=scope)
+        if then is not None:
+            await then(conn, rows)
+        if once is not None:
+            answer = orjson.dumps(rows, option=WRITE_OPTIONS, default=written).decode()
+            await keep(conn, once, answer, [row["id"] for row in rows])
+        return rows, False
+
+    rows, replayed = await linked(runtime.db, make)
+    if replayed:
+        return rows
     made = [row for row in rows if not row.get("debounced")]
     runtime.metrics.enqueued.count(made)
     tracing.record("send", made, started)

@@ -27,7 +27,7 @@ from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import NewJob, WorkflowJobLike
 from app.service.idempotency import Once, claim, keep
-from app.service.inserts import encode_payloads, insert_waiting
+from app.service.inserts import encode_payloads, insert_waiting, linked
 from app.service.rows import Row, Scope
 from app.service.runtime import Runtime
 from app.service.upkeep import prune_in_batches
@@ -122,16 +122,20 @@ async def create_workflow(
     check_graph(jobs)
     payloads = encode_payloads(jobs, runtime.settings.max_payload_bytes)
     digest = _digest(name, jobs, payloads) if once is not None else b""
-    async with runtime.db.acquire() as conn:
-        async with conn.transaction():
-            if once is not None:
-                kept = await claim(conn, once, digest, runtime.settings.idempotency_ttl)
-                if kept is not None:
-                    return JSONText(kept)
-            workflow_id, answer = await _make(conn, name, jobs, payloads, scope)
-            if once is not None:
-                await keep(conn, once, answer.decode(), [workflow_id])
-    runtime.metrics.workflows_started.inc()
+
+    async def make(conn: asyncpg.Connection) -> tuple[bytes, bool]:
+        if once is not None:
+            kept = await claim(conn, once, digest, runtime.settings.idempotency_ttl)
+            if kept is not None:
+                return kept, True
+        workflow_id, answer = await _make(conn, name, jobs, payloads, scope)
+        if once is not None:
+            await keep(conn, once, answer.decode(), [workflow_id])
+        return answer, False
+
+    answer, replayed = await linked(runtime.db, make)
+    if not replayed:
+        runtime.metrics.workflows_started.inc()
     return JSONText(answer)
 
 

@@ -16,6 +16,7 @@ from app.service import workflows
 from app.service.arguments import WorkflowJob
 from tests.helpers import count, db_now, row, status_of
 from tests.service.calls import ack, enqueue, expire, held, lease, lease_one, make_dead, nack
+from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -273,6 +274,60 @@ async def test_parents_shared_by_children_end_at_once_without_deadlock(runtime, 
         statuses = {await status_of(db, c["id"]) for c in children}
         assert statuses == {"pending"}
         await lease(runtime, "c", max_jobs=100)
+    assert await bookkeeping(db) == (0, 0)
+
+
+async def test_children_linked_while_their_parents_end_in_another_order_do_not_deadlock(
+    runtime, db, database_url
+):
+    """Linking children locks their parents in id order (jobq.add_parents()); a statement that ends many
+    parents (an ack of a batch) takes their rows in whatever order its plan meets them. Made to cross
+    here: the linking holds the lower half and waits for the middle parent, which the ender, having
+    deleted the upper half, waits for too. The linking gives up within its lock_timeout rather than
+    deadlock the ender, and the service links the children again, after the ender committed."""
+    KILL = "UPDATE jobq.jobs SET status = 'dead' WHERE id = $1"  # noqa: N806 - a statement, as a constant
+    parents = sorted(
+        j["id"] for j in await service.enqueue_batch(runtime, [service.NewJob("q", i) for i in range(200)])
+    )
+    middle = parents[100]
+    leased = {j["id"]: j for j in await lease(runtime, max_jobs=200)}  # running, as parents being ended are
+    ender = await asyncpg.connect(database_url)
+    watch = await asyncpg.connect(database_url)
+
+    async def waiting_for_a_row(what: str) -> bool:
+        return bool(
+            await watch.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                f"%{what}%",
+            )
+        )
+
+    try:
+        blocker = db.transaction()
+        await blocker.start()
+        await db.execute("SELECT 1 FROM jobq.jobs WHERE id = $1 FOR NO KEY UPDATE", middle)
+        children = asyncio.ensure_future(
+            service.enqueue_batch(
+                runtime, [service.NewJob("c", i, depends_on=parents, run_if="finished") for i in range(5)]
+            )
+        )
+        await until(lambda: waiting_for_a_row("add_parents"))
+        ending = ender.transaction()
+        await ending.start()
+        for parent in reversed(parents[101:]):
+            await ender.execute(KILL, parent)
+        killing = asyncio.ensure_future(ender.execute(KILL, middle))
+        await until(lambda: waiting_for_a_row(KILL))
+        await blocker.rollback()
+        await killing  # no deadlock_detected: the linking gave way
+        await ending.commit()
+        made = await children
+    finally:
+        await ender.close()
+        await watch.close()
+    assert {await status_of(db, c["id"]) for c in made} == {"waiting"}
+    await service.ack_batch(runtime, [held(leased[p]) for p in parents[:100]])
+    assert {await status_of(db, c["id"]) for c in made} == {"pending"}
     assert await bookkeeping(db) == (0, 0)
 
 

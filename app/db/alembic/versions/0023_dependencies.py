@@ -346,7 +346,7 @@ $$;
     r"""
 CREATE OR REPLACE FUNCTION jobq.add_parents(p_children bigint[], p_delays double precision[])
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET lock_timeout = '200ms' AS $$
 DECLARE
     v_parents bigint[];
     v_live bigint[];
