@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.any_server]
 
 # The Clients section's blocks run elsewhere: the TypeScript ones, in tests/system/test_typescript_client.py
 # against the package built there, and the generated client's in tests/system/test_generated_clients.py.
-RUN_ELSEWHERE = {"typescript-one-job", "typescript-worker", "typescript"}
+RUN_ELSEWHERE = {"typescript-one-job", "typescript-worker", "typescript-flow", "typescript"}
 # Files the blocks after them use (`jobq worker shop`, `jobq worker tasks:send_email`), written, not run.
 FILES = {"python-tasks": "shop.py", "python-handler": "tasks.py"}
 
@@ -200,6 +200,7 @@ def test_every_block_is_run_here_or_elsewhere():
         "cli",
         "typescript-worker",
         "node",
+        "typescript-flow",
         "shell",
         "typescript",
     ], "a block was added, moved or dropped: run it in test_the_examples_in_order, in its place"

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.any_server
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "clients" / "typescript"  # built by the typescript_client fixture (tests/fixtures.py)
 # The documentation's TypeScript blocks run here, against the package built for the test.
-DOCUMENTED_BLOCKS = ["typescript-worker", "typescript-one-job"]
+DOCUMENTED_BLOCKS = ["typescript-worker", "typescript-one-job", "typescript-flow"]
 
 
 def run(command: list[str | Path], **options) -> subprocess.CompletedProcess:
