@@ -297,12 +297,31 @@ def pooler(request: pytest.FixtureRequest) -> Iterator[None]:
     binary = pgbouncer_binary()
     if binary is None:
         raise pytest.UsageError("JOBQ_TEST_POOLER=pgbouncer: install PgBouncer (apt-get install pgbouncer)")
-    with running_pgbouncer(binary, server_dsn) as address:
+    with running_pgbouncer(binary, server_dsn, _pooler_gone) as address:
         _pooler_address.append((server_dsn, address))
         try:
             yield
         finally:
             _pooler_address.clear()
+            _pooler_gone.clear()
+
+
+# Says why the session's PgBouncer is gone, or None while it runs (JOBQ_TEST_POOLER=pgbouncer).
+_pooler_gone: list[Callable[[], str | None]] = []
+
+
+@pytest.fixture(autouse=True)
+def pooler_alive() -> Iterator[None]:
+    """Behind the session's PgBouncer, each test fails if PgBouncer is gone when it starts or when it
+    ends, with PgBouncer's own last words: the test it died in fails so, rather than every test after it
+    failing to start a service."""
+    for gone in _pooler_gone:
+        if (why := gone()) is not None:
+            pytest.fail(f"the session's PgBouncer was gone before this test: {why}", pytrace=False)
+    yield
+    for gone in _pooler_gone:
+        if (why := gone()) is not None:
+            pytest.fail(f"the session's PgBouncer died during this test: {why}", pytrace=False)
 
 
 def tool_missing(reason: str) -> NoReturn:

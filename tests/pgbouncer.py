@@ -10,7 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -25,8 +25,12 @@ def pgbouncer_binary() -> str | None:
 
 
 @contextmanager
-def running_pgbouncer(binary: str, server_dsn: str) -> Iterator[tuple[str, int]]:
-    """PgBouncer in transaction mode in front of `server_dsn`'s server, every database of it: its address."""
+def running_pgbouncer(
+    binary: str, server_dsn: str, watch: list[Callable[[], str | None]] | None = None
+) -> Iterator[tuple[str, int]]:
+    """PgBouncer in transaction mode in front of `server_dsn`'s server, every database of it: its address.
+    `watch`, if given, gets a function that says why PgBouncer is gone (its exit status and the end of its
+    log), or None while it runs."""
     parts = urlsplit(server_dsn)
     socket_dir = dict(parse_qsl(parts.query)).get("host")  # an embedded server listens on a socket
     with tempfile.TemporaryDirectory(prefix="jobq-test-pgbouncer-") as tmp:
@@ -61,6 +65,16 @@ def running_pgbouncer(binary: str, server_dsn: str) -> Iterator[tuple[str, int]]
                         why = log.read_text()[-2000:] if log.exists() else "no log"
                         raise RuntimeError(f"PgBouncer did not start: {why}") from None
                     time.sleep(0.05)
+            if watch is not None:
+
+                def gone() -> str | None:
+                    if process.poll() is None:
+                        return None
+                    log = Path(tmp) / "pgbouncer.log"
+                    said = log.read_text()[-3000:] if log.exists() else "no log"
+                    return f"PgBouncer exited with status {process.returncode}; its log ends:\n{said}"
+
+                watch.append(gone)
             yield "127.0.0.1", port
         finally:
             process.terminate()
