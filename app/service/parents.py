@@ -4,7 +4,8 @@ its page in the dashboard."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from app.core.errors import NotFound
 from app.core.jsontext import JSONText
@@ -47,15 +48,7 @@ async def attach_parents(db: Database, jobs: Sequence[Row]) -> None:
 async def job_parents(db: Database, job_id: int, limit: int, after_id: int, scope: Scope = None) -> Row:
     """A page of a job's parents in id order after `after_id`, and the `after_id` of the next page (None
     once none is left); NotFound when there is no such job (or it is outside `scope`)."""
-    async with db.acquire() as conn:
-        args = q.JOB_PARENTS.args(id=job_id, limit=limit + 1, after_id=after_id, scope=scope)
-        rows = await conn.fetch(q.JOB_PARENTS.text, *args)
-    if not rows:
-        raise NotFound(f"job {job_id} does not exist")
-    parents = [_parent(row) for row in rows if row["id"] is not None]
-    more = len(parents) > limit
-    parents = parents[:limit]
-    return {"parents": parents, "next_after_id": parents[-1]["id"] if more else None}
+    return await _page(db, q.JOB_PARENTS, "parents", _parent, job_id, limit, after_id, scope)
 
 
 async def job_children(db: Database, job_id: int, limit: int, after_id: int, scope: Scope = None) -> Row:
@@ -63,12 +56,28 @@ async def job_children(db: Database, job_id: int, limit: int, after_id: int, sco
     `after_id` of the next page (None once none is left): the jobs waiting for it, and those of its
     workflow that name it (JOB_CHILDREN says which it cannot find); children outside `scope` are left out.
     NotFound when there is no such job (or it is outside `scope`)."""
+    return await _page(db, q.JOB_CHILDREN, "children", dict, job_id, limit, after_id, scope)
+
+
+async def _page(
+    db: Database,
+    query: q.Query,
+    name: str,
+    made: Callable[[Any], Row],
+    job_id: int,
+    limit: int,
+    after_id: int,
+    scope: Scope,
+) -> Row:
+    """A page of `query`'s rows about a job (`name`: what they are), each `made` into its answer. The
+    query answers no row for a job that does not exist (or is out of scope), one row of NULLs for a job
+    with none, and `limit` + 1 rows when there are more."""
     async with db.acquire() as conn:
-        args = q.JOB_CHILDREN.args(id=job_id, limit=limit + 1, after_id=after_id, scope=scope)
-        rows = await conn.fetch(q.JOB_CHILDREN.text, *args)
+        rows = await conn.fetch(
+            query.text, *query.args(id=job_id, limit=limit + 1, after_id=after_id, scope=scope)
+        )
     if not rows:
         raise NotFound(f"job {job_id} does not exist")
-    children = [dict(row) for row in rows if row["id"] is not None]
-    more = len(children) > limit
-    children = children[:limit]
-    return {"children": children, "next_after_id": children[-1]["id"] if more else None}
+    found = [made(row) for row in rows if row["id"] is not None]
+    page = found[:limit]
+    return {name: page, "next_after_id": page[-1]["id"] if len(found) > limit else None}

@@ -20,6 +20,7 @@ from datetime import datetime
 import asyncpg
 import orjson
 
+from app.core.access import Grant
 from app.core.errors import Conflict, Invalid, NotFound
 from app.core.jsontext import WRITE_OPTIONS, JSONText
 from app.core.states import WorkflowStatus, workflow_status
@@ -225,6 +226,15 @@ async def get_workflow(runtime: Runtime, workflow_id: int) -> Row:
             if job_id in by_id  # a job pruned by its queue's retention is gone
         ],
     }
+
+
+async def visible_workflow(runtime: Runtime, workflow_id: int, caller: Grant) -> Row:
+    """get_workflow for a caller: NotFound, as for none, when a job of it is outside the caller's queues.
+    A workflow is seen whole or not at all, as GET /workflows lists it."""
+    workflow = await get_workflow(runtime, workflow_id)
+    if caller.queues is not None and not all(caller.admits(job["queue"]) for job in workflow["jobs"]):
+        raise NotFound(f"workflow {workflow_id} does not exist")
+    return workflow
 
 
 async def _read(

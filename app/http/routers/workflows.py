@@ -11,8 +11,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from app.core.access import Grant
-from app.core.errors import NotFound
 from app.core.limits import MAX_JOB_ID, NO_NUL
 from app.core.states import WorkflowStatus
 from app.http.auth import Admin, Caller, Producer, Reader
@@ -24,7 +22,6 @@ from app.http.schemas.workflows import Workflow, WorkflowMade, WorkflowPage, Wor
 from app.http.web import JSONBody, disconnected
 from app.service import workflows
 from app.service.arguments import WorkflowJob
-from app.service.rows import Row
 
 router = APIRouter(
     tags=["workflows"],
@@ -33,13 +30,6 @@ router = APIRouter(
     generate_unique_id_function=operation_id,
 )
 WorkflowId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
-
-
-def _visible(workflow: Row, caller: Grant) -> Row:
-    """The workflow, when every job of it is in the caller's queues; else NotFound, as for none."""
-    if caller.queues is not None and not all(caller.admits(job["queue"]) for job in workflow["jobs"]):
-        raise NotFound(f"workflow {workflow['id']} does not exist")
-    return workflow
 
 
 @router.post(
@@ -95,8 +85,8 @@ async def get_workflow(
 ) -> JSONBody:
     """The workflow, its status and its jobs; with `wait`, once it has finished or `wait` runs out."""
     if wait <= 0:
-        return JSONBody(_visible(await workflows.get_workflow(runtime, id), caller))
-    _visible(await workflows.get_workflow(runtime, id), caller)
+        return JSONBody(await workflows.visible_workflow(runtime, id, caller))
+    await workflows.visible_workflow(runtime, id, caller)
     return JSONBody(await workflows.wait_for_workflow(runtime, id, wait, disconnected(request)))
 
 
@@ -106,7 +96,7 @@ async def get_workflow(
 async def cancel_workflow(id: WorkflowId, runtime: RuntimeDep, caller: Caller) -> JSONBody:
     """Cancel a running workflow: its waiting and pending jobs cancelled; running ones finish, and their
     children are cancelled. One that has finished is 409 (its status stays)."""
-    workflow = _visible(await workflows.get_workflow(runtime, id), caller)
+    workflow = await workflows.visible_workflow(runtime, id, caller)
     return JSONBody(await workflows.cancel_workflow(runtime, workflow))
 
 
@@ -116,5 +106,5 @@ async def cancel_workflow(id: WorkflowId, runtime: RuntimeDep, caller: Caller) -
 async def retry_workflow(id: WorkflowId, runtime: RuntimeDep, caller: Caller) -> JSONBody:
     """Resume a failed workflow where it failed: its dead jobs pending again (attempts reset), the jobs
     cancelled because of them waiting again. Any other status is 409."""
-    workflow = _visible(await workflows.get_workflow(runtime, id), caller)
+    workflow = await workflows.visible_workflow(runtime, id, caller)
     return JSONBody(await workflows.retry_workflow(runtime, workflow))

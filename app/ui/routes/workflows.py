@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Query, Request, Response
 
-from app.core.access import Grant, Role
+from app.core.access import Role
 from app.core.errors import NotFound
 from app.core.limits import MAX_JOB_ID, NO_NUL
 from app.core.states import WorkflowStatus
@@ -18,8 +18,6 @@ from app.http.auth import Caller
 from app.http.deps import RuntimeDep
 from app.http.problems import status_of
 from app.service import workflows
-from app.service.rows import Row
-from app.service.runtime import Runtime
 from app.ui import pages
 from app.ui.routes.common import Flash, JobIdPath, Next, button_router, html, page_router, pressed
 
@@ -29,14 +27,6 @@ ANY_STATUS = f"^(|{'|'.join(WorkflowStatus)})$"
 MAX_NAME = 128  # as GET /workflows takes it
 
 viewed = page_router()
-
-
-async def _visible(runtime: Runtime, workflow_id: int, caller: Grant) -> Row:
-    """The workflow, when every job of it is in the caller's queues; else NotFound, as for none."""
-    workflow = await workflows.get_workflow(runtime, workflow_id)
-    if caller.queues is not None and not all(caller.admits(job["queue"]) for job in workflow["jobs"]):
-        raise NotFound(f"workflow {workflow_id} does not exist")
-    return workflow
 
 
 @viewed.get("/workflows", response_model=None)
@@ -68,7 +58,7 @@ async def workflow_page(
     id: JobIdPath, request: Request, runtime: RuntimeDep, caller: Caller, flash: Flash = None
 ) -> Response:
     try:
-        workflow = await _visible(runtime, id, caller)
+        workflow = await workflows.visible_workflow(runtime, id, caller)
     except NotFound as exc:
         return html(request, pages.not_found_page(exc.detail), status=status_of(exc))
     return html(request, pages.workflow_page(workflow, flash=flash, actions=caller.has(Role.ADMIN)))
@@ -82,7 +72,7 @@ async def cancel_workflow(
     id: JobIdPath, runtime: RuntimeDep, caller: Caller, next: Next = "/ui/workflows"
 ) -> Response:
     async def cancel() -> None:
-        await workflows.cancel_workflow(runtime, await _visible(runtime, id, caller))
+        await workflows.cancel_workflow(runtime, await workflows.visible_workflow(runtime, id, caller))
 
     done = f"Cancelled workflow {id}: its waiting and pending jobs will not run; running ones finish."
     return await pressed(next, cancel(), done)
@@ -93,7 +83,7 @@ async def retry_workflow(
     id: JobIdPath, runtime: RuntimeDep, caller: Caller, next: Next = "/ui/workflows"
 ) -> Response:
     async def retry() -> None:
-        await workflows.retry_workflow(runtime, await _visible(runtime, id, caller))
+        await workflows.retry_workflow(runtime, await workflows.visible_workflow(runtime, id, caller))
 
     done = f"Retried workflow {id}: its dead jobs are pending again, the jobs they cancelled wait again."
     return await pressed(next, retry(), done)
