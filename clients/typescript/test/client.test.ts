@@ -4,17 +4,10 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { test } from "node:test";
 
-import { Conflict, type LeasedJob } from "../src/index.js";
-import { client, queueName } from "./helpers.js";
+import { Conflict } from "../src/index.js";
+import { client, leaseOne, queueName } from "./helpers.js";
 
 const jobq = client();
-
-async function leaseOne(queue: string): Promise<LeasedJob> {
-  const [job, ...more] = await jobq.lease(queue, { wait: 5 });
-  assert.ok(job, `a job of ${queue} to lease`);
-  assert.equal(more.length, 0);
-  return job;
-}
 
 test("round trip: enqueue, lease, extend with progress, ack with a result, the job", async () => {
   const queue = queueName("trip");
@@ -27,7 +20,7 @@ test("round trip: enqueue, lease, extend with progress, ack with a result, the j
   assert.equal(job.duplicate, false);
   assert.deepEqual([job.kind, job.key, job.priority], ["send_email", "ada", 3]);
 
-  const leased = await leaseOne(queue);
+  const leased = await leaseOne(jobq, queue);
   assert.equal(leased.id, job.id);
   assert.deepEqual(leased.payload, { to: "ada@example.com" });
   assert.equal(leased.attempts, 1);
@@ -84,7 +77,7 @@ test("enqueue: dedup_key, Idempotency-Key, options, batches", async () => {
 test("enqueue with wait answers the finished job, with its result", async () => {
   const queue = queueName("reply");
   const worker = (async () => {
-    const job = await leaseOne(queue);
+    const job = await leaseOne(jobq, queue);
     await jobq.ack(
       job,
       (job.payload as number[]).reduce((a, b) => a + b, 0),
@@ -142,7 +135,7 @@ test("nack, run now, dead letters, batches and release", async () => {
   // Run the delayed one now, lease it, give it back untouched: pending, the attempt not counted.
   assert.equal((await jobq.runJobNow(a!.id)).id, a!.id);
   await assert.rejects(jobq.runJobNow(a!.id), Conflict);
-  const again = await leaseOne(queue);
+  const again = await leaseOne(jobq, queue);
   assert.equal(again.attempts, 2);
   assert.deepEqual(await jobq.release([again]), [{ id: a!.id, ok: true }]);
   assert.deepEqual(await jobq.release([again]), [{ id: a!.id, ok: false, code: "lease_lost" }]);

@@ -1,10 +1,11 @@
 // What the tests share: the service under test ($JOBQ_URL), fresh queue names, and waiting on states.
 
+import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 
 import type { TestContext } from "node:test";
 
-import { Client, type Logger, type Stats, type Worker } from "../src/index.js";
+import { Client, type LeasedJob, type Logger, type Stats, type Worker } from "../src/index.js";
 
 export const url = process.env.JOBQ_URL ?? "http://127.0.0.1:8000";
 
@@ -15,6 +16,14 @@ export function queueName(what: string): string {
 
 export function client(): Client {
   return new Client({ url });
+}
+
+/** The one job of `queue` that a lease waiting up to 5 s gets. */
+export async function leaseOne(jobq: Client, queue: string): Promise<LeasedJob> {
+  const [job, ...more] = await jobq.lease(queue, { wait: 5 });
+  assert.ok(job, `a job of ${queue} to lease`);
+  assert.equal(more.length, 0);
+  return job;
 }
 
 type Truthy<T> = Exclude<T, false | 0 | "" | null | undefined>;

@@ -8,22 +8,14 @@ import { test } from "node:test";
 import {
   Conflict,
   Flow,
-  type LeasedJob,
   type ParentJob,
   Tasks,
   ValidationError,
   Worker,
 } from "../src/index.js";
-import { client, queueName, recorder, start, until } from "./helpers.js";
+import { client, leaseOne, queueName, recorder, start, until } from "./helpers.js";
 
 const jobq = client();
-
-async function leaseOne(queue: string): Promise<LeasedJob> {
-  const [job, ...more] = await jobq.lease(queue, { wait: 5 });
-  assert.ok(job, `a job of ${queue} to lease`);
-  assert.equal(more.length, 0);
-  return job;
-}
 
 test("depends_on: a child waits for its parents, runs once they completed, and reads their results", async () => {
   const queue = queueName("deps");
@@ -42,11 +34,11 @@ test("depends_on: a child waits for its parents, runs once they completed, and r
   assert.equal((await jobq.getQueue(queue)).waiting, 1);
 
   for (const n of [1, 2]) {
-    const leased = await leaseOne(queue);
+    const leased = await leaseOne(jobq, queue);
     assert.equal(leased.parents ?? undefined, undefined); // a job without parents carries none
     await jobq.ack(leased, { got: n * 10 });
   }
-  const leased = await leaseOne(queue);
+  const leased = await leaseOne(jobq, queue);
   assert.equal(leased.id, child.id);
   assert.deepEqual(
     leased.parents?.map((parent) => [parent.id, parent.kind, parent.status, parent.result]),
@@ -127,7 +119,7 @@ test("debounce: a burst of enqueues with one key is one job, with the last paylo
   // Once its job is running, the key makes a new one.
   const soon = { key: "soon", seconds: 0 };
   const due = await jobq.enqueue(queue, "a", { debounce: soon });
-  const leased = await leaseOne(queue);
+  const leased = await leaseOne(jobq, queue);
   assert.equal(leased.id, due.id);
   const next = await jobq.enqueue(queue, "b", { debounce: soon });
   assert.equal(next.debounced, false);
@@ -186,7 +178,7 @@ test("workflows: made all or none with refs, read, listed, waited on and cancell
   );
   assert.equal(listed.next_before_id, null);
 
-  const running = await leaseOne(queue); // charge or render
+  const running = await leaseOne(jobq, queue); // charge or render
   const cancelled = await jobq.cancelWorkflow(made.id);
   assert.equal(cancelled.status, "cancelled");
   assert.deepEqual(
