@@ -27,6 +27,7 @@ from app.http.routers import schedules as schedule_routes
 from app.http.web import BodyLimit
 from app.service import schedules
 from app.service.loops import background
+from app.service.loops.pusher import Pusher
 from app.service.loops.scheduler import Scheduler
 from app.service.runtime import Runtime
 from app.service.wakeups import Wakeups
@@ -120,11 +121,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await schedules.apply(db, declared)
         app.state.scheduler = scheduler = Scheduler(runtime)
         tasks.append(asyncio.create_task(scheduler.run(), name="jobq-scheduler"))
+        app.state.pusher = pusher = Pusher(runtime)
+        runtime.settings_listeners.append(pusher.settings_changed)
+        pusher.start()
         _settle_garbage_collection()
         log.info("jobq %s ready", __version__)
         try:
             yield
         finally:
+            await pusher.stop(settings.push_stop_grace)
             await wakeups.close()
             await background.stop(tasks)
             await background.last_writes(runtime)

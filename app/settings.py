@@ -126,6 +126,16 @@ class Settings(BaseSettings):
     # cross-origin requests from browsers are refused with 403. See app/http/middleware/origin.py.
     trusted_origins: Annotated[list[str], NoDecode] = []
 
+    # Push delivery (app/service/push.py): the URLs a queue's `push.url` may name, as prefixes, a JSON
+    # list or comma-separated (`https://jobs.example.com/, https://fn.example.net/hooks/`); default none,
+    # and PATCH /queues/{queue} with `push` is refused saying so. A prefix is a whole scheme and host (a
+    # port and path if given): `https://a.example.com` admits neither `https://a.example.com.evil.net`
+    # nor `https://a.example.community`.
+    push_allowed_urls: Annotated[list[str], NoDecode] = []
+    # Seconds a stopping replica waits for its push deliveries in flight to be answered before it gives
+    # the rest back, their attempts not counted (default 10).
+    push_stop_grace: float = Field(default=10.0, ge=0)
+
     # Largest request body in bytes, checked while it is read (default 16 MiB; larger is 413).
     max_body_bytes: int = 16 * 1024 * 1024
     # Deepest nesting of arrays and objects in a request body (default 64 levels; deeper is 422).
@@ -233,7 +243,7 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("allowed_hosts", "trusted_origins", mode="before")
+    @field_validator("allowed_hosts", "trusted_origins", "push_allowed_urls", mode="before")
     @classmethod
     def _list(cls, value: Any) -> Any:
         """A list from the environment as JSON (`["a", "b"]`) or, as people write host lists, `a, b`."""
@@ -254,6 +264,19 @@ class Settings(BaseSettings):
             if not parts.scheme or not parts.netloc or parts.path.strip("/") or parts.query or parts.fragment:
                 raise ValueError(f"not an origin (scheme://host[:port]): {origin!r}")
             spelled.append(f"{parts.scheme}://{parts.netloc}")
+        return spelled
+
+    @field_validator("push_allowed_urls")
+    @classmethod
+    def _push_urls(cls, prefixes: list[str]) -> list[str]:
+        """Each an http or https URL with a host; a prefix without a path gets its `/`, so that it ends
+        at the host's end (see push_allowed_urls)."""
+        spelled = []
+        for prefix in prefixes:
+            parts = urlsplit(prefix.strip())
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+                raise ValueError(f"JOBQ_PUSH_ALLOWED_URLS: not an http(s) URL prefix: {prefix!r}")
+            spelled.append(prefix.strip() + ("" if parts.path else "/"))
         return spelled
 
     @model_validator(mode="after")

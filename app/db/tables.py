@@ -110,6 +110,16 @@ class Queue(Base):
     # any replica, begins with the key after it (in key order, from the first again after the last).
     # NULL: from the first key.
     fair_last_key: Mapped[str | None] = mapped_column(Text)
+    # Push delivery (app/service/push.py): {url, timeout, concurrency}, NULL: workers lease the queue's
+    # jobs themselves. The secret its requests are signed with ("whsec_" and base64), and the one it
+    # replaced, valid too until push_secret_previous_until. Never shown once made.
+    push: Mapped[dict | None] = mapped_column(JSONB)
+    push_secret: Mapped[str | None] = mapped_column(Text)
+    push_secret_previous: Mapped[str | None] = mapped_column(Text)
+    push_secret_previous_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # No delivery of the queue before this time: its endpoint answered 429 or 503 with Retry-After for a
+    # job without a key. NULL: none held.
+    push_held_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class JobColumns:
@@ -175,6 +185,9 @@ class JobColumns:
     # latest its run_at may move to (its creation + max_seconds); NULL: not debounced, or no bound.
     debounce_key: Mapped[str | None] = mapped_column(Text)
     debounce_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The outcome of the job's last push delivery (app/service/push.py): {at, outcome, status, ms,
+    # error?, note?}; NULL: never pushed.
+    delivery: Mapped[object | None] = mapped_column(JSONB)
 
 
 class Job(JobColumns, Base):
@@ -369,6 +382,17 @@ class Key(Base):
     rate_counts: Mapped[list[int] | None] = mapped_column(ARRAY(Integer))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class PushHold(Base):
+    """A key of a push queue whose deliveries wait: its endpoint answered 429 or 503 with Retry-After for
+    one of its jobs. Gone once past (pruned with finished jobs)."""
+
+    __tablename__ = "push_holds"
+
+    queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class Schedule(Base):

@@ -48,6 +48,7 @@ from app.service.operators import (
 )
 from app.service.parents import job_parents
 from app.service.producers import cancel, enqueue, enqueue_batch, get_job, wait_for_job
+from app.service.push import rotate_secret as rotate_push_secret
 from app.service.rollups import completed_lately, forget_rollups, rollup_series, write_rollups
 from app.service.rows import Row, Scope
 from app.service.runtime import Runtime
@@ -103,6 +104,7 @@ __all__ = [
     "queues",
     "release",
     "retry_dead",
+    "rotate_push_secret",
     "rollup_series",
     "run_now",
     "schema_revision",

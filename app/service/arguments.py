@@ -178,6 +178,28 @@ class QueueSettingsLike(Protocol):
     def retention(self) -> float | None: ...
     @property
     def flow(self) -> dict[str, object]: ...
+    @property
+    def push(self) -> PushSettingsLike | None: ...  # with push_set: the target, or None to stop pushing
+    @property
+    def push_set(self) -> bool: ...  # False: the target stays as it is
+
+
+class PushSettingsLike(Protocol):
+    """A queue's push target (app/service/push.py)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...  # seconds a delivery may take, answer read
+    @property
+    def concurrency(self) -> int: ...  # deliveries in flight at once, across replicas
+
+
+@dataclass(frozen=True, slots=True)
+class PushSettings:
+    url: str
+    timeout: float = 30.0
+    concurrency: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,3 +211,5 @@ class QueueSettings:
     retention: float | None = None
     # Flow-control settings to change (sql.CONFIGURE_FLOW): absent keeps one, None clears it.
     flow: dict[str, object] = field(default_factory=dict)
+    push: PushSettingsLike | None = None
+    push_set: bool = False

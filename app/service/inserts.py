@@ -411,5 +411,6 @@ def new_job(
         "depends_on": None,
         "run_if": None,
         "workflow_id": None,
+        "delivery": None,
         "duplicate": False,
     }

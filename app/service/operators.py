@@ -14,6 +14,7 @@ from app.core.limits import MAX_JOB_ID
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.arguments import QueueSettingsLike
+from app.service.push import set_push
 from app.service.rows import Row, Scope, as_job, run_guarded
 from app.service.runtime import Runtime
 
@@ -275,6 +276,8 @@ def _rate(limit: int | None, period: float | None) -> Row | None:
 
 def _queue_row(row: asyncpg.Record, with_settings: bool) -> Row:
     out = {k: v for k, v in row.items() if k not in _SETTINGS and k not in _FLOW_COLUMNS}
+    if out.get("push") is not None:
+        out["push"] = json.loads(out["push"])
     if with_settings:
         out["settings"] = {k: row[k] for k in _SETTINGS} | {
             "key_concurrency": row["key_concurrency"],
@@ -331,9 +334,13 @@ async def configure_queue(runtime: Runtime, name: str, settings: QueueSettingsLi
                 flow = json.dumps(settings.flow)
                 await conn.execute(q.CONFIGURE_FLOW.text, *q.CONFIGURE_FLOW.args(queue=name, flow=flow))
                 await conn.execute(q.SET_FLOW.text, *q.SET_FLOW.args(queue=name))
+            made = await set_push(runtime, conn, name, settings.push) if settings.push_set else None
         if settings.flow:
             runtime.flow.forget(name)
-        return _queue_row(await _queue_stats(conn, name), with_settings=True)
+        row = _queue_row(await _queue_stats(conn, name), with_settings=True)
+        if made is not None:
+            row["push_secret"] = made
+        return row
 
 
 async def set_paused(db: Database, name: str, paused: bool) -> Row:

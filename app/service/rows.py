@@ -32,6 +32,8 @@ def as_job(row: asyncpg.Record) -> Row:
             out["result"] = JSONText(result)
         if progress is not None:
             out["progress"] = JSONText(progress)
+    if out.get("delivery") is not None:
+        out["delivery"] = JSONText(out["delivery"])
     token = out.pop("lease_token", None)
     if token is not None:
         out["lease_token"] = token_text(token, out["queue"])

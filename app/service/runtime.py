@@ -19,6 +19,8 @@ a statement, waits or reads a cache takes the ``Runtime``, and finds the pool at
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.db.pool import Database
 from app.service.coalesce import Coalescing
 from app.service.flow_queues import FlowQueues
@@ -42,6 +44,7 @@ class Runtime:
         "sightings",
         "wakeups",
         "coalescing",
+        "settings_listeners",
     )
 
     def __init__(self, db: Database, metrics: Metrics | None = None) -> None:
@@ -57,7 +60,14 @@ class Runtime:
             safety_interval=settings.wakeup_safety_interval,
             max_waiters=settings.max_waiters,
         )
-        # A change of a queue's flow settings, heard from any replica, drops what this one knew of it.
-        self.wakeups.on_settings = self.flow.forget
+        # A change of a queue's settings, heard from any replica, drops what this one knew of its flow
+        # control, and tells the others who asked (the pusher, app/service/loops/pusher.py).
+        self.settings_listeners: list[Callable[[str | None], None]] = []
+        self.wakeups.on_settings = self._settings_changed
         self.metrics.listening = self.wakeups.listening.is_set
         self.coalescing = Coalescing(self, settings)
+
+    def _settings_changed(self, queue: str | None) -> None:
+        self.flow.forget(queue)
+        for listener in self.settings_listeners:
+            listener(queue)

@@ -134,17 +134,27 @@ def _result_text(item: JobLeaseLike | AckLike, result: object, limit: int) -> st
 # --- ack -------------------------------------------------------------------------------------------
 
 
-async def ack(runtime: Runtime, item: JobLeaseLike | AckLike) -> Row:
+async def ack(runtime: Runtime, item: JobLeaseLike | AckLike, delivery: str | None = None) -> Row:
     """One ack, sharing its statement with concurrent acks. Its result is checked first: refused (over
-    the limit, PayloadTooLarge), nothing is sent, and the job stays running under its lease."""
+    the limit, PayloadTooLarge), nothing is sent, and the job stays running under its lease. `delivery`:
+    a push delivery's outcome as JSON text (app/service/push.py), kept with the job."""
     result = getattr(item, "result", None)  # a plain JobLease has none
     text = None if result is None else _result_text(item, result, runtime.settings.max_result_bytes)
-    return await runtime.coalescing.submit(ACKS, (item, text))
+    return await runtime.coalescing.submit(ACKS, (item, text, delivery))
 
 
-async def _ack_shared(runtime: Runtime, calls: Sequence[tuple[JobLeaseLike, str | None]]) -> list[Row]:
-    """The acks of concurrent calls, each with its result as JSON text (or None), in one ACK."""
-    return await _ack(runtime, [item for item, _ in calls], [text for _, text in calls])
+async def _ack_shared(
+    runtime: Runtime, calls: Sequence[tuple[JobLeaseLike, str | None, str | None]]
+) -> list[Row]:
+    """The acks of concurrent calls, each with its result as JSON text (or None) and its delivery's
+    outcome (or None), in one ACK."""
+    deliveries = [delivery for _, _, delivery in calls]
+    return await _ack(
+        runtime,
+        [item for item, _, _ in calls],
+        [text for _, text, _ in calls],
+        None if deliveries.count(None) == len(deliveries) else deliveries,
+    )
 
 
 ACKS = Shared("ack", _ack_shared)
@@ -174,9 +184,15 @@ async def ack_batch(runtime: Runtime, items: Sequence[JobLeaseLike | AckLike]) -
     return [answers[n] for n in range(len(items))]
 
 
-async def _ack(runtime: Runtime, items: Sequence[JobLeaseLike], texts: list[str | None] | None) -> list[Row]:
+async def _ack(
+    runtime: Runtime,
+    items: Sequence[JobLeaseLike],
+    texts: list[str | None] | None,
+    deliveries: list[str | None] | None = None,
+) -> list[Row]:
     """ACK: complete each job under its lease token, with its result (JSON text; None: none). `texts`
-    is None, or all None, for a statement without results: ACK then gets NULL, and no more work."""
+    is None, or all None, for a statement without results: ACK then gets NULL, and no more work; so
+    `deliveries` (push deliveries' outcomes) for a worker's acks."""
     ids, queues, tokens = _leases(items)
     keys = _item_keys(ids, tokens)
     sent = None if texts is None or texts.count(None) == len(texts) else texts
@@ -184,7 +200,8 @@ async def _ack(runtime: Runtime, items: Sequence[JobLeaseLike], texts: list[str 
     async with runtime.db.acquire() as conn:
         queues = await _with_queues(conn, ids, queues)
         acked = await conn.fetch(
-            q.ACK.text, *q.ACK.args(ids=ids, queues=queues, lease_tokens=tokens, results=sent)
+            q.ACK.text,
+            *q.ACK.args(ids=ids, queues=queues, lease_tokens=tokens, results=sent, deliveries=deliveries),
         )
         # An (id, token) twice in one statement is one ack repeated: every such item is done.
         done = _done(acked)
@@ -211,13 +228,22 @@ async def _ack(runtime: Runtime, items: Sequence[JobLeaseLike], texts: list[str 
     return results
 
 
-async def nack(runtime: Runtime, item: NackLike) -> Row:
-    """One nack, sharing its statement with concurrent nacks (NACKS)."""
-    return await runtime.coalescing.submit(NACKS, item)
+async def nack(runtime: Runtime, item: NackLike, delivery: str | None = None) -> Row:
+    """One nack, sharing its statement with concurrent nacks (NACKS); `delivery` as for ack."""
+    return await runtime.coalescing.submit(NACKS, (item, delivery))
 
 
-async def nack_batch(runtime: Runtime, items: Sequence[NackLike]) -> list[Row]:
-    """Give jobs back after a failed attempt: retry later, or dead. A result per item, in order."""
+async def _nack_shared(runtime: Runtime, calls: Sequence[tuple[NackLike, str | None]]) -> list[Row]:
+    deliveries = [delivery for _, delivery in calls]
+    kept = None if deliveries.count(None) == len(deliveries) else deliveries
+    return await nack_batch(runtime, [item for item, _ in calls], kept)
+
+
+async def nack_batch(
+    runtime: Runtime, items: Sequence[NackLike], deliveries: list[str | None] | None = None
+) -> list[Row]:
+    """Give jobs back after a failed attempt: retry later, or dead. A result per item, in order.
+    `deliveries`: push deliveries' outcomes (JSON text) to keep with the jobs; None for a worker's."""
     cut = runtime.settings.max_error_chars
     ids, queues, tokens = _leases(items)
     started = time.time_ns()
@@ -232,6 +258,7 @@ async def nack_batch(runtime: Runtime, items: Sequence[NackLike]) -> list[Row]:
                 errors=[_error_text(i.error, cut) for i in items],
                 retry_afters=[i.retry_after for i in items],
                 deads=[i.dead for i in items],
+                deliveries=deliveries,
             ),
         )
         # The same lease nacked twice in one statement: only the first item ended it.
@@ -251,7 +278,7 @@ async def nack_batch(runtime: Runtime, items: Sequence[NackLike]) -> list[Row]:
     ]
 
 
-NACKS = Shared("nack", nack_batch)
+NACKS = Shared("nack", _nack_shared)
 
 
 # What PostgreSQL text cannot hold: U+0000, and lone surrogates (a JSON escape such as "\udce9" that
@@ -267,15 +294,26 @@ def _error_text(error: str | None, cut: int) -> str | None:
     return _UNSTORABLE.sub("\ufffd", error[:cut])
 
 
-async def release(db: Database, items: Sequence[JobLeaseLike]) -> list[Row]:
-    """Give running jobs back untouched, under their current lease tokens: pending again at once, the
-    attempt not counted (a worker that took more than it will start, or is stopping before it starts).
-    A result per item, in order, like ack_batch."""
+async def release(
+    db: Database,
+    items: Sequence[JobLeaseLike],
+    delays: list[float | None] | None = None,
+    deliveries: list[str | None] | None = None,
+) -> list[Row]:
+    """Give running jobs back untouched, under their current lease tokens: pending again at once (or,
+    with `delays`, that many seconds from now), the attempt not counted (a worker that took more than
+    it will start, or is stopping before it starts; a push its endpoint wants again later). A result
+    per item, in order, like ack_batch. `deliveries` as for nack_batch."""
     ids, queues, tokens = _leases(items)
     keys = _item_keys(ids, tokens)
     async with db.acquire() as conn:
         queues = await _with_queues(conn, ids, queues)
-        rows = await conn.fetch(q.RELEASE.text, *q.RELEASE.args(ids=ids, queues=queues, lease_tokens=tokens))
+        rows = await conn.fetch(
+            q.RELEASE.text,
+            *q.RELEASE.args(
+                ids=ids, queues=queues, lease_tokens=tokens, delays=delays, deliveries=deliveries
+            ),
+        )
         # The same lease twice: only the first item gave it back.
         released = _row_per_item(keys, rows)
         failed = [job_id for job_id, row in zip(ids, released, strict=True) if row is None]

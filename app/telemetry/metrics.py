@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -295,6 +295,24 @@ class Metrics:
             ["status"],
             registry=r,
         )
+        self.push_deliveries = Counter(
+            "jobq_push_deliveries",
+            "Push deliveries by outcome: completed (2xx), failed (another status, a redirect, a timeout, a"
+            " connection or TLS error), retry_later (429 or 503 with Retry-After), released (given back"
+            " unanswered as the replica stopped).",
+            ["queue", "outcome"],
+            registry=r,
+        )
+        self.push_seconds = Histogram(
+            "jobq_push_delivery_duration_seconds",
+            "Push deliveries, from the request sent to the answer read (or the failure).",
+            ["queue"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.push_in_flight = Gauge(
+            "jobq_push_in_flight", "Push deliveries this replica has in flight now.", ["queue"], registry=r
+        )
         self._claim_children: dict[str, Any] = {}
         self._queues: frozenset[str] = frozenset()  # the queues the last snapshot listed
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
@@ -315,6 +333,11 @@ class Metrics:
             child = self._claim_children[queue] = self.claim_seconds.labels(queue)
         child.observe(seconds)
         self.leased.inc(queue, jobs)
+
+    def pushed(self, queue: str, outcome: str, seconds: float) -> None:
+        """One push delivery ended so, after `seconds`."""
+        self.push_deliveries.labels(queue, outcome).inc()
+        self.push_seconds.labels(queue).observe(seconds)
 
     def schedule_fired(self, schedule: str, jobs: int, missed: int = 0) -> None:
         if jobs:

@@ -51,6 +51,7 @@ OPERATIONS = {
     "ack": ("settle", SpanKind.CLIENT),
     "nack": ("settle", SpanKind.CLIENT),
     "dead-letter": (None, SpanKind.INTERNAL),
+    "push": ("process", SpanKind.CLIENT),
 }
 MAX_LINKS = 128  # the SDK's default span link limit: more would be dropped anyway
 
@@ -103,9 +104,13 @@ def _endpoint() -> str:
 Job = Mapping[str, Any]  # a row holding a job's id, queue, traceparent, tracestate and attempts
 
 
-def record(operation: str, jobs: Iterable[Job], started: int) -> None:
+def record(
+    operation: str, jobs: Iterable[Job], started: int, extra: Mapping[str, str | int] | None = None
+) -> None:
     """The span of one statement (or call) that did `operation` to `jobs`, from `started`
-    (time.time_ns()) to now: one span per queue among them. No jobs, no span."""
+    (time.time_ns()) to now: one span per queue among them, with `extra` attributes. No jobs, no span.
+    A push delivery is the span `push <queue>` of its one job, with the request's URL and the answer's
+    status (app/service/push.py)."""
     if _tracer is None:
         return
     ended = time.time_ns()
@@ -113,15 +118,24 @@ def record(operation: str, jobs: Iterable[Job], started: int) -> None:
     for job in jobs:
         by_queue[job["queue"]].append(job)
     for queue, queued in by_queue.items():
-        _span(_tracer, operation, queue, queued, started, ended)
+        _span(_tracer, operation, queue, queued, started, ended, extra)
 
 
-def _span(tracer: Tracer, operation: str, queue: str, jobs: list[Job], started: int, ended: int) -> None:
+def _span(
+    tracer: Tracer,
+    operation: str,
+    queue: str,
+    jobs: list[Job],
+    started: int,
+    ended: int,
+    extra: Mapping[str, str | int] | None = None,
+) -> None:
     kind_of, kind = OPERATIONS[operation]
     attributes: dict[str, str | int | list[int]] = {
         "messaging.system": "jobq",
         "messaging.destination.name": queue,
         "messaging.operation.name": operation,
+        **(extra or {}),
     }
     if kind_of is not None:
         attributes["messaging.operation.type"] = kind_of

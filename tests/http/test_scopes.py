@@ -50,6 +50,7 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("GET", "/queues"): {"viewer"},
     ("GET", "/queues/{queue}"): {"viewer", "worker"},
     ("PATCH", "/queues/{queue}"): set(),
+    ("POST", "/queues/{queue}/push/secret"): set(),
     ("POST", "/queues/{queue}/pause"): set(),
     ("POST", "/queues/{queue}/resume"): set(),
     ("GET", "/queues/{queue}/keys"): {"viewer", "worker"},

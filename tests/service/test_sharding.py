@@ -38,7 +38,10 @@ ONE_QUEUE = {
 # lease token), so every scan of jobs has the queue too.
 TOKEN = "00000000-0000-4000-8000-000000000000"
 BY_LEASE = {
-    "ack": (q.ACK, {"ids": [1], "queues": ["q"], "lease_tokens": [TOKEN], "results": None}),
+    "ack": (
+        q.ACK,
+        {"ids": [1], "queues": ["q"], "lease_tokens": [TOKEN], "results": None, "deliveries": None},
+    ),
     "nack": (
         q.NACK,
         {
@@ -48,16 +51,20 @@ BY_LEASE = {
             "errors": [None],
             "retry_afters": [None],
             "deads": [False],
+            "deliveries": None,
         },
     ),
-    "release": (q.RELEASE, {"ids": [1], "queues": ["q"], "lease_tokens": [TOKEN]}),
+    "release": (
+        q.RELEASE,
+        {"ids": [1], "queues": ["q"], "lease_tokens": [TOKEN], "delays": None, "deliveries": None},
+    ),
     "extend": (
         q.EXTEND,
         {"id": 1, "queue": "q", "lease_token": TOKEN, "visibility_timeout": 30.0, "progress": None},
     ),
 }
 # jobq's tables a distributed schema would split by queue, and the column that holds it in each.
-BY_QUEUE = {"jobs": "queue", "keys": "queue", "queues": "name"}
+BY_QUEUE = {"jobs": "queue", "keys": "queue", "push_holds": "queue", "queues": "name"}
 
 
 JOIN_CONDITIONS = ("Hash Cond", "Merge Cond", "Join Filter")

@@ -48,6 +48,8 @@ def statement(query: q.Query, **args: Any) -> Run:
             "queues": [QUEUE],
             "lease_token": TOKEN,
             "lease_tokens": [TOKEN],
+            "deliveries": None,  # a push delivery's outcome: none, as for a worker's calls
+            "delays": None,
         }.items():
             if name in query.params and name not in given:
                 given[name] = value

@@ -76,7 +76,7 @@ def test_migrations_go_down_and_up(fresh_database):
     assert [t["tablename"] for t in tables] == [
         "alembic_version", "idempotency_keys", "job_edges", "job_waits", "jobs", "jobs_history",
         "jobs_history_default", "keys",
-        "leaders", "queues", "rollups",
+        "leaders", "push_holds", "queues", "rollups",
         "schedules", "sqs_dead_letters", "sqs_deleted_queues", "sqs_receive_attempts", "workers",
         "workflows",
     ]  # fmt: skip

@@ -12,6 +12,7 @@
 - lists.py: GET /jobs, a bounded window at a time
 - queues.py: settings, pause, counts; SQS PurgeQueue and DeleteQueue
 - keys.py: flow control's keys and their overrides
+- push.py: push targets, their secrets, the gate of a claim of deliveries, holds
 - workers.py: workers seen
 - rollups.py: per-minute counts
 - gauges.py: metrics' gauges, lock waits, vacuum's horizon, the schema's revision
@@ -107,6 +108,16 @@ from app.db.sql.lists import (
     list_filters,
 )
 from app.db.sql.parents import ADD_PARENTS, JOB_CHILDREN, JOB_PARENTS, PARENTS, PARENTS_OUT_OF_SCOPE
+from app.db.sql.push import (
+    HOLD_PUSH,
+    PRUNE_PUSH_HOLDS,
+    PUSH_GATE,
+    PUSH_LOCK_CLASS,
+    PUSH_TARGETS,
+    ROTATE_PUSH_SECRET,
+    SET_PUSH,
+    begin_push_claim,
+)
 from app.db.sql.query import Query
 from app.db.sql.queues import (
     CONFIGURE_FLOW,

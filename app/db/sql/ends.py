@@ -17,17 +17,20 @@ from app.db.sql.query import Query
 # job (a batch, or acks of two workers coalesced), and only the item holding that token was done by it.
 # :results holds each item's result as JSON text (NULL: none), or is NULL itself when no item has one,
 # as most acks do: unnest pads it with NULLs, so an ack without results sends and parses nothing more.
+# :deliveries likewise: the outcome of each job's push delivery (app/service/push.py) as JSON text, kept
+# as its `delivery`; NULL for a worker's acks.
 # A repeated ack finds the job completed (in jobs_history) and changes nothing, its result included.
 ACK = Query.define(
     "ack",
     f"""
     WITH taken AS (
         DELETE FROM jobq.jobs j
-        USING unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :results::text[])
-              AS a(id, queue, lease_token, result)
+        USING unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :results::text[],
+                     :deliveries::text[])
+              AS a(id, queue, lease_token, result, delivery)
         WHERE j.id = a.id AND j.queue = a.queue AND j.lease_token = a.lease_token
           AND j.status IN ('running', 'pending', 'dead')
-        RETURNING j.*, a.result AS acked_result
+        RETURNING j.*, a.result AS acked_result, a.delivery AS acked_delivery
     ), acked AS ({_COMPLETED}
         RETURNING j.id, j.lease_token, j.queue, j.key, j.run_at, {_notify_done()}, {TRACED}
     ), {_notify("acked", KEY_FREED)}
@@ -52,7 +55,8 @@ LEASE_STATUS = Query.define(
 #   arithmetic cannot overflow).
 # The token is cleared: this lease is over, and a late ack by the same worker must not complete a retry.
 # As with ACK, each row back names the (id, token) that ended the lease (n.lease_token: the job's own is
-# cleared by then), so only that item is answered as done.
+# cleared by then), so only that item is answered as done; and :deliveries (NULL for a worker's nacks)
+# keeps each push delivery's outcome.
 NACK = Query.define(
     "nack",
     f"""
@@ -61,8 +65,8 @@ NACK = Query.define(
                least(q.backoff_cap,
                      q.backoff_base * power(2, least(j.attempts - 1, 60)) * (1 + 0.3 * random())) AS backoff
         FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :errors::text[],
-                    :retry_afters::float8[], :deads::bool[])
-             AS n(id, queue, lease_token, error, retry_after, dead)
+                    :retry_afters::float8[], :deads::bool[], :deliveries::text[])
+             AS n(id, queue, lease_token, error, retry_after, dead, delivery)
         JOIN jobq.jobs j ON j.id = n.id AND j.queue = n.queue
         JOIN jobq.queues q ON q.name = j.queue
     ), nacked AS (
@@ -70,7 +74,8 @@ NACK = Query.define(
         SET status = CASE WHEN n.to_dead THEN 'dead' ELSE 'pending' END,
             run_at = CASE WHEN n.to_dead THEN j.run_at
                           ELSE now() + make_interval(secs => coalesce(n.retry_after, n.backoff)) END,
-            last_error = n.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+            last_error = n.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+            delivery = coalesce(n.delivery::jsonb, j.delivery)
         FROM n
         WHERE j.id = n.id AND j.queue = n.queue AND j.lease_token = n.lease_token AND j.status = 'running'
         RETURNING j.id, n.lease_token, j.queue, j.key, j.status, j.run_at,
@@ -80,17 +85,23 @@ NACK = Query.define(
     """,
 )
 
-# Hand back jobs claimed for a long-poll whose client went away before they could be delivered: pending
-# again at their place in line, and the attempt not counted (the job never reached a worker). Each row
-# back names the (id, token) that released it, as with ACK.
+# Hand back leased jobs without counting their attempt: jobs claimed for a long-poll whose client went
+# away before they could be delivered, a worker's release, a push the endpoint asked to have again later
+# (429 or 503 with Retry-After). Pending again at their place in line, or with :delays (NULL, or an item's
+# NULL: none) at now + that many seconds; :deliveries keeps a push delivery's outcome, as NACK's does.
+# Each row back names the (id, token) that released it, as with ACK.
 RELEASE = Query.define(
     "release",
     f"""
     WITH released AS (
         UPDATE jobq.jobs j
         SET status = 'pending', attempts = j.attempts - 1, lease_token = NULL, lease_expires_at = NULL,
-            worker_id = NULL, updated_at = now()
-        FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[]) AS r(id, queue, lease_token)
+            worker_id = NULL, updated_at = now(),
+            run_at = CASE WHEN r.delay IS NULL THEN j.run_at
+                          ELSE now() + make_interval(secs => r.delay) END,
+            delivery = coalesce(r.delivery::jsonb, j.delivery)
+        FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :delays::float8[],
+                    :deliveries::text[]) AS r(id, queue, lease_token, delay, delivery)
         WHERE j.id = r.id AND j.queue = r.queue AND j.lease_token = r.lease_token AND j.status = 'running'
         RETURNING j.id, r.lease_token, j.queue, j.run_at
     ), {_notify("released")}

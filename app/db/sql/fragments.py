@@ -14,7 +14,7 @@ JOB = f"""
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at,
     j.result, j.progress, j.schedule, j.schedule_slot, j.worker_id, j.traceparent, j.tracestate,
-    j.depends_on, j.run_if, j.workflow_id
+    j.depends_on, j.run_if, j.workflow_id, j.delivery
 """
 
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs
@@ -46,7 +46,7 @@ JOB_COLUMNS = (
     "last_error", "lease_token", "lease_expires_at", "worker_id", "created_at", "updated_at",
     "completed_at", "message_attributes", "first_received_at", "kind", "result", "progress", "awaited",
     "key", "schedule", "schedule_slot", "traceparent", "tracestate", "depends_on", "run_if", "workflow_id",
-    "has_children", "debounce_key", "debounce_until",
+    "has_children", "debounce_key", "debounce_until", "delivery",
 )  # fmt: skip
 
 
@@ -70,7 +70,13 @@ def _to_history(source: str, changes: dict[str, str], finished: str = "now()", w
 _FINISHED_NOW = {"completed_at": "now()", "updated_at": "now()"}
 _COMPLETED = _to_history(
     "taken",
-    {"status": "'completed'", "lease_expires_at": "NULL", "result": "m.acked_result::jsonb", **_FINISHED_NOW},
+    {
+        "status": "'completed'",
+        "lease_expires_at": "NULL",
+        "result": "m.acked_result::jsonb",
+        "delivery": "coalesce(m.acked_delivery::jsonb, m.delivery)",
+        **_FINISHED_NOW,
+    },
 )
 _CANCELLED = _to_history("taken", {"status": "'cancelled'", **_FINISHED_NOW})
 _MOVED = _to_history(

@@ -57,7 +57,8 @@ QUEUE_STATS = Query.define(
            coalesce(extract(epoch FROM now() - s.oldest_ready), 0)::float8 AS oldest_pending_age_seconds,
            q.paused,
            q.visibility_timeout, q.max_attempts, q.backoff_base, q.backoff_cap, q.retention,
-           q.key_concurrency, q.fair, q.rate_limit, q.rate_period, q.key_rate_limit, q.key_rate_period
+           q.key_concurrency, q.fair, q.rate_limit, q.rate_period, q.key_rate_limit, q.key_rate_period,
+           q.push
     FROM jobq.queues q
     LEFT JOIN (
         SELECT queue,

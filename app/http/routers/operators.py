@@ -30,6 +30,8 @@ from app.http.schemas import (
     Job,
     JobPage,
     PurgeResponse,
+    PushSecret,
+    QueueConfigured,
     QueueDetail,
     QueueRow,
     QueueSettingsPatch,
@@ -153,13 +155,27 @@ async def get_queue(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
     return JSONBody(await service.queue(db, queue))
 
 
-@router.patch("/queues/{queue}", dependencies=[Admin], response_model=None, responses=answers(QueueDetail))
+@router.patch(
+    "/queues/{queue}", dependencies=[Admin], response_model=None, responses=answers(QueueConfigured)
+)
 async def configure_queue(
     queue: QueuePath, body: QueueSettingsPatch, runtime: RuntimeDep, caller: Caller
 ) -> JSONBody:
-    """Change some settings (creating the queue if need be); the rest keep their values."""
+    """Change some settings (creating the queue if need be); the rest keep their values. With `push`,
+    the service delivers the queue's jobs to that endpoint itself (422 when the URL is not among
+    JOBQ_PUSH_ALLOWED_URLS)."""
     caller.admit(queue)
     return JSONBody(await service.configure_queue(runtime, queue, body))
+
+
+@router.post(
+    "/queues/{queue}/push/secret", dependencies=[Admin], response_model=None, responses=answers(PushSecret)
+)
+async def rotate_push_secret(queue: QueuePath, db: DB, caller: Caller) -> JSONBody:
+    """Make a new signing secret for the queue's push deliveries, answered this once; the old one stays
+    valid for 24 hours (deliveries carry a signature by each). Creates the queue if need be."""
+    caller.admit(queue)
+    return JSONBody({"secret": await service.rotate_push_secret(db, queue)})
 
 
 @router.post("/queues/{queue}/pause", dependencies=[Admin], response_model=None, responses=answers(QueueRow))

@@ -5,7 +5,7 @@ settings, and the workers seen.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -15,6 +15,7 @@ from app.http.schemas.common import (
     KeyConcurrency,
     LeaseSeconds,
     MaxAttempts,
+    Number,
     QueueName,
     Rate,
     Seconds,
@@ -113,6 +114,36 @@ class QueueSettings(BaseModel):
     key_rate: Rate | None = Field(description="At most `limit` leases of each key per `period`; null: none.")
 
 
+class PushSettings(Body):
+    """Where and how the service delivers the queue's jobs itself (push delivery)."""
+
+    url: Annotated[str, Field(min_length=1, max_length=2048)] = Field(
+        description="The endpoint each job is POSTed to: an http(s) URL starting with one of the service's "
+        "JOBQ_PUSH_ALLOWED_URLS."
+    )
+    timeout: Annotated[float, Field(ge=1, le=900, allow_inf_nan=False), Number] = Field(
+        default=30.0,
+        description="Seconds a delivery may take, its answer read (1-900, default 30); past it the "
+        "attempt fails.",
+    )
+    concurrency: Annotated[int, Field(strict=False, ge=1, le=1000), Number] = Field(
+        default=10, description="Deliveries in flight at once across every replica (1-1000, default 10)."
+    )
+
+
+class PushView(BaseModel):
+    url: str = Field(description="The endpoint each job is POSTed to.")
+    timeout: float = Field(description="Seconds a delivery may take.")
+    concurrency: int = Field(description="Deliveries in flight at once, across every replica.")
+
+
+class PushSecret(BaseModel):
+    secret: str = Field(
+        description="The queue's new signing secret (`whsec_` and base64), shown this once; the one it "
+        "replaced stays valid for 24 hours."
+    )
+
+
 # The flow-control settings of a PATCH: a null clears one, an absent one stays as it is.
 FLOW_SETTINGS = ("key_concurrency", "fair", "rate", "key_rate")
 
@@ -162,6 +193,16 @@ class QueueSettingsPatch(Body):
     fair: bool | None = Field(default=None, description="null is false; absent keeps it.")
     rate: Rate | None = Field(default=None, description="null removes the limit; absent keeps it.")
     key_rate: Rate | None = Field(default=None, description="null removes the limit; absent keeps it.")
+    push: PushSettings | None = Field(
+        default=None,
+        description="Deliver the queue's jobs to this endpoint (push delivery); null stops it, absent "
+        "keeps it. The first target a queue gets makes its signing secret, answered once as "
+        "`push_secret`.",
+    )
+
+    @property
+    def push_set(self) -> bool:
+        return "push" in self.model_fields_set
 
     @property
     def flow(self) -> dict[str, object]:
@@ -198,6 +239,10 @@ class QueueRow(BaseModel):
     waiting: int = Field(default=0, description="Waiting for their parents to end (depends_on).")
     oldest_pending_age_seconds: float = Field(description="Age of the oldest ready job (lag); 0 if none.")
     paused: bool = Field(description="Paused: leases take nothing from it; enqueues still land.")
+    push: PushView | None = Field(
+        default=None,
+        description="Where the service delivers its jobs (never the secret); null: workers lease them.",
+    )
 
 
 class QueueDetail(QueueRow):
@@ -223,6 +268,14 @@ class QueueDetail(QueueRow):
     )
 
     settings: QueueSettings = Field(description="The queue's settings, defaults included.")
+
+
+class QueueConfigured(QueueDetail):
+    push_secret: str | None = Field(
+        default=None,
+        description="Only in the answer of the PATCH that gave the queue its first push target: the secret "
+        "its requests are signed with, shown this once (POST /queues/{queue}/push/secret makes another).",
+    )
 
 
 class WorkerView(BaseModel):

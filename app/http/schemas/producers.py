@@ -5,7 +5,7 @@ sent, and the job as every answer shows it.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -236,6 +236,22 @@ _DEAD_JOB_EXAMPLE = _JOB_EXAMPLE | {
 }
 
 
+class Delivery(BaseModel):
+    at: datetime = Field(description="When the delivery ended.")
+    outcome: Literal["completed", "failed", "retry_later", "released"] = Field(
+        description="completed (2xx), failed (another status, a redirect, a timeout, a connection or TLS "
+        "error: the attempt counted), retry_later (429 or 503 with Retry-After: not counted), released "
+        "(given back unanswered as a replica stopped: not counted)."
+    )
+    status: int | None = Field(description="The endpoint's HTTP status; null when it gave none.")
+    ms: float = Field(description="Milliseconds from the request sent to the answer read.")
+    error: str | None = Field(default=None, description="What failed, as last_error says it.")
+    retry_after: float | None = Field(default=None, description="Seconds the endpoint asked to wait.")
+    note: str | None = Field(
+        default=None, description="Why a 2xx answer's body was not kept as the result (too large, not JSON)."
+    )
+
+
 class Job(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [_JOB_EXAMPLE, _DEAD_JOB_EXAMPLE]})
 
@@ -294,6 +310,9 @@ class Job(BaseModel):
         default=None, description="With parents: what they must end as for it to run; null: no parents."
     )
     workflow_id: int | None = Field(default=None, description="The workflow that made it; null: none.")
+    delivery: Delivery | None = Field(
+        default=None, description="Its last push delivery (its queue has a push target); null: never pushed."
+    )
 
 
 _ENQUEUED_EXAMPLE = _JOB_EXAMPLE | {

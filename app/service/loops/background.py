@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from app import service
 from app.core.errors import DATABASE_UNAVAILABLE
-from app.service import flow, redrive, sqs_fifo, workflows
+from app.service import flow, push, redrive, sqs_fifo, workflows
 from app.service.loops import vacuum as maintenance
 from app.service.runtime import Runtime
 from app.telemetry.metrics import QueueGauges
@@ -73,6 +73,7 @@ def start(runtime: Runtime) -> list[asyncio.Task]:
             log.info("forgot %d expired SQS receive attempts", attempts)
         await service.forget_workers(db)
         await service.forget_rollups(db)
+        await push.prune_holds(db)
 
     async def refresh_gauges() -> None:
         queues = await service.queue_gauges(db)

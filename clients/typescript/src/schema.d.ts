@@ -512,11 +512,36 @@ export interface paths {
         head?: never;
         /**
          * Configure Queue
-         * @description Change some settings (creating the queue if need be); the rest keep their values.
+         * @description Change some settings (creating the queue if need be); the rest keep their values. With `push`,
+         *     the service delivers the queue's jobs to that endpoint itself (422 when the URL is not among
+         *     JOBQ_PUSH_ALLOWED_URLS).
          *
          *     Roles, when tokens are configured: admin.
          */
         patch: operations["configure_queue"];
+        trace?: never;
+    };
+    "/queues/{queue}/push/secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate Push Secret
+         * @description Make a new signing secret for the queue's push deliveries, answered this once; the old one stays
+         *     valid for 24 hours (deliveries carry a signature by each). Creates the queue if need be.
+         *
+         *     Roles, when tokens are configured: admin.
+         */
+        post: operations["rotate_push_secret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/queues/{queue}/pause": {
@@ -998,6 +1023,46 @@ export interface components {
              */
             deleted: boolean;
         };
+        /** Delivery */
+        Delivery: {
+            /**
+             * At
+             * Format: date-time
+             * @description When the delivery ended.
+             */
+            at: string;
+            /**
+             * Outcome
+             * @description completed (2xx), failed (another status, a redirect, a timeout, a connection or TLS error: the attempt counted), retry_later (429 or 503 with Retry-After: not counted), released (given back unanswered as a replica stopped: not counted).
+             * @enum {string}
+             */
+            outcome: "completed" | "failed" | "retry_later" | "released";
+            /**
+             * Status
+             * @description The endpoint's HTTP status; null when it gave none.
+             */
+            status: number | null;
+            /**
+             * Ms
+             * @description Milliseconds from the request sent to the answer read.
+             */
+            ms: number;
+            /**
+             * Error
+             * @description What failed, as last_error says it.
+             */
+            error?: string | null;
+            /**
+             * Retry After
+             * @description Seconds the endpoint asked to wait.
+             */
+            retry_after?: number | null;
+            /**
+             * Note
+             * @description Why a 2xx answer's body was not kept as the result (too large, not JSON).
+             */
+            note?: string | null;
+        };
         /**
          * EnqueueBatchRequest
          * @example {
@@ -1303,6 +1368,8 @@ export interface components {
              * @description The workflow that made it; null: none.
              */
             workflow_id?: number | null;
+            /** @description Its last push delivery (its queue has a push target); null: never pushed. */
+            delivery?: components["schemas"]["Delivery"] | null;
             /**
              * Duplicate
              * @description True when dedup_key matched an active job; this is that job.
@@ -1645,6 +1712,8 @@ export interface components {
              * @description The workflow that made it; null: none.
              */
             workflow_id?: number | null;
+            /** @description Its last push delivery (its queue has a push target); null: never pushed. */
+            delivery?: components["schemas"]["Delivery"] | null;
         };
         /**
          * JobLeaseItem
@@ -2214,6 +2283,143 @@ export interface components {
              */
             purged: boolean;
         };
+        /** PushSecret */
+        PushSecret: {
+            /**
+             * Secret
+             * @description The queue's new signing secret (`whsec_` and base64), shown this once; the one it replaced stays valid for 24 hours.
+             */
+            secret: string;
+        };
+        /**
+         * PushSettings
+         * @description Where and how the service delivers the queue's jobs itself (push delivery).
+         */
+        PushSettings: {
+            /**
+             * Url
+             * @description The endpoint each job is POSTed to: an http(s) URL starting with one of the service's JOBQ_PUSH_ALLOWED_URLS.
+             */
+            url: string;
+            /**
+             * Timeout
+             * @description Seconds a delivery may take, its answer read (1-900, default 30); past it the attempt fails.
+             * @default 30
+             */
+            timeout?: number;
+            /**
+             * Concurrency
+             * @description Deliveries in flight at once across every replica (1-1000, default 10).
+             * @default 10
+             */
+            concurrency?: number;
+        };
+        /** PushView */
+        PushView: {
+            /**
+             * Url
+             * @description The endpoint each job is POSTed to.
+             */
+            url: string;
+            /**
+             * Timeout
+             * @description Seconds a delivery may take.
+             */
+            timeout: number;
+            /**
+             * Concurrency
+             * @description Deliveries in flight at once, across every replica.
+             */
+            concurrency: number;
+        };
+        /**
+         * QueueConfigured
+         * @example {
+         *       "queue": "emails",
+         *       "pending": 12,
+         *       "scheduled": 3,
+         *       "running": 4,
+         *       "dead": 1,
+         *       "completed": 5820,
+         *       "waiting": 0,
+         *       "oldest_pending_age_seconds": 0.84,
+         *       "paused": false,
+         *       "settings": {
+         *         "visibility_timeout": 30,
+         *         "max_attempts": 5,
+         *         "backoff_base": 30,
+         *         "backoff_cap": 3600,
+         *         "retention": 86400,
+         *         "key_concurrency": 2,
+         *         "fair": true,
+         *         "rate": {
+         *           "limit": 100,
+         *           "period": 60
+         *         },
+         *         "key_rate": {
+         *           "limit": 10,
+         *           "period": 60
+         *         }
+         *       }
+         *     }
+         */
+        QueueConfigured: {
+            /**
+             * Queue
+             * @description The queue's name.
+             */
+            queue: string;
+            /**
+             * Pending
+             * @description Ready now (run_at <= now).
+             */
+            pending: number;
+            /**
+             * Scheduled
+             * @description Waiting for a future run_at.
+             */
+            scheduled: number;
+            /**
+             * Running
+             * @description Leased to workers now.
+             */
+            running: number;
+            /**
+             * Dead
+             * @description Kept until retried or purged.
+             */
+            dead: number;
+            /**
+             * Completed
+             * @description Not yet pruned.
+             */
+            completed: number;
+            /**
+             * Waiting
+             * @description Waiting for their parents to end (depends_on).
+             * @default 0
+             */
+            waiting?: number;
+            /**
+             * Oldest Pending Age Seconds
+             * @description Age of the oldest ready job (lag); 0 if none.
+             */
+            oldest_pending_age_seconds: number;
+            /**
+             * Paused
+             * @description Paused: leases take nothing from it; enqueues still land.
+             */
+            paused: boolean;
+            /** @description Where the service delivers its jobs (never the secret); null: workers lease them. */
+            push?: components["schemas"]["PushView"] | null;
+            /** @description The queue's settings, defaults included. */
+            settings: components["schemas"]["QueueSettings"];
+            /**
+             * Push Secret
+             * @description Only in the answer of the PATCH that gave the queue its first push target: the secret its requests are signed with, shown this once (POST /queues/{queue}/push/secret makes another).
+             */
+            push_secret?: string | null;
+        };
         /**
          * QueueDetail
          * @example {
@@ -2292,6 +2498,8 @@ export interface components {
              * @description Paused: leases take nothing from it; enqueues still land.
              */
             paused: boolean;
+            /** @description Where the service delivers its jobs (never the secret); null: workers lease them. */
+            push?: components["schemas"]["PushView"] | null;
             /** @description The queue's settings, defaults included. */
             settings: components["schemas"]["QueueSettings"];
         };
@@ -2356,6 +2564,8 @@ export interface components {
              * @description Paused: leases take nothing from it; enqueues still land.
              */
             paused: boolean;
+            /** @description Where the service delivers its jobs (never the secret); null: workers lease them. */
+            push?: components["schemas"]["PushView"] | null;
         };
         /** QueueSettings */
         QueueSettings: {
@@ -2463,6 +2673,8 @@ export interface components {
             rate?: components["schemas"]["Rate"] | null;
             /** @description null removes the limit; absent keeps it. */
             key_rate?: components["schemas"]["Rate"] | null;
+            /** @description Deliver the queue's jobs to this endpoint (push delivery); null stops it, absent keeps it. The first target a queue gets makes its signing secret, answered once as `push_secret`. */
+            push?: components["schemas"]["PushSettings"] | null;
         };
         /**
          * Rate
@@ -5064,7 +5276,65 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["QueueDetail"];
+                    "application/json": components["schemas"]["QueueConfigured"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    rotate_push_secret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushSecret"];
                 };
             };
             /** @description Unauthorized */
