@@ -10,14 +10,20 @@
 
 Here is what an application uses every day: the clients, tasks and what a handler raises or asks
 (`Retry`, `Fail`, `current_job`, `progress`), the runner, and the errors worth catching one by one (every
-error is a `JobqError`; `Unavailable` covers no answer at all). A client's own methods are a producer's
-(`enqueue`, `get_job`, `wait`, `cancel`); `client.worker` holds the lease protocol and `client.admin`
-the operator's calls (see `jobq.client`).
+error of a call is a `JobqError`; `Unavailable` covers no answer at all). A client's own methods are a
+producer's (`enqueue`, `get_job`, `wait`, `cancel`); `client.worker` holds the lease protocol and
+`client.admin` the operator's calls (see `jobq.client`).
 
 Workflows, jobs each run after its parents, are built from tasks with `Flow` (`flow.add(task.s(...),
 after=[ref])`, then `flow.submit(client)`), or `chain`, `group` and `chord`; a task's handler reads
 what its parents returned with `parents()` and `parent_results()` (`aparents()` and `aparent_results()`
 in an async handler).
+
+A receiver of push delivery (the service POSTs each job of a queue with a push URL to that URL, signed
+as Standard Webhooks specifies) checks each request with `verify_push(request.headers, body, secret)`,
+which returns the job (a `jobq.types.PushedJob`) or raises `PushVerificationError` (a ValueError, not a
+`JobqError`); `sign_push` makes the headers the service would send, for testing a receiver (see
+`jobq.push`).
 
 The rest is imported from the module it lives in:
 - `jobq.types`: the results (`Job`, `LeasedJob`, `JobStatus`, `AckResult`, `NackResult`, `ExtendResult`,
@@ -25,8 +31,8 @@ The rest is imported from the module it lives in:
   `QueueSettings`, `Rate`, `NO_LIMIT`, `KeyView`, `DeleteKeyResult`, `WorkerSeen`, `Schedule`, `CatchUp`,
   `DeleteScheduleResult`; of dependencies and workflows `RunIf`, `Debounce`, `Parent`, `ParentPage`,
   `Workflow`, `WorkflowJob`, `WorkflowMade`, `WorkflowJobMade`, `WorkflowRow`, `WorkflowPage`,
-  `WorkflowStatus`) and the other errors (`Unreachable`, `Unauthorized`, `Forbidden`,
-  `PayloadTooLarge`);
+  `WorkflowStatus`; of push delivery `PushedJob`, `PushedParent`) and the other errors (`Unreachable`,
+  `Unauthorized`, `Forbidden`, `PayloadTooLarge`);
 - `jobq.client`: the calls (`Call`, `Calls`), the retry policy (`RetryPolicy`), the batch items
   (`Completion`, `Failure`) and the groups of calls (`WorkerCalls`, `AdminCalls` and their async forms);
 - `jobq.tasks`: `UnknownTask`, `Signature` (what `task.s(...)` gives); `jobq.flows`: what `Flow` is
@@ -46,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from jobq.client import AsyncClient, Client
     from jobq.flows import Flow, chain, chord, group
+    from jobq.push import sign_push, verify_push
     from jobq.tasks import (
         Fail,
         Retry,
@@ -58,7 +65,15 @@ if TYPE_CHECKING:
         parents,
         progress,
     )
-    from jobq.types import Conflict, JobqError, LeaseLost, NotFound, Unavailable, ValidationError
+    from jobq.types import (
+        Conflict,
+        JobqError,
+        LeaseLost,
+        NotFound,
+        PushVerificationError,
+        Unavailable,
+        ValidationError,
+    )
     from jobq.worker import Worker
 
 __all__ = [
@@ -70,6 +85,7 @@ __all__ = [
     "JobqError",
     "LeaseLost",
     "NotFound",
+    "PushVerificationError",
     "Retry",
     "Task",
     "Tasks",
@@ -85,6 +101,8 @@ __all__ = [
     "parent_results",
     "parents",
     "progress",
+    "sign_push",
+    "verify_push",
 ]
 
 # Each name above with the module it lives in, imported at its first use: a program that runs only
@@ -96,8 +114,18 @@ _HOME = {
     **dict.fromkeys(("Flow", "chain", "chord", "group"), "jobq.flows"),
     **dict.fromkeys(("parents", "aparents", "parent_results", "aparent_results"), "jobq.tasks"),
     **dict.fromkeys(
-        ("Conflict", "JobqError", "LeaseLost", "NotFound", "Unavailable", "ValidationError"), "jobq.types"
+        (
+            "Conflict",
+            "JobqError",
+            "LeaseLost",
+            "NotFound",
+            "PushVerificationError",
+            "Unavailable",
+            "ValidationError",
+        ),
+        "jobq.types",
     ),
+    **dict.fromkeys(("sign_push", "verify_push"), "jobq.push"),
     "Worker": "jobq.worker",
 }
 

@@ -3,7 +3,8 @@
 Import them from here (`from jobq.types import LeasedJob`); the errors an application catches most
 (`JobqError`, `LeaseLost`, `NotFound`, `Conflict`, `Unavailable`, `ValidationError`) also from `jobq`.
 Results are small frozen dataclasses read from the answers' JSON; fields the service adds later are
-ignored, so an older client keeps working.
+ignored, so an older client keeps working. `PushedJob`, the job a queue's push delivery sends to its
+receiver, is a TypedDict instead: the request's JSON as it reads (`jobq.verify_push` returns it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 T = TypeVar("T")
 
@@ -83,6 +84,16 @@ class Unreachable(Unavailable):
     """No answer: connection refused, reset or timed out, after the retries."""
 
     code = "unreachable"
+
+
+class PushVerificationError(ValueError):
+    """A request to a push receiver that `jobq.verify_push` refused; its message says why: a header
+    missing or malformed, a timestamp too far from now, no signature matching the secret, a secret not in
+    `whsec_` form, a body that is not a JSON object. A receiver answers it with 401.
+
+    A ValueError, not a JobqError: it is about a request that came in, not an answer of the service, and
+    code that catches JobqError around calls to the service (the worker runner, the `jobq` command) must
+    not take it for one."""
 
 
 _BY_CODE: dict[str, type[JobqError]] = {
@@ -572,6 +583,34 @@ class WorkflowPage:
 
     workflows: list[WorkflowRow]
     next_before_id: int | None  # pass as before_id for the next page; None at the end
+
+
+# --- push delivery ---------------------------------------------------------------------------------
+
+
+class PushedParent(TypedDict):
+    """A parent of a pushed job, as the request's body carries it."""
+
+    id: int
+    kind: str | None
+    status: str  # a JobStatus value: completed, dead or cancelled (a pushed job's parents have all ended)
+    result: Any  # what its ack kept; None: none (or the parent is not completed)
+
+
+class PushedJob(TypedDict):
+    """A job as push delivery sends it to a queue's push URL: the request's JSON body, as it reads (times
+    are ISO 8601 strings), which `jobq.verify_push` returns once its signature checks out."""
+
+    id: int
+    queue: str
+    kind: str | None  # as enqueued; None when none was given
+    key: str | None  # as enqueued; None when none was given
+    payload: Any
+    attempts: int
+    max_attempts: int
+    run_at: str
+    created_at: str
+    parents: NotRequired[list[PushedParent]]  # only for a job with parents (depends_on)
 
 
 def _list_of(cls: type[T]) -> Callable[[Any], list[T]]:

@@ -51,6 +51,9 @@ EVERYDAY = {
     "aparents",
     "parent_results",
     "aparent_results",
+    "verify_push",
+    "sign_push",
+    "PushVerificationError",
 }
 
 # What `jobq.__all__` was before, and the module each name now comes from.

@@ -1,6 +1,6 @@
 """The client is typed: its package passes `mypy --strict`, and code using it is checked against it (a
 task's `enqueue` takes the function's own arguments; the groups' calls and the spellings they replace
-have the calls' own signatures)."""
+have the calls' own signatures; the job `verify_push` returns has the fields of a pushed job)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ USER_CODE = """
 import asyncio
 import jobq
 from jobq import QueueRow as OldQueueRow  # an import of old, typed as before
-from jobq.types import Job, LeasedJob, QueueRow
+from jobq.types import Job, LeasedJob, PushedJob, QueueRow
 
 tasks = jobq.Tasks(queue="emails")
 
@@ -44,10 +44,15 @@ old_rows: list[OldQueueRow] = jobq.Client().queues()  # the spelling of old, typ
 async def lease(client: jobq.AsyncClient) -> list[LeasedJob]:
     return await client.worker.lease("emails") + await client.lease("emails")
 
+def receive(headers: dict[str, str], body: bytes) -> str | None:
+    pushed: PushedJob = jobq.verify_push(headers, body, "whsec_c2VjcmV0")
+    return pushed["kind"]
+
 send_email.enqueue(3)                      # error: not a str
 send_email.enqueue("a", subjekt="x")       # error: no such argument
 build_report.enqueue()                     # error: month missing
 jobq.Client().admin.pause(7)               # error: a queue's name
+jobq.verify_push({}, b"", "")["queu"]      # error: no such field
 """
 
 
@@ -108,8 +113,10 @@ def test_a_task_s_arguments_are_checked_as_a_call_s(mypy_run):
         "error: no such argument",
         "error: month missing",
         "error: a queue's name",
+        "error: no such field",
     ], stdout
     assert 'incompatible type "int"; expected "str"' in errors[0]
     assert 'Unexpected keyword argument "subjekt"' in errors[1]
     assert 'Missing positional argument "month"' in errors[2]
     assert 'incompatible type "int"; expected "str"' in errors[3]
+    assert '"PushedJob" has no key "queu"' in errors[4]

@@ -118,3 +118,20 @@ export function errorFrom(status: number, text: string, statusText = ""): JobqEr
     typeof problem.detail === "string" && problem.detail ? problem.detail : text.slice(0, 300) || statusText;
   return new cls(detail || `HTTP ${status}`, { status, code, problem });
 }
+
+/** Why `verifyPush` refused a request: a `webhook-*` header missing or malformed, a timestamp outside the
+ * tolerance, no signature matching, or a signed body that is not a job. */
+export type PushVerificationReason = "missing_header" | "invalid_header" | "timestamp" | "signature" | "body";
+
+/** A pushed request that `verifyPush` refuses: not signed with this secret, signed too long ago (or
+ * ahead), or not a job. Answer it 401. Not a `JobqError`: no jobq answer, but a request to you. */
+export class PushVerificationError extends Error {
+  /** What was wrong, for code; the message says it for people. */
+  readonly reason: PushVerificationReason;
+
+  constructor(message: string, reason: PushVerificationReason, options: { cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.reason = reason;
+  }
+}

@@ -1,4 +1,5 @@
-// jobq-client: the jobq HTTP API (`Client`), its errors, and the worker runner (`Worker`, `run`, `Tasks`).
+// jobq-client: the jobq HTTP API (`Client`), its errors, the worker runner (`Worker`, `run`, `Tasks`), and
+// the receiving end of push delivery (`verifyPush`).
 
 export { Client, DEFAULT_URL, MAX_PARENTS, MAX_WAIT } from "./client.js";
 export type {
@@ -17,15 +18,18 @@ export {
   LeaseLost,
   NotFound,
   PayloadTooLarge,
+  PushVerificationError,
   Unauthorized,
   Unavailable,
   Unreachable,
   ValidationError,
   errorFrom,
 } from "./errors.js";
-export type { JobqErrorOptions, ProblemBody } from "./errors.js";
+export type { JobqErrorOptions, ProblemBody, PushVerificationReason } from "./errors.js";
 export { RetryPolicy } from "./http.js";
 export type { Call, Method, RetryPolicyOptions } from "./http.js";
+export { PUSH_TOLERANCE, signPush, verifyPush } from "./push.js";
+export type { PushBody, PushHeaders, VerifyPushOptions } from "./push.js";
 export { Fail, Flow, Retry, Signature, Step, Task, Tasks, UnknownTask } from "./tasks.js";
 export type { FlowJob, JobContext, StepOptions, TaskFunction, TaskJobOptions, TaskOptions } from "./tasks.js";
 export { FINISHED, WORKFLOW_FINISHED } from "./types.js";

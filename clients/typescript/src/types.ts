@@ -104,3 +104,20 @@ export const WORKFLOW_FINISHED: ReadonlySet<WorkflowStatus> = new Set<WorkflowSt
   "failed",
   "cancelled",
 ]);
+
+/** The body jobq POSTs to a queue's push URL (push delivery), which `verifyPush` answers once its
+ * signature holds. Written here, not taken from src/schema.d.ts: openapi.json does not describe it (yet).
+ * `attempts` counts this one; `parents` comes only for a job that has parents. */
+export interface PushedJob {
+  id: number;
+  queue: string;
+  kind: string | null;
+  key: string | null;
+  /** The job's JSON, as enqueued. */
+  payload: unknown;
+  attempts: number;
+  max_attempts: number;
+  run_at: string;
+  created_at: string;
+  parents?: ParentJob[];
+}
