@@ -231,6 +231,13 @@ class Job(JobColumns, Base):
         ),
         # A workflow's jobs (GET /workflows/{id}, its cancel and retry).
         Index("ix_jobs_workflow", "workflow_id", postgresql_where=text("workflow_id IS NOT NULL")),
+        # Push deliveries in flight, per queue: what a claim of deliveries counts against the target's
+        # concurrency (app/db/sql/push.py PUSH_GATE). Workers' leases are not in it.
+        Index(
+            "ix_jobs_pushing",
+            "queue",
+            postgresql_where=text("status = 'running' AND worker_id LIKE 'push:%'"),
+        ),
         # Lease expiry: running jobs by deadline.
         Index("ix_jobs_lease_expiry", "lease_expires_at", postgresql_where=text("status = 'running'")),
         # At most one active job per (queue, dedup_key); enqueue uses ON CONFLICT DO NOTHING against it.

@@ -27,7 +27,9 @@ delivered again with the same `webhook-id`; one that stops gracefully waits JOBQ
 for its deliveries in flight, then gives the rest back, their attempts not counted.
 
 `concurrency` holds across replicas: a claim of deliveries runs under the queue's push lock, counts the
-queue's running jobs (a slot is a running job, as a key's slot is), and claims at most what is left.
+queue's deliveries in flight on every replica (their leases, by the push worker id: a slot is a live
+lease, as a key's slot is a running job, freed by whatever ends it, its expiry included), and claims at
+most what is left. Workers' leases of the same queue take no slot: they send the endpoint nothing.
 """
 
 from __future__ import annotations
@@ -176,8 +178,8 @@ async def targets(db: Database, settings: Settings) -> dict[str, PushTarget]:
 
 # --- the claim -------------------------------------------------------------------------------------
 
-# Seconds until a claim looks again when the queue's running jobs fill its concurrency (deliveries on
-# other replicas, or workers'): their ends wake nobody here.
+# Seconds until a claim looks again when the queue's deliveries in flight fill its concurrency (those of
+# other replicas: their ends wake nobody here).
 FULL_RETRY = 0.05
 
 
@@ -188,12 +190,13 @@ class Claim:
 
 
 def worker_id() -> str:
-    return f"push:{socket.gethostname()}:{os.getpid()}"
+    """The worker id of this replica's deliveries' leases: `push:<host>:<pid>` (what PUSH_GATE counts)."""
+    return f"{q.PUSH_WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}"
 
 
 async def claim(runtime: Runtime, target: PushTarget, most: int, worker: str) -> Claim:
     """Lease up to `most` of the queue's ready jobs for delivery, leaving at most `concurrency` of its
-    jobs running across every replica. Jobs of keys that are held go back at once, pending until the
+    deliveries in flight across every replica. Jobs of keys that are held go back at once, pending until the
     hold ends, their attempts not counted."""
     queue = target.queue
     timeouts: list[float | None] = []
@@ -423,12 +426,13 @@ async def finish(runtime: Runtime, target: PushTarget, job: Row, outcome: Outcom
             note = f"result not kept: {refused.detail}"
             await ack(runtime, Ack(*lease), _delivery(outcome, note))
     elif outcome.outcome == "retry_later":
+        # The hold first: by the time the job is pending again, no claim on any replica passes it.
         delay = outcome.retry_after or 0.0
-        await release(runtime.db, [JobLease(*lease)], delays=[delay], deliveries=[_delivery(outcome)])
         async with runtime.db.acquire() as conn:
             await conn.execute(
                 q.HOLD_PUSH.text, *q.HOLD_PUSH.args(queue=target.queue, key=job["key"], seconds=delay)
             )
+        await release(runtime.db, [JobLease(*lease)], delays=[delay], deliveries=[_delivery(outcome)])
     elif outcome.outcome == "released":
         await release(runtime.db, [JobLease(*lease)], deliveries=[_delivery(outcome)])
     else:

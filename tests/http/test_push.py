@@ -57,6 +57,16 @@ async def ended(client: httpx.AsyncClient, job_id: int, status: str, timeout: fl
     return await until(now, timeout=timeout)
 
 
+async def given_back(client: httpx.AsyncClient, job_id: int) -> dict:
+    """The job once a delivery's answer has put it back pending (its `delivery` says how)."""
+
+    async def now() -> dict | None:
+        found = await job(client, job_id)
+        return found if found["status"] == "pending" and found["delivery"] else None
+
+    return await until(now)
+
+
 def json_answer(value: object, status: int = 200) -> object:
     async def answer(request: web.Request, body: bytes) -> web.StreamResponse:
         return web.json_response(value, status=status)
@@ -191,11 +201,7 @@ async def test_a_retry_after_puts_the_job_back_uncounted_and_holds_its_key(pushi
     first = await enqueue(pushing, "q", 1, key="tenant")
     await endpoint.wait_for("/busy", 1)
 
-    async def put_back() -> dict | None:
-        found = await job(pushing, first["id"])
-        return found if found["status"] == "pending" and found["delivery"] else None
-
-    held = await until(put_back)
+    held = await given_back(pushing, first["id"])
     assert held["status"] == "pending" and held["attempts"] == 0  # not counted
     assert held["delivery"]["outcome"] == "retry_later" and held["delivery"]["retry_after"] == 2
     # The key is held: a job of it enqueued now waits too; a job of another key goes at once.
@@ -224,6 +230,7 @@ async def test_a_retry_after_on_a_job_without_a_key_holds_the_whole_queue(pushin
     await push_to(pushing, "q", endpoint.on("/busy", first_busy))
     first = await enqueue(pushing, "q", 1)
     (call,) = await endpoint.wait_for("/busy", 1)
+    await given_back(pushing, first["id"])  # the answer was taken: the queue is held from now
     keyed = await enqueue(pushing, "q", 2, key="k")
     await asyncio.sleep(1.0)
     assert len(endpoint.at("/busy")) == 1  # nothing of the queue goes while it is held

@@ -114,6 +114,7 @@ from app.db.sql.push import (
     PUSH_GATE,
     PUSH_LOCK_CLASS,
     PUSH_TARGETS,
+    PUSH_WORKER_PREFIX,
     ROTATE_PUSH_SECRET,
     SET_PUSH,
     begin_push_claim,

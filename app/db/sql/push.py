@@ -79,19 +79,25 @@ ROTATE_PUSH_SECRET = Query.define(
     """,
 )
 
+# The worker id of every delivery's lease starts with it (app/service/push.py worker_id).
+PUSH_WORKER_PREFIX = "push:"
+
 # Run once the queue's push lock (PUSH_LOCK) is held, in the same transaction as the claim after it: the
-# queue's running jobs (a slot of its `concurrency` is a running job, as a key's slot is: whatever ends
-# the lease frees it), seconds its deliveries are held for (NULL: none), and its keys held now with the
+# queue's deliveries in flight on every replica (a slot of its `concurrency` is a live delivery lease, as
+# a key's slot is a running job: whatever ends the lease frees it, its expiry too; ix_jobs_pushing holds
+# exactly these rows), seconds its deliveries are held for (NULL: none), and its keys held now with the
 # seconds each is held for.
 PUSH_GATE = Query.define(
     "push_gate",
-    """
-    SELECT (SELECT count(*) FROM jobq.jobs WHERE queue = :queue AND status = 'running') AS running,
+    f"""
+    SELECT (SELECT count(*) FROM jobq.jobs
+            WHERE queue = :queue AND status = 'running' AND worker_id LIKE '{PUSH_WORKER_PREFIX}%')
+           AS running,
            (SELECT extract(epoch FROM push_held_until - now())::float8 FROM jobq.queues
             WHERE name = :queue AND push_held_until > now()) AS held_for,
            h.held_keys, h.held_key_seconds
-    FROM (SELECT coalesce(array_agg(key), '{}') AS held_keys,
-                 coalesce(array_agg(extract(epoch FROM until - now())::float8), '{}') AS held_key_seconds
+    FROM (SELECT coalesce(array_agg(key), '{{}}') AS held_keys,
+                 coalesce(array_agg(extract(epoch FROM until - now())::float8), '{{}}') AS held_key_seconds
           FROM jobq.push_holds WHERE queue = :queue AND until > now()) h
     """,
 )

@@ -3,7 +3,7 @@
 It reads the targets at start, whenever a queue's settings change on any replica (the notification
 every replica gets, app/service/wakeups.py) and every REFRESH seconds, and runs one task per target.
 That task claims as many of the queue's jobs as its `concurrency` leaves room for (across replicas: the
-claim counts the queue's running jobs under the queue's push lock), starts a delivery for each, and
+claim counts the queue's deliveries in flight under the queue's push lock), starts a delivery for each, and
 waits as a long-poll does: woken by the notification of new ready jobs, at a delayed job's run_at, or
 when a delivery of its own ends and frees a slot. Each delivery ends its job's lease by what the
 endpoint answered.
@@ -17,6 +17,7 @@ are delivered again, with the same `webhook-id`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -33,6 +34,8 @@ log = logging.getLogger("jobq.push")
 # Seconds between reads of the targets beside those a notification asks for (a change missed while the
 # listener reconnected is read then at the latest).
 REFRESH = 10.0
+# Seconds a busy queue's task gathers freed slots before it claims for fewer than half its concurrency.
+GATHER = 0.005
 # Seconds a queue's task waits after its claim failed (the database unavailable) before it claims again.
 FAILED_RETRY = 1.0
 
@@ -100,15 +103,24 @@ class Pusher:
         wakeups = self.runtime.wakeups
         flights = self._flights[queue]
         freed = self._freed[queue]
+        loop = asyncio.get_running_loop()
+        gathering: float | None = None  # since when slots have been gathered for the next claim
         while not wakeups.closing:
             target = self.targets.get(queue)
             if target is None:
                 return
             room = target.concurrency - len(flights)
-            if room <= 0:
-                freed.clear()
-                await freed.wait()
-                continue
+            if room <= 0 or (flights and room < target.concurrency // 2):
+                # Busy: claim when half the slots are free, or GATHER seconds after the first was, so that
+                # a claim (a transaction under the queue's push lock) serves several deliveries.
+                gathering = gathering or loop.time()
+                left = None if room <= 0 else gathering + GATHER - loop.time()
+                if left is None or left > 0:
+                    freed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(freed.wait(), left)
+                    continue
+            gathering = None
             with wakeups.waiting(queue) as waiter:
                 freed.clear()
                 try:

@@ -2,10 +2,12 @@
 
 Expand only: on queues, the push target (`push`: url, timeout, concurrency), its signing secrets (the
 current one, and the one it replaced with the time that one stops being valid) and how long the queue's
-deliveries are held after an endpoint answered 429 or 503 with Retry-After; the table of keys held so;
-and on jobs and jobs_history the outcome of the job's last delivery (`delivery`), appended to the all_jobs
-view. Every column is nullable: no rewrite, and code of an older revision never reads or writes them (an
-older replica's workers may still lease a push queue's jobs, as any worker may).
+deliveries are held after an endpoint answered 429 or 503 with Retry-After; the table of keys held so; and
+on jobs and jobs_history the outcome of the job's last delivery (`delivery`), appended to the all_jobs view;
+and an index of the deliveries in flight per queue (running jobs leased by a replica's pusher, worker id
+`push:...`), which a claim of deliveries counts. Every column is nullable: no rewrite, and code of an older
+revision never reads or writes them (an older replica's workers may still lease a push queue's jobs, as any
+worker may).
 
 Revision ID: 0024
 Revises: 0023
@@ -40,6 +42,12 @@ HOLDS = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.push_holds (
     CONSTRAINT pk_push_holds PRIMARY KEY (queue, key)
 )"""
 
+# Built concurrently, outside the migration's transaction: the table is not locked meanwhile.
+PUSHING_INDEX = (
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_jobs_pushing ON {SCHEMA}.jobs (queue)"
+    " WHERE status = 'running' AND worker_id LIKE 'push:%'"
+)
+
 # The view as 0023 made it, `delivery` appended.
 NAMES = (
     "id, queue, status, payload, priority, run_at, attempts, max_attempts, dedup_key, last_error, "
@@ -69,9 +77,14 @@ def upgrade() -> None:
     op.execute(view(", delivery"))
     op.execute(QUEUE_COLUMNS)
     op.execute(HOLDS)
+    # Commits the part above (releasing its lock), then builds the index outside any transaction.
+    with op.get_context().autocommit_block():
+        op.execute(PUSHING_INDEX)
 
 
 def downgrade() -> None:
+    with op.get_context().autocommit_block():
+        op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {SCHEMA}.ix_jobs_pushing")
     lock_tables("jobs")
     op.execute(f"DROP TABLE IF EXISTS {SCHEMA}.push_holds")
     op.execute(f"DROP VIEW IF EXISTS {SCHEMA}.all_jobs")
