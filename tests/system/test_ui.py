@@ -3,11 +3,13 @@ a live service; every effect is checked in the database. Screenshots go to test-
 
 Without Chromium or Playwright these tests skip on a developer's machine, and fail under CI=true."""
 
+import json
 import os
 import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
+from html import escape
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -294,6 +296,95 @@ async def test_job_page_shows_result_and_progress_escaped_and_cut(client, db):
     assert '<pre class="outcome">{\n  &quot;html&quot;' in shown
     assert f"more characters (GET /jobs/{job['id']} has all of it)" in shown
     assert shown.count("x" * 100) < 60
+
+
+PUSH_PREFIX = "http://127.0.0.1:9/"  # the discard port: nothing answers there
+
+
+async def test_queue_page_shows_its_push_target_and_never_its_secret(start_service, db):
+    service = start_service(push_allowed_urls=[PUSH_PREFIX])
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
+        assert (await client.patch("/queues/plain", json={"max_attempts": 3})).status_code == 200
+        assert "Push delivery" not in (await client.get("/ui/queues/plain")).text
+        target = {"url": f"{PUSH_PREFIX}jobs?to=a&b=<i>", "timeout": 2.5, "concurrency": 3}
+        r = await client.patch("/queues/pushed", json={"push": target})
+        assert r.status_code == 200, r.text
+        secret = r.json()["push_secret"]
+        assert await db.fetchval("SELECT push_secret FROM jobq.queues WHERE name = 'pushed'") == secret
+        page = (await client.get("/ui/queues/pushed")).text
+        shown = page[page.index("<h2>Push delivery</h2>") :]
+        assert f"<th>URL</th><td>{PUSH_PREFIX}jobs?to=a&amp;b=&lt;i&gt;</td>" in shown  # escaped
+        assert "<th>Timeout</th><td>2.5 s</td>" in shown
+        assert "<th>Deliveries at once</th><td>3, across every replica</td>" in shown
+        assert secret not in page and secret.removeprefix("whsec_") not in page
+        # Nor the one a rotation makes, nor the one it replaced (valid a day longer).
+        rotated = (await client.post("/queues/pushed/push/secret")).json()["secret"]
+        page = (await client.get("/ui/queues/pushed")).text
+        assert "<h2>Push delivery</h2>" in page
+        assert secret.removeprefix("whsec_") not in page and rotated.removeprefix("whsec_") not in page
+        # A queue whose target is removed shows none.
+        assert (await client.patch("/queues/pushed", json={"push": None})).status_code == 200
+        assert "Push delivery" not in (await client.get("/ui/queues/pushed")).text
+
+
+async def test_job_page_shows_its_last_delivery_escaped(client, db):
+    job_id = (await enqueue(client, "emails"))["id"]
+    assert "Last delivery" not in (await client.get(f"/ui/jobs/{job_id}")).text  # never pushed
+
+    async def delivered(delivery: dict) -> str:
+        await db.execute(
+            "UPDATE jobq.jobs SET delivery = $1::jsonb WHERE id = $2", json.dumps(delivery), job_id
+        )
+        page = (await client.get(f"/ui/jobs/{job_id}")).text
+        return page[page.index("<h2>Last delivery</h2>") : page.index("<h2>Payload</h2>")]
+
+    shown = await delivered(
+        {
+            "at": "2024-05-01T12:00:00.5Z",
+            "outcome": "failed",
+            "status": 500,
+            "ms": 12.5,
+            "error": "HTTP 500: <script>alert(1)</script>",
+        }
+    )
+    assert "<th>Outcome</th><td>failed <span" in shown and "<th>HTTP status</th><td>500</td>" in shown
+    assert "<th>Took</th><td>12.5 ms</td>" in shown and ">2024-05-01 12:00:00Z</time>" in shown
+    assert "<th>Error</th><td>HTTP 500: &lt;script&gt;alert(1)&lt;/script&gt;</td>" in shown
+    assert "<script>alert" not in shown and "Retry after" not in shown and "Note" not in shown
+
+    shown = await delivered(
+        {"at": "2024-05-01T12:00:00Z", "outcome": "retry_later", "status": 503, "ms": 3, "retry_after": 90.0}
+    )
+    assert (
+        "<th>Outcome</th><td>retry_later <span" in shown and "<th>Retry after</th><td>1 m 30 s</td>" in shown
+    )
+    assert "<th>Error</th>" not in shown
+
+    shown = await delivered(
+        {"at": "2024-05-01T12:00:00Z", "outcome": "completed", "status": 200, "ms": 4.2, "note": "not JSON"}
+    )
+    assert "<th>Note</th><td>not JSON</td>" in shown
+    shown = await delivered({"at": "2024-05-01T12:00:00Z", "outcome": "released", "status": None, "ms": 0.0})
+    assert "<th>HTTP status</th><td>— (no answer)</td>" in shown
+
+
+async def test_job_page_shows_a_real_failed_delivery(start_service):
+    """A delivery the service made itself (to a port where nothing listens) reaches the job's page."""
+    service = start_service(push_allowed_urls=[PUSH_PREFIX])
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
+        r = await client.patch("/queues/pushed", json={"push": {"url": f"{PUSH_PREFIX}x", "timeout": 2}})
+        assert r.status_code == 200, r.text
+        job_id = (await enqueue(client, "pushed"))["id"]
+
+        async def delivery() -> dict | None:
+            return (await client.get(f"/jobs/{job_id}")).json()["delivery"]
+
+        done = await until(delivery)
+        assert done["outcome"] == "failed" and done["error"]
+        page = (await client.get(f"/ui/jobs/{job_id}")).text
+        shown = page[page.index("<h2>Last delivery</h2>") : page.index("<h2>Payload</h2>")]
+        assert "<th>Outcome</th><td>failed <span" in shown and escape(done["error"]) in shown
+        assert f">{_shown(done['at'])}</time>" in shown
 
 
 async def test_limits_and_the_keys_with_most_waiting(client):
@@ -719,11 +810,11 @@ async def test_sign_in_in_the_browser(open_page, start_service, db):
 PHONE = 390  # CSS pixels: a phone held upright
 
 
-async def test_every_page_fits_a_phone(open_page, start_service):
+async def test_every_page_fits_a_phone(open_page, start_service, db):
     """At 390 px wide no page scrolls sideways: wide tables scroll within themselves, long words wrap."""
     # Gauges and sightings refreshed often: the queues page lists the queue once they were read after it
     # was made, at most a metrics interval later.
-    service = start_service(metrics_interval=0.1)
+    service = start_service(metrics_interval=0.1, push_allowed_urls=[PUSH_PREFIX])
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
         long = "x" * 300
         dead = await make_dead(
@@ -741,6 +832,12 @@ async def test_every_page_fits_a_phone(open_page, start_service):
         assert (await client.put("/schedules/yearly-report", json=body)).status_code == 200
         await enqueue(client, "emails-to-customers", {"to": "now"})
         assert await lease(client, "emails-to-customers", worker_id=f"host-{long[:60]}:41")
+        # A push target with a long URL (a queue of no jobs: nothing is delivered), and a long delivery error.
+        r = await client.patch("/queues/pushed-to-customers", json={"push": {"url": f"{PUSH_PREFIX}{long}"}})
+        assert r.status_code == 200, r.text
+        failed = {"at": "2024-05-01T12:00:00Z", "outcome": "failed", "status": 500, "ms": 12.5}
+        failed["error"] = f"HTTP 500: {long}"
+        await db.execute("UPDATE jobq.jobs SET delivery = $1::jsonb WHERE id = $2", json.dumps(failed), dead)
         await until(lambda: service.app.state.metrics.gauges.queues)
     page = await open_page(service.url, width=PHONE, height=844)
     wide = {}
@@ -752,6 +849,7 @@ async def test_every_page_fits_a_phone(open_page, start_service):
         f"/ui/jobs/{dead}",
         "/ui/queues/emails-to-customers",
         "/ui/queues/emails-to-customers/keys",
+        "/ui/queues/pushed-to-customers",
         "/ui/schedules",
         "/ui/workers",
         "/ui/jobs/999999",

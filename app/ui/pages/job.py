@@ -1,14 +1,27 @@
-"""A job's page: every field, its result, progress, last error and payload, its parents and children (API
-part 6) and its workflow, and the buttons its state allows (retry and purge a dead job, run a scheduled one
-now, cancel a pending or scheduled one, or one waiting for its parents).
+"""A job's page: every field, its result, progress, last error, last push delivery (API part 7) and payload,
+its parents and children (API part 6) and its workflow, and the buttons its state allows (retry and purge
+a dead job, run a scheduled one now, cancel a pending or scheduled one, or one waiting for its parents).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from app.ui.pages.layout import button, esc, job_state, layout, outcome, pretty_json, url, when
+from app.ui.pages.layout import (
+    button,
+    duration,
+    esc,
+    job_state,
+    layout,
+    outcome,
+    payload_text,
+    pretty_json,
+    url,
+    when,
+)
 
 RELATIVES_SHOWN = 100  # of a job's parents, and of its children, on its page
 # What a job's run_if means, once its last parent ends.
@@ -16,6 +29,13 @@ RUN_IF = {
     "completed": "it runs once every parent completed, and is cancelled if one did not.",
     "finished": "it runs once every parent ended, however they ended.",
     "failed": "it runs once its parents ended if one is dead or cancelled, and is cancelled otherwise.",
+}
+# What a push delivery's outcome did to the job (app/service/push.py).
+DELIVERY_OUTCOMES = {
+    "completed": "a 2xx answer: the job completed",
+    "failed": "the attempt counted",
+    "retry_later": "the endpoint asked for it again later: the attempt not counted",
+    "released": "given back unanswered as a replica stopped: the attempt not counted",
 }
 
 
@@ -85,6 +105,37 @@ def children_section(children: Mapping[str, Any] | None) -> str:
     return f'<h2>Children</h2><p class="meta">{said}</p>{_relatives(rows, "children")}'
 
 
+def delivery_section(delivery: Any) -> str:
+    """A job's last push delivery (its `delivery`, stored JSON text): outcome, HTTP status, duration,
+    when, and what went wrong; nothing for a job never pushed."""
+    if delivery is None:
+        return ""
+    shown = json.loads(payload_text(delivery))
+    said = DELIVERY_OUTCOMES.get(shown["outcome"])
+    fields = [
+        ("Outcome", esc(shown["outcome"]) + (f' <span class="meta">({esc(said)})</span>' if said else "")),
+        ("HTTP status", esc(shown["status"]) if shown.get("status") is not None else "— (no answer)"),
+        ("Took", f"{esc(format(shown['ms'], 'g'))} ms"),
+        ("At", _moment(shown["at"])),
+    ]
+    if shown.get("error") is not None:
+        fields.append(("Error", esc(shown["error"])))
+    if shown.get("retry_after") is not None:
+        fields.append(("Retry after", duration(shown["retry_after"])))
+    if shown.get("note") is not None:
+        fields.append(("Note", esc(shown["note"])))
+    table = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in fields)
+    return f'<h2>Last delivery</h2><table class="fields delivery">{table}</table>'
+
+
+def _moment(text: str) -> str:
+    """A time of a job's JSON (RFC 3339) as the page writes times; the text itself if it is not one."""
+    try:
+        return when(datetime.fromisoformat(text))
+    except ValueError:
+        return esc(text)
+
+
 def _workflow_of(job: Mapping[str, Any]) -> str:
     workflow_id = job.get("workflow_id")
     if workflow_id is None:
@@ -151,6 +202,7 @@ def job_page(
     pretty = pretty_json(job["payload"])
     body = (
         f'<h1>Job {job_id}</h1>{buttons}<table class="fields">{table}</table>{error}'
+        f"{delivery_section(job.get('delivery'))}"
         f"{parents_section(job, parents)}{children_section(children)}"
         f'<h2>Payload</h2><pre class="payload">{esc(pretty)}</pre>'
     )

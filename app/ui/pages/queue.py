@@ -1,5 +1,5 @@
 """A queue's page: its jobs by state, charts of its rollups over time, its settings (a form for admins)
-and limits, pause and resume.
+and limits, its push target, pause and resume.
 """
 
 from __future__ import annotations
@@ -54,12 +54,26 @@ def queue_charts(queue: str, rows: list[Mapping[str, Any]], span: str, now: date
     )
 
 
+def push_section(push: Mapping[str, Any] | None) -> str:
+    """The queue's push target (API part 7), where the service POSTs its jobs; nothing for a queue that
+    workers lease. The row holds no signing secret (QUEUE_STATS reads only `push`), so none can show."""
+    if push is None:
+        return ""
+    fields = (
+        ("URL", esc(push["url"])),
+        ("Timeout", f"{esc(_number(push['timeout']))} s"),
+        ("Deliveries at once", f"{esc(push['concurrency'])}, across every replica"),
+    )
+    table = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in fields)
+    return f'<h2>Push delivery</h2><table class="fields push">{table}</table>'
+
+
 def queue_page(
     queue: Mapping[str, Any], *, charts: str = "", flash: str | None = None, actions: bool = True
 ) -> str:
     """A queue: its jobs by state (each a link to the list; `cancelled`, which the API's row has not,
-    added by the router), charts over time, its settings and limits (a form for admins), pause and
-    resume."""
+    added by the router), charts over time, its settings and limits (a form for admins), its push
+    target, pause and resume."""
     name = queue["queue"]
     here = f"/ui/queues/{name}"
     counts = [
@@ -142,6 +156,7 @@ def queue_page(
         f"<h2>Limits</h2><p>{esc(limits or 'none')}"
         + (f' · <a href="{here}/keys">its keys</a>' if limits else "")
         + "</p>"
+        + push_section(queue.get("push"))
     )
     return layout(f"Queue {name}", body, flash=flash)
 
