@@ -41,13 +41,12 @@ import logging
 import math
 import os
 import socket
+import ssl
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-import aiohttp
 import asyncpg
 import orjson
 from standardwebhooks import Webhook
@@ -57,6 +56,7 @@ from app.core.errors import Invalid, JobqError
 from app.core.jsontext import WRITE_OPTIONS, read_json, written
 from app.db import sql as q
 from app.db.pool import Database
+from app.service import outbound
 from app.service.arguments import Ack, JobLease, Nack, PushSettingsLike
 from app.service.flow import lease_flow, queue_flow
 from app.service.parents import attach_parents
@@ -86,6 +86,7 @@ class PushTarget:
     timeout: float
     concurrency: int
     signers: tuple[Webhook, ...]  # the current secret's first; the one it replaced while still valid
+    endpoint: outbound.Endpoint  # the URL, taken apart
 
 
 def new_secret() -> str:
@@ -172,6 +173,7 @@ async def targets(db: Database, settings: Settings) -> dict[str, PushTarget]:
             float(push["timeout"]),
             int(push["concurrency"]),
             tuple(Webhook(secret) for secret in secrets),
+            outbound.Endpoint.of(push["url"]),
         )
     return found
 
@@ -305,7 +307,7 @@ def signed_headers(target: PushTarget, job: Row, body: bytes, now: datetime | No
     return headers
 
 
-async def deliver(session: aiohttp.ClientSession, target: PushTarget, job: Row, limit: int) -> Outcome:
+async def deliver(client: outbound.Client, target: PushTarget, job: Row, limit: int) -> Outcome:
     """POST the job to the target and read at most `limit` + 1 bytes of the answer, all within the
     target's timeout; what the answer means for the job. Cancelled (the replica stopping), it raises."""
     body = request_body(job)
@@ -313,46 +315,31 @@ async def deliver(session: aiohttp.ClientSession, target: PushTarget, job: Row, 
     started = time.perf_counter()
     try:
         async with asyncio.timeout(target.timeout):
-            async with session.post(target.url, data=body, headers=headers, allow_redirects=False) as answer:
-                status = answer.status
-                read = await _read_at_most(answer, limit + 1 if 200 <= status < 300 else ERROR_BODY_CHARS * 4)
-                content_type = answer.headers.get("content-type", "")
-                retry_after = answer.headers.get("retry-after")
-                location = answer.headers.get("location")
+            answer = await client.post(target.endpoint, headers, body, limit + 1, ERROR_BODY_CHARS * 4)
     except TimeoutError:
         took = time.perf_counter() - started
         return Outcome("failed", None, took, f"timeout: no full answer within {target.timeout:g} s")
-    except aiohttp.ClientSSLError as exc:
+    except ssl.SSLError as exc:
         return Outcome("failed", None, time.perf_counter() - started, f"TLS failed: {_reason(exc)}")
-    except aiohttp.ClientConnectorError as exc:
+    except OSError as exc:
         return Outcome("failed", None, time.perf_counter() - started, f"connection failed: {_reason(exc)}")
-    except (aiohttp.ClientError, OSError) as exc:
+    except outbound.Broken as exc:
         return Outcome("failed", None, time.perf_counter() - started, f"connection error: {_reason(exc)}")
     seconds = time.perf_counter() - started
+    status = answer.status
     if 200 <= status < 300:
-        media = content_type.partition(";")[0].strip().lower()
+        media = answer.headers.get("content-type", "").partition(";")[0].strip().lower()
         is_json = media == "application/json" or media.endswith("+json")
-        return Outcome("completed", status, seconds, body=read, json=is_json)
-    if status in (429, 503) and (delay := parse_retry_after(retry_after)) is not None:
+        return Outcome("completed", status, seconds, body=answer.body, json=is_json)
+    if status in (429, 503) and (delay := parse_retry_after(answer.headers.get("retry-after"))) is not None:
         return Outcome("retry_later", status, seconds, retry_after=delay)
     if 300 <= status < 400:
+        location = answer.headers.get("location")
         return Outcome(
             "failed", status, seconds, f"HTTP {status}: redirects are not followed (Location: {location})"
         )
-    text = read.decode("utf-8", "replace")[:ERROR_BODY_CHARS]
+    text = answer.body.decode("utf-8", "replace")[:ERROR_BODY_CHARS]
     return Outcome("failed", status, seconds, f"HTTP {status}: {text}" if text else f"HTTP {status}")
-
-
-async def _read_at_most(answer: aiohttp.ClientResponse, most: int) -> bytes:
-    """Up to `most` bytes of the answer's body; the rest is never read (the connection is then closed,
-    not reused)."""
-    read = bytearray()
-    while len(read) < most:
-        chunk = await answer.content.read(most - len(read))
-        if not chunk:
-            break
-        read += chunk
-    return bytes(read)
 
 
 def _reason(exc: BaseException) -> str:
@@ -437,9 +424,3 @@ async def finish(runtime: Runtime, target: PushTarget, job: Row, outcome: Outcom
         await release(runtime.db, [JobLease(*lease)], deliveries=[_delivery(outcome)])
     else:
         await nack(runtime, Nack(*lease, error=outcome.error), _delivery(outcome))
-
-
-async def release_all(db: Database, jobs: Sequence[Row]) -> None:
-    """Give back jobs claimed for delivery and never sent."""
-    if jobs:
-        await release(db, [JobLease(job["id"], job["lease_token"]) for job in jobs])

@@ -21,10 +21,8 @@ import contextlib
 import logging
 import time
 
-import aiohttp
-
 from app.core.errors import DATABASE_UNAVAILABLE
-from app.service import push
+from app.service import outbound, push
 from app.service.rows import Row
 from app.service.runtime import Runtime
 from app.telemetry import tracing
@@ -49,7 +47,7 @@ class Pusher:
         self._flights: dict[str, set[asyncio.Task]] = {}  # per queue, its deliveries in flight
         self._freed: dict[str, asyncio.Event] = {}  # per queue, set when a delivery ends
         self._stale = asyncio.Event()  # the targets want reading again
-        self._session: aiohttp.ClientSession | None = None
+        self._client = outbound.Client()
         self._main: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -63,13 +61,6 @@ class Pusher:
         return len(self._flights.get(queue, ()))
 
     async def _run(self) -> None:
-        # No connection limit of its own: each queue's concurrency bounds its requests. Environment
-        # proxies are not used (trust_env False): a push goes where its URL says.
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
-            trust_env=False,
-            raise_for_status=False,
-        )
         while True:
             self._stale.clear()
             try:
@@ -160,10 +151,9 @@ class Pusher:
         task.add_done_callback(ended)
 
     async def _deliver(self, target: push.PushTarget, job: Row) -> None:
-        assert self._session is not None
         started, began = time.perf_counter(), time.time_ns()
         try:
-            outcome = await push.deliver(self._session, target, job, self.runtime.settings.max_result_bytes)
+            outcome = await push.deliver(self._client, target, job, self.runtime.settings.max_result_bytes)
         except asyncio.CancelledError:
             # The replica is stopping and the grace is over: the job goes back, its attempt not counted.
             outcome = push.Outcome("released", None, time.perf_counter() - started, "the replica stopped")
@@ -194,8 +184,7 @@ class Pusher:
             if pending:
                 log.info("push: %d deliveries in flight given back as the replica stops", len(pending))
                 await asyncio.wait(pending, timeout=5.0)
-        if self._session is not None:
-            await self._session.close()
+        self._client.close()
 
 
 async def _first(*waits: object) -> None:
