@@ -24,6 +24,7 @@ from datetime import timedelta
 import asyncpg
 import peer
 import pickup
+import push_endpoint
 import raw
 import served
 import worker
@@ -616,6 +617,43 @@ class Bench:
                     "16 / handler time",
                 )
 
+    async def push(self) -> None:
+        """Push delivery to a no-op endpoint (bench/push_endpoint.py): the drain of a backlog at
+        concurrency 16 and 64 (requests in flight) against the Python runner's drain of the same backlog
+        (16 async no-op slots), alternated; then pickup on an idle service, enqueue to the endpoint's
+        handler starting."""
+        total = self.n(20000)
+        async with push_endpoint.Endpoint() as endpoint:
+            measures = []
+            for concurrency in (16, 64):
+
+                async def pushed(concurrency=concurrency) -> float:
+                    queue = self.queue("push")
+                    await self.backlog(queue, total)
+                    return await push_endpoint.drain(self.url, endpoint, queue, concurrency, total, self.sql)
+
+                measures.append(pushed)
+
+            async def runner() -> float:
+                queue = self.queue("push")
+                await self.backlog(queue, total)
+                return await worker.drain(self.url, queue, worker.coroutine, 16, total)
+
+            at_16, at_64, r = await self.alternate(*measures, runner)
+            for concurrency, rate in ((16, at_16), (64, at_64)):
+                self.record(
+                    f"push delivery, no-op endpoint, -c {concurrency}",
+                    rate,
+                    r,
+                    "jobs/s",
+                    ">= 0.5 x runner",
+                    "runner, async no-op, -c 16",
+                )
+            rounds = max(50, int(200 * self.scale))
+            pickup_ = summary_ms(await push_endpoint.pickup(self.url, endpoint, rounds))
+        self.results["push pickup latency"] = {"jobq": pickup_, "target": "p50 <= 10 ms"}
+        print(f"  {'push pickup latency (ms)':34} p50 {pickup_['p50_ms']} p99 {pickup_['p99_ms']}")
+
     async def full_cycle(self) -> None:
         total = self.n(20000)
         for mode, batch in (("single", 1), ("batch", 100)):
@@ -934,6 +972,7 @@ SCENARIOS = [
     "keyed",
     "fairness",
     "runner",
+    "push",
     "full_cycle",
     "sqs",
     "pooled",
@@ -973,7 +1012,7 @@ class BareApp:
 async def main(args: argparse.Namespace) -> None:
     chosen = args.only.split(",") if args.only else SCENARIOS
     started = time.perf_counter()
-    async with fresh_database() as dsn, Service(dsn) as service:
+    async with fresh_database() as dsn, Service(dsn, JOBQ_PUSH_ALLOWED_URLS=push_endpoint.URL) as service:
         bare = BareApp(dsn)
         await asyncio.sleep(2)
         if bare.process.poll() is not None:  # a stale reference would answer in its place
