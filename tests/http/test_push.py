@@ -394,6 +394,31 @@ async def test_key_concurrency_holds_for_deliveries(pushing, endpoint):
         assert ids == sorted(ids)
 
 
+async def test_fair_turns_hold_for_deliveries(pushing, endpoint):
+    """A key's backlog, then a few jobs of another key: with `fair`, each of the few is delivered after
+    one of the backlog's, not after all of it."""
+    await pushing.patch("/queues/q", json={"fair": True})
+    await pushing.post("/jobs/batch", json={"jobs": [{"queue": "q", "payload": 0, "key": "big"}] * 50})
+    await pushing.post("/jobs/batch", json={"jobs": [{"queue": "q", "payload": 0, "key": "small"}] * 3})
+    await push_to(pushing, "q", endpoint.on("/f", status_answer(204)), concurrency=1)
+    calls = await endpoint.wait_for("/f", 8)
+    keys = [c.job["key"] for c in calls[:8]]
+    assert keys.count("small") == 3 and "small, small" not in ", ".join(keys), keys
+
+
+async def test_a_queue_rate_paces_deliveries(pushing, endpoint):
+    await pushing.post("/jobs/batch", json={"jobs": [{"queue": "q", "payload": i} for i in range(9)]})
+    started = time.monotonic()
+    await push_to(
+        pushing, "q", endpoint.on("/r", status_answer(204)), concurrency=10, rate={"limit": 3, "period": 1}
+    )
+    await endpoint.wait_for("/r", 3)
+    await asyncio.sleep(0.5)
+    assert len(endpoint.at("/r")) == 3  # the window's three, however many slots are free
+    calls = await endpoint.wait_for("/r", 9, timeout=10)
+    assert calls[-1].at - started >= 1.9  # three windows
+
+
 async def test_a_child_is_pushed_with_its_parents_results(pushing, endpoint):
     async def answer(request: web.Request, body: bytes) -> web.StreamResponse:
         return web.json_response({"from": orjson.loads(body)["id"]})

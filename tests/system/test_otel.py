@@ -225,3 +225,54 @@ def test_one_trace_from_producer_through_two_replicas_to_the_handler(receiver, d
     assert seen("nack") == {str(ids["flaky"]), str(ids["fail"])}
     assert seen("dead-letter") == {str(ids["fail"])}
     assert not receiver.named("lease traced", "jobq-a")  # nothing leased there
+
+
+CLIENT = 3  # OTLP's span kind of a call out
+
+
+class _PushEndpoint(BaseHTTPRequestHandler):
+    """Answers each push with 200 and a JSON result; keeps each request's headers."""
+
+    seen: list[dict[str, str]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).seen.append({k.lower(): v for k, v in self.headers.items()})
+        answer = b'{"pushed": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_push_delivery_is_a_span_of_its_job_and_sends_its_traceparent(receiver, database_url):
+    endpoint = ThreadingHTTPServer(("127.0.0.1", 0), _PushEndpoint)
+    _PushEndpoint.seen = []
+    threading.Thread(target=endpoint.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{endpoint.server_address[1]}/hook"
+    service = ServiceProcess(
+        ROOT, JOBQ_DATABASE_URL=database_url, JOBQ_PUSH_ALLOWED_URLS=url, **exporting(receiver, "jobq-p")
+    ).wait_ready()
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    try:
+        httpx.patch(f"{service.url}/queues/pushed", json={"push": {"url": url}}).raise_for_status()
+        r = httpx.post(
+            f"{service.url}/jobs", json={"queue": "pushed", "payload": 1, "traceparent": traceparent}
+        )
+        job_id = r.json()["id"]
+        until(lambda: httpx.get(f"{service.url}/jobs/{job_id}").json()["status"] == "completed")
+    finally:
+        service.stop()  # exports what it still holds
+        endpoint.shutdown()
+    (headers,) = _PushEndpoint.seen
+    assert headers["traceparent"] == traceparent
+    (span,) = until(lambda: receiver.named("push pushed", "jobq-p"))
+    assert (span["trace"], span["parent"], span["kind"]) == (traceparent[3:35], traceparent[36:52], CLIENT)
+    assert span["attributes"]["messaging.message.id"] == str(job_id)
+    assert span["attributes"]["url.full"] == url
+    assert span["attributes"]["http.response.status_code"] == 200
+    assert span["attributes"]["jobq.push.outcome"] == "completed"
