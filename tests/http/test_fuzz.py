@@ -42,6 +42,7 @@ def _in_running_part(ctx) -> bool:
 schema = schemathesis.pytest.from_fixture("api_schema").include(_in_running_part)
 TOKEN = "fuzz-admin-token"
 RunAtCheck = TypeAdapter(RunAt)
+FRAMING = {"transfer-encoding", "content-length", "connection", "host", "te", "trailer", "upgrade", "expect"}
 STATUSES: list[int] = []  # every answer's status, checked once the module's cases have run
 
 
@@ -86,6 +87,10 @@ def _run_ats_in_range(body) -> bool:
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms(case, fuzz_service):
+    if case.headers:
+        # Headers that frame the message are the HTTP server's (uvicorn answers a bad one with its own
+        # 400), not the API's: generated ones are dropped.
+        case.headers = {k: v for k, v in case.headers.items() if k.lower() not in FRAMING}
     if "\\u0000" in json.dumps(case.body, default=str):
         return  # PostgreSQL cannot store U+0000 in text or jsonb: refused with 422, as documented
     if case.path == "/lease" and isinstance(case.body, dict):

@@ -129,6 +129,22 @@ async def test_the_secret_is_answered_once_and_never_shown_again(pushing, endpoi
 # --- the request --------------------------------------------------------------------------------------
 
 
+async def test_a_secret_made_before_the_target_signs_its_first_delivery(pushing, endpoint):
+    """Rotating first makes the queue's secret before any delivery: the PATCH that then sets the URL has
+    none to answer, and the first request is signed with the secret made first."""
+    r = await pushing.post("/queues/early/push/secret")
+    assert r.status_code == 200
+    secret = r.json()["secret"]
+    set_later = await pushing.patch(
+        "/queues/early", json={"push": {"url": endpoint.on("/e", status_answer(204))}}
+    )
+    assert set_later.status_code == 200 and "push_secret" not in set_later.json()
+    await enqueue(pushing, "early", 1)
+    (got,) = await endpoint.wait_for("/e", 1)
+    assert len(got.headers["webhook-signature"].split(" ")) == 1  # no secret before it to sign with
+    Webhook(secret).verify(got.body, got.headers)
+
+
 async def test_a_job_is_posted_signed_and_completed_with_the_answer_as_result(pushing, endpoint):
     url = endpoint.on("/ok", json_answer({"sent": True}))
     secret = await push_to(pushing, "q", url)
