@@ -121,4 +121,6 @@ async def pickup(url: str, endpoint: Endpoint, rounds: int) -> list[float]:
                 latencies.append(await asyncio.wait_for(ran.get(), 30))
     finally:
         endpoint.arrived = None
+        async with served.Session() as http:  # later scenarios' services allow no push URL
+            await http.request("PATCH", f"{url}/queues/{queue}", b'{"push": null}', served.JSON)
     return latencies

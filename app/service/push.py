@@ -153,18 +153,19 @@ async def prune_holds(db: Database) -> None:
         await conn.execute(q.PRUNE_PUSH_HOLDS.text)
 
 
-async def targets(db: Database, settings: Settings) -> dict[str, PushTarget]:
-    """Every queue's push target that this replica's JOBQ_PUSH_ALLOWED_URLS admits: a replica allowed
-    fewer URLs than the one that set a target leaves its queue to the others (and says so)."""
+async def targets(db: Database, settings: Settings) -> tuple[dict[str, PushTarget], dict[str, str]]:
+    """Every queue's push target that this replica's JOBQ_PUSH_ALLOWED_URLS admits; and, by queue, why
+    each other is not (a replica allowed fewer URLs than the one that set a target leaves its queue to
+    the others)."""
     async with db.acquire() as conn:
         rows = await conn.fetch(q.PUSH_TARGETS.text)
-    found = {}
+    found, passed = {}, {}
     for row in rows:
         push = orjson.loads(row["push"])
         try:
             allowed_url(settings, push["url"])
         except Invalid as refused:
-            log.warning("push %s: not delivered by this replica: %s", row["queue"], refused.detail)
+            passed[row["queue"]] = str(refused.detail)
             continue
         secrets = [s for s in (row["push_secret"], row["push_secret_previous"]) if s]
         found[row["queue"]] = PushTarget(
@@ -175,7 +176,7 @@ async def targets(db: Database, settings: Settings) -> dict[str, PushTarget]:
             tuple(Webhook(secret) for secret in secrets),
             outbound.Endpoint.of(push["url"]),
         )
-    return found
+    return found, passed
 
 
 # --- the claim -------------------------------------------------------------------------------------

@@ -366,6 +366,23 @@ async def test_concurrency_bounds_requests_in_flight_across_replicas(start_servi
     assert len(workers) == 24  # each job delivered once
 
 
+async def test_a_replica_that_does_not_allow_a_url_leaves_its_queue_to_the_others(
+    start_service, endpoint, caplog
+):
+    allowing = start_service(push_allowed_urls=[endpoint.url("/")])
+    narrower = start_service(push_allowed_urls=["http://127.0.0.1:9/"])
+    async with httpx.AsyncClient(base_url=allowing.url) as a, httpx.AsyncClient(base_url=narrower.url) as b:
+        await push_to(a, "q", endpoint.on("/n", status_answer(204)))
+        made = [(await enqueue(b, "q", i))["id"] for i in range(6)]
+        for job_id in made:
+            await ended(b, job_id, "completed")
+        await b.patch("/queues/other", json={"max_attempts": 3})  # every replica reads the targets again
+        await asyncio.sleep(0.3)
+    assert len(endpoint.at("/n")) == 6
+    said = [r for r in caplog.records if "not delivered by this replica" in r.getMessage()]
+    assert len(said) == 1 and "starts with none of JOBQ_PUSH_ALLOWED_URLS" in said[0].getMessage()
+
+
 async def _queue_done(client: httpx.AsyncClient, queue: str, n: int) -> bool:
     return (await client.get(f"/queues/{queue}")).json()["completed"] == n
 

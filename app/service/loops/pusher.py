@@ -46,6 +46,7 @@ class Pusher:
         self._tasks: dict[str, asyncio.Task] = {}  # per queue, its claiming task
         self._flights: dict[str, set[asyncio.Task]] = {}  # per queue, its deliveries in flight
         self._freed: dict[str, asyncio.Event] = {}  # per queue, set when a delivery ends
+        self._passed: dict[str, str] = {}  # queues whose URL this replica does not admit, and why
         self._stale = asyncio.Event()  # the targets want reading again
         self._client = outbound.Client()
         self._main: asyncio.Task | None = None
@@ -64,7 +65,9 @@ class Pusher:
         while True:
             self._stale.clear()
             try:
-                self._apply(await push.targets(self.runtime.db, self.runtime.settings))
+                found, passed = await push.targets(self.runtime.db, self.runtime.settings)
+                self._apply(found)
+                self._say_passed(passed)
             except asyncio.CancelledError:
                 raise
             except DATABASE_UNAVAILABLE as exc:
@@ -89,6 +92,13 @@ class Pusher:
         # Woken, so that a new timeout or concurrency applies at once.
         for event in self._freed.values():
             event.set()
+
+    def _say_passed(self, passed: dict[str, str]) -> None:
+        """Warn of each queue this replica leaves to the others, once (again after its reason changed)."""
+        for queue, why in passed.items():
+            if self._passed.get(queue) != why:
+                log.warning("push %s: not delivered by this replica: %s", queue, why)
+        self._passed = passed
 
     async def _serve(self, queue: str) -> None:
         wakeups = self.runtime.wakeups
