@@ -126,6 +126,22 @@ async def test_the_secret_is_answered_once_and_never_shown_again(pushing, endpoi
     assert stopped.json()["push"] is None
 
 
+async def test_a_queue_whose_target_is_taken_away_waits_for_workers_again(pushing, endpoint):
+    url = endpoint.on("/s", status_answer(204))
+    await push_to(pushing, "q", url)
+    first = await enqueue(pushing, "q", 1)
+    await ended(pushing, first["id"], "completed")
+    await pushing.patch("/queues/q", json={"push": None})
+    second = await enqueue(pushing, "q", 2)
+    await asyncio.sleep(0.5)
+    assert len(endpoint.at("/s")) == 1 and (await job(pushing, second["id"]))["status"] == "pending"
+    r = await pushing.post("/lease", json={"queue": "q"})
+    assert [j["id"] for j in r.json()["jobs"]] == [second["id"]]  # a worker's now
+    await push_to(pushing, "q", url)  # and pushed again once given a target again
+    third = await enqueue(pushing, "q", 3)
+    await ended(pushing, third["id"], "completed")
+
+
 # --- the request --------------------------------------------------------------------------------------
 
 

@@ -32,7 +32,10 @@ log = logging.getLogger("jobq.push")
 # Seconds between reads of the targets beside those a notification asks for (a change missed while the
 # listener reconnected is read then at the latest).
 REFRESH = 10.0
-# Seconds a busy queue's task gathers freed slots before it claims for fewer than half its concurrency.
+# A busy queue's task claims once this many of its slots are free (half of a smaller concurrency), or
+# GATHER seconds after the first was. At concurrency 64, claiming at 8 free rather than at 32 drained a
+# no-op endpoint's backlog 28 % faster (slots waited less for their claim); at 16 it is the same.
+CLAIM_AT = 8
 GATHER = 0.005
 # Seconds a queue's task waits after its claim failed (the database unavailable) before it claims again.
 FAILED_RETRY = 1.0
@@ -87,9 +90,9 @@ class Pusher:
                 self._freed[queue] = asyncio.Event()
                 self._flights.setdefault(queue, set())
                 self._tasks[queue] = asyncio.create_task(self._serve(queue), name=f"jobq-push-{queue}")
-        for queue in [queue for queue in self._tasks if queue not in targets]:
-            self._tasks.pop(queue).cancel()  # its deliveries in flight finish
-        # Woken, so that a new timeout or concurrency applies at once.
+        # Woken, so that a new timeout or concurrency applies at once, and the task of a queue no longer
+        # pushed sees so and ends (not cancelled: a claim it is running commits or rolls back whole, and
+        # its deliveries in flight finish).
         for event in self._freed.values():
             event.set()
 
@@ -111,9 +114,10 @@ class Pusher:
             if target is None:
                 return
             room = target.concurrency - len(flights)
-            if room <= 0 or (flights and room < target.concurrency // 2):
-                # Busy: claim when half the slots are free, or GATHER seconds after the first was, so that
-                # a claim (a transaction under the queue's push lock) serves several deliveries.
+            if room <= 0 or (flights and room < min(target.concurrency // 2, CLAIM_AT)):
+                # Busy: claim once CLAIM_AT slots are free (half of a smaller concurrency), or GATHER
+                # seconds after the first was, so that a claim (a transaction under the queue's push lock)
+                # serves several deliveries, while a large concurrency keeps its slots busy.
                 gathering = gathering or loop.time()
                 left = None if room <= 0 else gathering + GATHER - loop.time()
                 if left is None or left > 0:
