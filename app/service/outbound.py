@@ -95,6 +95,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.waiter is None or self.waiter.done():
+            self.close()  # bytes nobody asked for (an idle connection, or past an answer): not reused
+            return
         self.heard = True
         try:
             self.parser.feed_data(data)

@@ -204,3 +204,25 @@ def test_a_target_is_escaped_and_the_host_header_is_the_urls() -> None:
     assert endpoint.target == "/a%20b/%C3%BC?q=1%202&r=%20"
     assert endpoint.authority == "Example.COM:8443"
     assert Endpoint.of("http://[::1]/").authority == "[::1]" and Endpoint.of("http://[::1]/").port == 80
+
+
+def test_an_idle_connection_that_speaks_unasked_is_not_reused() -> None:
+    async def test() -> None:
+        async def chatty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await holder[0].request(reader)
+            writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+            await asyncio.sleep(0.05)
+            writer.write(b"HTTP/1.1 408 Request Timeout\r\n\r\n")  # unasked, and the connection stays
+            await writer.drain()
+            await reader.read()
+
+        holder: list[Server] = []
+        async with Server(chatty) as server:
+            holder.append(server)
+            client = Client()
+            assert (await post(client, server.url())).status == 204
+            await asyncio.sleep(0.15)
+            assert (await post(client, server.url())).status == 204  # on a new connection
+            assert server.connections == 2
+
+    run(test)
