@@ -176,3 +176,9 @@ def test_a_mistake_in_the_schedules_file_is_one_line(tmp_path, database_url):
     (tmp_path / "schedules.toml").write_text(mistaken)
     done = serve(tmp_path, JOBQ_DATABASE_URL=database_url, JOBQ_SCHEDULES_FILE="schedules.toml")
     told_in_one_line(done, "schedules.toml", "'nightly'", "cron")
+
+
+def test_a_push_url_prefix_that_is_not_a_url_is_one_line(tmp_path):
+    done = serve(tmp_path, JOBQ_PUSH_ALLOWED_URLS="https://jobs.example.com/, ftp://x/")
+    line = told_in_one_line(done, "JOBQ_PUSH_ALLOWED_URLS", "not an http(s) URL prefix", "ftp://x/")
+    assert done.stderr.splitlines() == [line]
