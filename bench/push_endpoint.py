@@ -71,13 +71,12 @@ class Endpoint:
         await self._task
 
 
-async def set_push(url: str, queue: str, concurrency: int) -> None:
+async def set_push(url: str, queue: str, concurrency: int | None) -> None:
+    """Give the queue the endpoint as its push target, at `concurrency`; None takes the target away."""
+    push = None if concurrency is None else {"url": URL, "concurrency": concurrency}
     async with served.Session() as http:
         status, body = await http.request(
-            "PATCH",
-            f"{url}/queues/{queue}",
-            orjson.dumps({"push": {"url": URL, "concurrency": concurrency}}),
-            served.JSON,
+            "PATCH", f"{url}/queues/{queue}", orjson.dumps({"push": push}), served.JSON
         )
     if status != 200:
         raise RuntimeError(f"push target not set: {status} {body!r}")
@@ -94,8 +93,7 @@ async def drain(url: str, endpoint: Endpoint, queue: str, concurrency: int, tota
     while await sql("SELECT count(*) FROM jobq.jobs WHERE queue = $1", queue):
         await asyncio.sleep(0.005)
     took = time.perf_counter() - started
-    async with served.Session() as http:
-        await http.request("PATCH", f"{url}/queues/{queue}", b'{"push": null}', served.JSON)
+    await set_push(url, queue, None)
     return total / took
 
 
@@ -121,6 +119,5 @@ async def pickup(url: str, endpoint: Endpoint, rounds: int) -> list[float]:
                 latencies.append(await asyncio.wait_for(ran.get(), 30))
     finally:
         endpoint.arrived = None
-        async with served.Session() as http:  # later scenarios' services allow no push URL
-            await http.request("PATCH", f"{url}/queues/{queue}", b'{"push": null}', served.JSON)
+        await set_push(url, queue, None)  # later scenarios' services allow no push URL
     return latencies

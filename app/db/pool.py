@@ -27,6 +27,23 @@ async def _reset_connection(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
+@asynccontextmanager
+async def transaction_with(conn: asyncpg.Connection, first: str) -> AsyncIterator[None]:
+    """A transaction begun together with `first` (statements without parameters: settings, a lock) in
+    one simple query, one round trip where conn.transaction() and the statement would take two;
+    committed, or rolled back on any error. A rollback that fails leaves the connection to the pool,
+    which resets or drops it: the transaction's own error is the one raised."""
+    await conn.execute(f"BEGIN; {first}")
+    try:
+        yield
+    except BaseException:
+        if not conn.is_closed():
+            with suppress(Exception):
+                await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
+
+
 class PooledConnection(asyncpg.Connection):
     """A connection through a pooler in transaction mode. The first time a statement uses a type asyncpg
     has not met on the connection (an array of int8, say) it looks the type up, with JIT turned off for

@@ -196,13 +196,6 @@ class PushSettingsLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class PushSettings:
-    url: str
-    timeout: float = 30.0
-    concurrency: int = 10
-
-
-@dataclass(frozen=True, slots=True)
 class QueueSettings:
     visibility_timeout: float | None = None
     max_attempts: int | None = None

@@ -39,14 +39,13 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
 
 from app.core.errors import NotFound
 from app.db import sql as q
-from app.db.pool import Database
+from app.db.pool import Database, transaction_with
 from app.service.flow_queues import NO_FLOW, FlowQueues, QueueFlow
 from app.service.rows import Row
 from app.service.runtime import Runtime
@@ -146,23 +145,6 @@ FLOW_PLANS = (
 )
 
 
-@contextlib.asynccontextmanager
-async def _planned_transaction(conn: asyncpg.Connection) -> AsyncIterator[None]:
-    """The claim's transaction, begun with its settings in one round trip (BEGIN and FLOW_PLANS in one
-    simple query, where conn.transaction() would take two), committed, or rolled back on any error."""
-    await conn.execute(f"BEGIN; {FLOW_PLANS}")
-    try:
-        yield
-    except BaseException:
-        # A rollback that fails leaves the connection to the pool, which resets or drops it; the
-        # claim's own error is the one to raise.
-        if not conn.is_closed():
-            with contextlib.suppress(Exception):
-                await conn.execute("ROLLBACK")
-        raise
-    await conn.execute("COMMIT")
-
-
 async def _claim(
     runtime: Runtime, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
 ) -> tuple[FlowClaim, list[asyncio.Event]]:
@@ -185,7 +167,7 @@ async def _claim(
     claim = q.LEASE_FLOW_RATED if flow.rated else q.LEASE_FLOW
     mine = asyncio.Event()
     try:
-        async with whole, runtime.db.acquire() as conn, _planned_transaction(conn):
+        async with whole, runtime.db.acquire() as conn, transaction_with(conn, FLOW_PLANS):
             async with walking:
                 others = known.join(queue, mine)
                 looked = await _walk(conn, known, queue, flow, scan)

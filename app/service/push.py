@@ -55,7 +55,7 @@ from app import __version__
 from app.core.errors import Invalid, JobqError
 from app.core.jsontext import WRITE_OPTIONS, read_json, written
 from app.db import sql as q
-from app.db.pool import Database
+from app.db.pool import Database, transaction_with
 from app.service import outbound
 from app.service.arguments import Ack, JobLease, Nack, PushSettingsLike
 from app.service.flow import lease_flow, queue_flow
@@ -202,35 +202,23 @@ async def claim(runtime: Runtime, target: PushTarget, most: int, worker: str) ->
     deliveries in flight across every replica. Jobs of keys that are held go back at once, pending until the
     hold ends, their attempts not counted."""
     queue = target.queue
-    timeouts: list[float | None] = []
-    async with runtime.db.acquire() as conn:
-        await conn.execute(q.begin_push_claim(queue))
-        try:
-            gate = await conn.fetchrow(q.PUSH_GATE.text, *q.PUSH_GATE.args(queue=queue))
-            room = min(most, target.concurrency - gate["running"])
-            if gate["held_for"] is not None or room <= 0:
-                await conn.execute("ROLLBACK")
-                return Claim([], gate["held_for"] or FULL_RETRY)
-            timeouts = [target.timeout + LEASE_SLACK] * room
-            workers: list[str | None] = [worker] * room
-            flow = await queue_flow(runtime, queue)
-            started, began = time.perf_counter(), time.time_ns()
-            if flow.flow:
-                # On a connection of its own: the lock is held until it has committed.
-                flow_claim = await lease_flow(runtime, queue, flow, timeouts, workers)
-                rows = [row for _, row in sorted(zip(flow_claim.slots, flow_claim.rows, strict=True))]
-            else:
-                rows = await conn.fetch(
-                    q.LEASE.text, *q.LEASE.args(queue=queue, visibility_timeouts=timeouts, worker_ids=workers)
-                )
-            await conn.execute("COMMIT")
-        except BaseException:
-            if not conn.is_closed():
-                try:
-                    await conn.execute("ROLLBACK")
-                except Exception:  # the pool resets or drops the connection; the claim's error is raised
-                    pass
-            raise
+    async with runtime.db.acquire() as conn, transaction_with(conn, q.push_lock(queue)):
+        gate = await conn.fetchrow(q.PUSH_GATE.text, *q.PUSH_GATE.args(queue=queue))
+        room = min(most, target.concurrency - gate["running"])
+        if gate["held_for"] is not None or room <= 0:
+            return Claim([], gate["held_for"] or FULL_RETRY)  # its transaction wrote nothing
+        timeouts: list[float | None] = [target.timeout + LEASE_SLACK] * room
+        workers: list[str | None] = [worker] * room
+        flow = await queue_flow(runtime, queue)
+        started, began = time.perf_counter(), time.time_ns()
+        if flow.flow:
+            # On a connection of its own: the lock is held until it has committed.
+            flow_claim = await lease_flow(runtime, queue, flow, timeouts, workers)
+            rows = [row for _, row in sorted(zip(flow_claim.slots, flow_claim.rows, strict=True))]
+        else:
+            rows = await conn.fetch(
+                q.LEASE.text, *q.LEASE.args(queue=queue, visibility_timeouts=timeouts, worker_ids=workers)
+            )
     runtime.metrics.claimed(queue, time.perf_counter() - started, len(rows))
     tracing.record("lease", rows, began)
     jobs = [as_job(row) for row in rows]

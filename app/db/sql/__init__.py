@@ -117,7 +117,7 @@ from app.db.sql.push import (
     PUSH_WORKER_PREFIX,
     ROTATE_PUSH_SECRET,
     SET_PUSH,
-    begin_push_claim,
+    push_lock,
 )
 from app.db.sql.query import Query
 from app.db.sql.queues import (

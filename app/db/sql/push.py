@@ -18,11 +18,12 @@ from app.db.sql.query import Query
 PUSH_LOCK_CLASS = QUEUE_LOCK_CLASS + 1
 
 
-def begin_push_claim(queue: str) -> str:
-    """BEGIN and the queue's push lock, in one simple query (one round trip); the lock's second key is
-    the name's CRC-32, the same on every replica, written in as an integer (no text from outside)."""
+def push_lock(queue: str) -> str:
+    """The queue's push lock, as a statement without parameters (it begins the claim's transaction in
+    the same round trip: app/db/pool.py transaction_with); the lock's second key is the name's CRC-32, the
+    same on every replica, written in as an integer (no text from outside)."""
     key = zlib.crc32(queue.encode()) - 2**31
-    return f"BEGIN; SELECT pg_advisory_xact_lock({PUSH_LOCK_CLASS}, {key})"
+    return f"SELECT pg_advisory_xact_lock({PUSH_LOCK_CLASS}, {key})"
 
 
 # Every replica reads a queue's target again when it changes: the notification SET_FLOW sends too.

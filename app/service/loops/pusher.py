@@ -61,9 +61,6 @@ class Pusher:
         """A queue's settings changed (None: any may have): read the targets again."""
         self._stale.set()
 
-    def in_flight(self, queue: str) -> int:
-        return len(self._flights.get(queue, ()))
-
     async def _run(self) -> None:
         while True:
             self._stale.clear()
