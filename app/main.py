@@ -22,7 +22,7 @@ from app.http import openapi, problems
 from app.http.fastpath.hot import HotRoutes
 from app.http.middleware import access_log
 from app.http.middleware.origin import OriginCheck, allowed_hosts
-from app.http.routers import docs, health, keys, metrics, operators, producers, workers, workflows
+from app.http.routers import docs, durable, health, keys, metrics, operators, producers, workers, workflows
 from app.http.routers import schedules as schedule_routes
 from app.http.web import BodyLimit
 from app.service import schedules
@@ -180,7 +180,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     routers = [
         m.router
-        for m in (producers, workers, workflows, operators, keys, schedule_routes, health, metrics, ui, docs)
+        for m in (producers, workers, durable, workflows, operators, keys, schedule_routes)
+        + (health, metrics, ui, docs)
     ]
     # The routers' own routes, made once as their modules were imported, serve every app: FastAPI's
     # include_router would make a copy of each route per app, at its first request (0.165) or at once

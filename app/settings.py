@@ -181,6 +181,13 @@ class Settings(BaseSettings):
     # under its lease, so the worker can ack again without the result. Numbers count written out, as
     # for payloads (larger is 422).
     max_result_bytes: int = Field(default=64 * 1024, ge=0)
+    # Largest `steps` of one job (API part 8: the results its handler recorded with POST /jobs/{id}/steps),
+    # in bytes as JSON text, which every lease of the job hands out (default 1 MiB). A step that would pass
+    # it is 413 and is not recorded.
+    max_steps_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # Seconds an event (POST /events) is kept, so that a job awaiting its name later still finds it
+    # (default 7 days).
+    event_retention: float = Field(default=7 * 24 * 3600, gt=0)
     # Longest `error` text kept by nack, in characters; longer texts are cut, never refused (default 8192).
     max_error_chars: int = 8192
 

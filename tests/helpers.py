@@ -12,6 +12,7 @@ import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -212,6 +213,13 @@ async def assert_nothing_stranded(
     await until(quiet(service))
     rows = await db.fetch("SELECT id, status, attempts FROM jobq.all_jobs")
     assert {r["id"]: (r["status"], r["attempts"]) for r in rows} == {job.id: ("pending", 0)}
+
+
+def function_body(name: str) -> str:
+    """The body of SQL function `name` (`jobq.await_event`) as app/db/functions.sql has it."""
+    text = (Path(__file__).parent.parent / "app" / "db" / "functions.sql").read_text()
+    start = text.index(f"CREATE OR REPLACE FUNCTION {name}(")
+    return text[start : text.index("$$;", text.index("AS $$", start))]
 
 
 def front_claim_statements() -> tuple[q.Query, q.Query]:

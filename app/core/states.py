@@ -11,20 +11,22 @@ says the same as ``MOVES`` (a note in parentheses: the case in which the stateme
 =========  ==================================================  ============================================
 status     led in by                                           led out by
 =========  ==================================================  ============================================
-waiting    ENQUEUE_WAITING (with parents), jobq.enqueue()      jobq.decide(), CANCEL, CANCEL_JOBS,
-           (with parents), jobq.retry_workflow() (cancelled    CANCEL_WORKFLOW_JOBS, DELETE_QUEUE
-           by a parent's end)
+waiting    ENQUEUE_WAITING (with parents), jobq.enqueue()      jobq.decide(), SEND_EVENT, EXPIRE_WAITS,
+           (with parents), jobq.retry_workflow() (cancelled    CANCEL, CANCEL_JOBS, CANCEL_WORKFLOW_JOBS,
+           by a parent's end), AWAIT_EVENT (parked)            DELETE_QUEUE
 pending    ENQUEUE_NEW, ENQUEUE, ENQUEUE_NEW_ONCE,             LEASE, LEASE_FLOW, LEASE_FLOW_RATED,
            ENQUEUE_NEW_EACH_ONCE, jobq.enqueue(),              LEASE_FLOW_FRONT, REVIVE_LEASE (the last
            FIRE_SCHEDULE, FIRE_DUE_SCHEDULES,                  holder, late), ACK (the last holder, late),
            ENQUEUE_DEBOUNCED (a new job), ENQUEUE_WAITING      CANCEL, CANCEL_JOBS, CANCEL_WORKFLOW_JOBS,
            (without parents), jobq.decide() (run_if holds),    PURGE_QUEUE, DELETE_QUEUE
            NACK (attempts left), RELEASE, EXPIRE_LEASES
-           (attempts left), jobq.retry_workflow(),
-           RETRY_DEAD, REDRIVE_DEAD (into another queue)
-running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, EXPIRE_LEASES,
-           LEASE_FLOW_FRONT, REVIVE_LEASE (the last holder,    EXPIRE_MESSAGES, PURGE_QUEUE, DELETE_QUEUE
-           late)
+           (attempts left), AWAIT_EVENT (an event sent
+           before), SEND_EVENT, EXPIRE_WAITS,
+           jobq.retry_workflow(), RETRY_DEAD, REDRIVE_DEAD
+           (into another queue)
+running    LEASE, LEASE_FLOW, LEASE_FLOW_RATED,                ACK, NACK, RELEASE, AWAIT_EVENT,
+           LEASE_FLOW_FRONT, REVIVE_LEASE (the last holder,    EXPIRE_LEASES, EXPIRE_MESSAGES,
+           late)                                               PURGE_QUEUE, DELETE_QUEUE
 completed  ACK                                                 MOVE_FINISHED (past its retention already),
                                                                PRUNE_HISTORY_DEFAULT (past its
                                                                purge_after), DELETE_QUEUE
@@ -185,6 +187,13 @@ MOVES: tuple[Move, ...] = (
     Move("EXPIRE_LEASES", RUNNING, PENDING, "attempts left"),
     Move("EXPIRE_LEASES", RUNNING, DEAD, "out of attempts"),
     Move("EXPIRE_MESSAGES", RUNNING, None),
+    # Durable waits for events (app/db/sql/durable.py, jobq.await_event() and jobq.send_event()): a lease
+    # ends with the job parked until an event, or pending at once when one was sent before; an event, or
+    # the wait's deadline, makes it pending.
+    Move("AWAIT_EVENT", RUNNING, WAITING, "parked"),
+    Move("AWAIT_EVENT", RUNNING, PENDING, "an event sent before"),
+    Move("SEND_EVENT", WAITING, PENDING),
+    Move("EXPIRE_WAITS", WAITING, PENDING),
     # Operators (app/db/sql/jobs.py, dead.py).
     Move("CANCEL", PENDING, CANCELLED),
     Move("CANCEL", WAITING, CANCELLED),

@@ -94,14 +94,15 @@ $$;
 -- COMMITTED), leases the jobs within their key's room. Rows as LEASE's, each with its slot, and on every
 -- row (on one row of NULL jobs when nothing was leased) how many jobs it `looked` at and how many it
 -- `passed` over because another claim held their key. Runs under the claims' plan settings (FLOW_PLANS,
--- app/service/flow.py). Made by 0021; `depends_on` among its columns from 0023.
+-- app/service/flow.py). Made by 0021; `depends_on` among its columns from 0023, `steps` and `events` from
+-- 0025.
 CREATE OR REPLACE FUNCTION jobq.lease_flow_front(
     p_queue text, p_lookahead integer, p_visibility_timeouts double precision[], p_worker_ids text[]
 ) RETURNS TABLE (
     id bigint, queue text, kind text, key text, payload jsonb, priority integer, attempts integer,
     max_attempts integer, run_at timestamptz, created_at timestamptz, last_error text, lease_token uuid,
-    lease_expires_at timestamptz, traceparent text, tracestate text, depends_on bigint[], slot bigint,
-    looked integer, passed integer
+    lease_expires_at timestamptz, traceparent text, tracestate text, depends_on bigint[], steps jsonb,
+    events jsonb, slot bigint, looked integer, passed integer
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off
@@ -188,12 +189,13 @@ BEGIN
     RETURNING j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
               coalesce(j.max_attempts, q.max_attempts, 5) AS max_attempts, j.run_at, j.created_at,
               j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate, j.depends_on,
-              ready.slot
+              j.steps, j.events, ready.slot
 ) SELECT leased.*, n_looked, n_passed FROM leased;
     IF NOT FOUND THEN
         RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::integer,
             NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::text, NULL::uuid,
-            NULL::timestamptz, NULL::text, NULL::text, NULL::bigint[], NULL::bigint, n_looked, n_passed;
+            NULL::timestamptz, NULL::text, NULL::text, NULL::bigint[], NULL::jsonb, NULL::jsonb, NULL::bigint,
+            n_looked, n_passed;
     END IF;
 END
 $$;
@@ -535,5 +537,108 @@ BEGIN
             v_reopened, array_fill(NULL::double precision, ARRAY[cardinality(v_reopened)]));
     END IF;
     RETURN v_dead + coalesce(cardinality(v_reopened), 0);
+END
+$$;
+
+
+-- Events (API part 8): a job parks `waiting` for an event by name (POST /jobs/{id}/await), and an event
+-- (POST /events, or jobq.send_event() in the caller's own transaction) makes every job awaiting its name
+-- pending. Events are kept (jobq.events, pruned after JOBQ_EVENT_RETENTION), so an event sent before the
+-- await is not lost: an await finds it and the job is not parked at all. The two take the event name's
+-- advisory lock (class 'jobe', 1785684581) before they look, each statement after it with a snapshot of its
+-- own (READ COMMITTED, a volatile function): whichever comes second sees what the first did, so no event
+-- and no await pass each other unseen, however many replicas take them at once. A job gets each event
+-- once: what reached it is appended to its `events` ({id, name, payload, at}), and an await looks only at
+-- events of its name sent since the job was enqueued that are not there yet, the oldest first. Sending
+-- takes `at` from clock_timestamp(), after the lock: a job enqueued by a transaction that committed before
+-- the event was sent has a created_at before it. Made by 0025.
+
+-- jobq.await_event(): end the lease `p_lease_token` of job `p_id` (running, in `p_queue`) and park it
+-- waiting for an event named `p_event` for at most `p_timeout` seconds (its run_at holds the deadline;
+-- EXPIRE_WAITS makes it pending once past), the attempt not counted; or, when such an event was sent
+-- since it was enqueued and has not reached it yet, make it pending at once with that event. A row: the
+-- job's id, its new status, run_at, and the id of the event that reached it (NULL: parked); no row when
+-- the lease is not the job's current one.
+CREATE OR REPLACE FUNCTION jobq.await_event(
+    p_id bigint, p_queue text, p_lease_token uuid, p_event text, p_timeout double precision
+) RETURNS TABLE (id bigint, status text, run_at timestamptz, event_id bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_job jobq.jobs%ROWTYPE;
+    v_event jobq.events%ROWTYPE;
+BEGIN
+    PERFORM pg_advisory_xact_lock(1785684581, hashtext(p_event));
+    SELECT * INTO v_job FROM jobq.jobs j
+    WHERE j.id = p_id AND j.queue = p_queue AND j.lease_token = p_lease_token AND j.status = 'running'
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_event FROM jobq.events e
+    WHERE e.name = p_event AND e.at >= v_job.created_at
+      AND (e.scope IS NULL OR v_job.queue LIKE ANY (e.scope))
+      AND NOT coalesce(v_job.events @> jsonb_build_array(jsonb_build_object('id', e.id)), false)
+    ORDER BY e.id LIMIT 1;
+    IF FOUND THEN
+        RETURN QUERY UPDATE jobq.jobs j
+        SET status = 'pending', attempts = j.attempts - 1, lease_token = NULL, lease_expires_at = NULL,
+            worker_id = NULL, updated_at = now(), run_at = now(), sleep_until = NULL, wait_event = NULL,
+            events = coalesce(j.events, '[]') || jsonb_build_array(jsonb_build_object(
+                'id', v_event.id, 'name', v_event.name, 'payload', v_event.payload, 'at', v_event.at))
+        WHERE j.id = p_id
+        RETURNING j.id, j.status, j.run_at, v_event.id;
+        PERFORM pg_notify('jobq', json_build_object(
+            'queue', p_queue, 'n', 1, 'run_at', extract(epoch FROM now()))::text);
+    ELSE
+        RETURN QUERY UPDATE jobq.jobs j
+        SET status = 'waiting', attempts = j.attempts - 1, lease_token = NULL, lease_expires_at = NULL,
+            worker_id = NULL, updated_at = now(), run_at = now() + make_interval(secs => p_timeout),
+            sleep_until = NULL, wait_event = p_event
+        WHERE j.id = p_id
+        RETURNING j.id, j.status, j.run_at, NULL::bigint;
+        IF v_job.key IS NOT NULL THEN  -- its key's slot is free: a job of that key may go (flow control)
+            PERFORM pg_notify('jobq', json_build_object(
+                'queue', p_queue, 'n', 1, 'run_at', extract(epoch FROM now()))::text);
+        END IF;
+    END IF;
+END
+$$;
+
+
+-- jobq.send_event(): keep an event named `p_name` with `p_payload`, and make every job awaiting that name
+-- pending now, the event appended to its `events`; `p_scope` (LIKE patterns of queues; NULL: all) limits
+-- both to the queues of a token limited to some (an event it sent never reaches a job outside them).
+-- Returns the event's id, how many jobs it woke, and how many in each queue ({queue: n}). Callable in a producer's own transaction: the event
+-- is sent when it commits.
+CREATE OR REPLACE FUNCTION jobq.send_event(
+    p_name text, p_payload jsonb DEFAULT NULL, p_scope text[] DEFAULT NULL
+) RETURNS TABLE (event_id bigint, woken bigint, queues jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+    v_at timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(1785684581, hashtext(p_name));
+    INSERT INTO jobq.events (name, payload, scope, at)
+    VALUES (p_name, p_payload, p_scope, clock_timestamp())
+    RETURNING jobq.events.id, jobq.events.at INTO v_id, v_at;
+    RETURN QUERY WITH reached AS (
+        UPDATE jobq.jobs j
+        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL,
+            events = coalesce(j.events, '[]') || jsonb_build_array(jsonb_build_object(
+                'id', v_id, 'name', p_name, 'payload', p_payload, 'at', v_at))
+        WHERE j.status = 'waiting' AND j.wait_event = p_name
+          AND (p_scope IS NULL OR j.queue LIKE ANY (p_scope))
+        RETURNING j.queue
+    ), per_queue AS (
+        SELECT queue, count(*) AS n FROM reached GROUP BY queue
+    ), notified AS (
+        SELECT pg_notify('jobq', json_build_object(
+                   'queue', queue, 'n', n, 'run_at', extract(epoch FROM now()))::text)
+        FROM per_queue
+    )
+    SELECT v_id, coalesce(sum(n), 0)::bigint, coalesce(jsonb_object_agg(queue, n), '{}')
+    FROM per_queue WHERE (SELECT count(*) FROM notified) >= 0;
 END
 $$;

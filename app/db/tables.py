@@ -188,6 +188,14 @@ class JobColumns:
     # The outcome of the job's last push delivery (app/service/push.py): {at, outcome, status, ms,
     # error?, note?}; NULL: never pushed.
     delivery: Mapped[object | None] = mapped_column(JSONB)
+    # Durable steps, sleeps and events (app/service/durable.py): the results its handler recorded, by
+    # step name (NULL: none); the events that reached it ({id, name, payload, at}, and {name, at,
+    # timed_out} for a wait that ran out), in order; while `waiting` for an event, its name (run_at is
+    # then the wait's deadline); and, once released to sleep, until when.
+    steps: Mapped[object | None] = mapped_column(JSONB)
+    events: Mapped[object | None] = mapped_column(JSONB)
+    wait_event: Mapped[str | None] = mapped_column(Text)
+    sleep_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Job(JobColumns, Base):
@@ -237,6 +245,17 @@ class Job(JobColumns, Base):
             "ix_jobs_pushing",
             "queue",
             postgresql_where=text("status = 'running' AND worker_id LIKE 'push:%'"),
+        ),
+        # Jobs waiting for an event: by its name (POST /events wakes them), and by deadline (EXPIRE_WAITS).
+        Index(
+            "ix_jobs_awaiting",
+            "wait_event",
+            postgresql_where=text("status = 'waiting' AND wait_event IS NOT NULL"),
+        ),
+        Index(
+            "ix_jobs_await_due",
+            "run_at",
+            postgresql_where=text("status = 'waiting' AND wait_event IS NOT NULL"),
         ),
         # Lease expiry: running jobs by deadline.
         Index("ix_jobs_lease_expiry", "lease_expires_at", postgresql_where=text("status = 'running'")),
@@ -318,6 +337,24 @@ class JobHistory(JobColumns, Base):
 
     id: Mapped[int] = mapped_column(BigInteger)
     purge_after: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Event(Base):
+    """An event sent by name (POST /events, jobq.send_event()): it woke the jobs awaiting its name then,
+    and is kept for JOBQ_EVENT_RETENTION so that a job awaiting it later finds it (app/service/durable.py).
+    `scope`: the queues (LIKE patterns) of the token that sent it, which alone it reaches; NULL: all."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        Index("ix_events_name", "name", "id"),
+        Index("ix_events_at", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+    payload: Mapped[object | None] = mapped_column(JSONB)
+    scope: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))
 
 
 class Workflow(Base):

@@ -53,7 +53,7 @@ from app.service.rollups import completed_lately, forget_rollups, rollup_series,
 from app.service.rows import Row, Scope
 from app.service.runtime import Runtime
 from app.service.upkeep import database_health, expire_leases, lock_waits, queue_gauges
-from app.service.workers import ack, ack_batch, extend, nack, nack_batch, release, single
+from app.service.workers import ack, ack_batch, extend, nack, nack_batch, release, release_to_sleep, single
 from app.service.workers_seen import forget_workers, list_workers, write_sightings
 
 __all__ = [
@@ -103,6 +103,7 @@ __all__ = [
     "queue_gauges",
     "queues",
     "release",
+    "release_to_sleep",
     "retry_dead",
     "rotate_push_secret",
     "rollup_series",

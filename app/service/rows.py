@@ -3,6 +3,7 @@ nothing (the status it left the job in)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -34,10 +35,36 @@ def as_job(row: asyncpg.Record) -> Row:
             out["progress"] = JSONText(progress)
     if out.get("delivery") is not None:
         out["delivery"] = JSONText(out["delivery"])
+    _durable(out)
     token = out.pop("lease_token", None)
     if token is not None:
         out["lease_token"] = token_text(token, out["queue"])
     return out
+
+
+def _durable(out: Row) -> None:
+    """A job's steps and events (API part 8) as stored JSON text. A lease's rows (LEASED_JOB) hand them
+    out only when the job has some; a whole job (sql.JOB) shows them (null: none), with what it waits
+    for and until when it sleeps in place of the columns they are read from."""
+    for name in ("steps", "events"):
+        if name not in out:
+            return
+        value = out[name]
+        if value is not None:
+            out[name] = JSONText(value)
+        elif "status" not in out:
+            del out[name]
+    if "wait_event" not in out:
+        return
+    event, sleep_until, status = out.pop("wait_event"), out.pop("sleep_until"), out["status"]
+    out["waiting_for"] = (
+        {"event": event, "until": out["run_at"]} if status == "waiting" and event is not None else None
+    )
+    out["sleeping_until"] = (
+        sleep_until
+        if status == "pending" and sleep_until is not None and sleep_until > datetime.now(UTC)
+        else None
+    )
 
 
 async def job_status(conn: asyncpg.Connection, job_id: int, scope: Scope = None) -> str:

@@ -25,6 +25,7 @@ from app.service.coalesce import Shared
 from app.service.rows import Row, job_status
 from app.service.runtime import Runtime
 from app.telemetry import tracing
+from app.telemetry.metrics import PerQueue
 
 Tokens = list[uuid.UUID | str | None]
 
@@ -96,11 +97,13 @@ def single(result: Row) -> Row:
 _NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def _json_text(value: object, limit: int, what: str, again: str) -> str | None:
-    """`value` (any JSON value; None: none) as the JSON text to keep, at most `limit` bytes:
-    PayloadTooLarge past it, Invalid past it once its numbers are written out, Invalid for text jsonb
-    cannot hold. Checked before anything is sent, so a refused value changes nothing; the detail says
-    what to send instead (`again`)."""
+def _json_text(
+    value: object, limit: int, what: str, again: str, setting: str = "JOBQ_MAX_RESULT_BYTES"
+) -> str | None:
+    """`value` (any JSON value; None: none) as the JSON text to keep, at most `limit` bytes (the
+    `setting`): PayloadTooLarge past it, Invalid past it once its numbers are written out, Invalid for
+    text jsonb cannot hold. Checked before anything is sent, so a refused value changes nothing; the
+    detail says what to send instead (`again`)."""
     if value is None:
         return None
     try:
@@ -111,11 +114,11 @@ def _json_text(value: object, limit: int, what: str, again: str) -> str | None:
         raise Invalid(f"{what} {exc}: {again}") from None
     if len(data) > limit:
         raise PayloadTooLarge(
-            f"{what} is {len(data)} bytes encoded; the limit is {limit} bytes (JOBQ_MAX_RESULT_BYTES):"
+            f"{what} is {len(data)} bytes encoded; the limit is {limit} bytes ({setting}):"
             f" nothing changed, {again}"
         )
     if (size := written_size(data, value)) > limit:
-        raise Invalid(f"{what} {written_out(size, limit, 'JOBQ_MAX_RESULT_BYTES')}; nothing changed, {again}")
+        raise Invalid(f"{what} {written_out(size, limit, setting)}; nothing changed, {again}")
     if b"\\u0000" in data and _NUL.search(data):
         raise Invalid(f"{what} holds a NUL character (\\u0000), which PostgreSQL cannot store: {again}")
     return data.decode()
@@ -299,11 +302,13 @@ async def release(
     items: Sequence[JobLeaseLike],
     delays: list[float | None] | None = None,
     deliveries: list[str | None] | None = None,
+    slept: PerQueue | None = None,
 ) -> list[Row]:
     """Give running jobs back untouched, under their current lease tokens: pending again at once (or,
     with `delays`, that many seconds from now), the attempt not counted (a worker that took more than
-    it will start, or is stopping before it starts; a push its endpoint wants again later). A result
-    per item, in order, like ack_batch. `deliveries` as for nack_batch."""
+    it will start, or is stopping before it starts; a push its endpoint wants again later; a durable
+    sleep). A result per item, in order, like ack_batch. `deliveries` as for nack_batch; `slept` counts
+    the jobs released with a delay, per queue."""
     ids, queues, tokens = _leases(items)
     keys = _item_keys(ids, tokens)
     async with db.acquire() as conn:
@@ -318,10 +323,24 @@ async def release(
         released = _row_per_item(keys, rows)
         failed = [job_id for job_id, row in zip(ids, released, strict=True) if row is None]
         leases = await _lease_status(conn, failed) if failed else {}
+    if slept is not None and delays is not None:
+        slept.count_queues(
+            [row["queue"] for row, delay in zip(released, delays, strict=True) if row is not None and delay]
+        )
     return [
         {"id": job_id, "ok": True} if row is not None else _refused(job_id, leases)
         for job_id, row in zip(ids, released, strict=True)
     ]
+
+
+async def release_to_sleep(runtime: Runtime, items: Sequence[JobLeaseLike]) -> list[Row]:
+    """A worker's release (POST /release): each item pending again at once, or after its `delay` (a
+    durable sleep, app/service/durable.py), the attempt not counted; sleeps counted per queue. Items read
+    by the fast reader (app/http/fastpath/bodies.py) carry no delay."""
+    delays = [getattr(item, "delay", None) for item in items]
+    if delays.count(None) == len(delays):
+        return await release(runtime.db, items)
+    return await release(runtime.db, items, delays=delays, slept=runtime.metrics.sleeps)
 
 
 # --- extend ----------------------------------------------------------------------------------------

@@ -253,6 +253,21 @@ class Metrics:
             "jobq_jobs_dead_lettered", "Jobs that went dead: nacked with dead=true or out of attempts."
         )
         self.expired = per_queue("jobq_jobs_expired", "Leases that expired before an ack or nack.")
+        # Durable steps, sleeps and events (API part 8, app/service/durable.py).
+        self.steps = per_queue(
+            "jobq_steps_recorded", "Steps recorded with their jobs (POST /jobs/{id}/steps)."
+        )
+        self.sleeps = per_queue(
+            "jobq_sleeps", "Jobs released to sleep: POST /release with a delay, the attempt not counted."
+        )
+        self.awaits = per_queue(
+            "jobq_event_waits", "Jobs that awaited an event (POST /jobs/{id}/await), parked or not."
+        )
+        self.events_woken = per_queue(
+            "jobq_event_wakes", "Jobs made pending by an event they awaited (at once, or once it was sent)."
+        )
+        self.waits_expired = per_queue("jobq_event_waits_expired", "Waits for an event that ran out.")
+        self.events_sent = Counter("jobq_events_sent", "Events sent (POST /events).", registry=r)
         self.claim_seconds = Histogram(
             "jobq_claim_duration_seconds",
             "Duration of the claim statement (one per lease, or per shared lease).",

@@ -137,6 +137,9 @@ async def retry_workflow(conn: asyncpg.Connection, job_id: int) -> None:
 # The job is in workflow 1 (no row of that id is needed: nothing joins it).
 IN_WORKFLOW = "UPDATE jobq.jobs SET workflow_id = 1; UPDATE jobq.jobs_history SET workflow_id = 1"
 
+# The job awaits event 'e' (run_at, a second ago, is then the wait's deadline).
+AWAITING = "UPDATE jobq.jobs SET wait_event = 'e'"
+
 CASES: dict[str, Case] = {
     "LEASE": Case(q.LEASE, statement(q.LEASE, queue=QUEUE, visibility_timeouts=[30.0], worker_ids=["w"])),
     "LEASE_FLOW": Case(q.LEASE_FLOW, lease_flow(q.FLOW_KEYS, q.LEASE_FLOW), given=FLOW),
@@ -252,6 +255,19 @@ CASES: dict[str, Case] = {
         given="UPDATE jobq.jobs SET created_at = now() - interval '61 seconds'",
     ),
     "DELETE_QUEUE": Case(q.DELETE_QUEUE, delete_queue),
+    "AWAIT_EVENT": Case(q.AWAIT_EVENT, statement(q.AWAIT_EVENT, event="e", timeout=60.0), when="parked"),
+    "AWAIT_EVENT after its event": Case(
+        q.AWAIT_EVENT,
+        statement(q.AWAIT_EVENT, event="e", timeout=60.0),
+        when="an event sent before",
+        given="INSERT INTO jobq.events (name) VALUES ('e')",
+    ),
+    "SEND_EVENT": Case(
+        q.SEND_EVENT,
+        statement(q.SEND_EVENT, name="e", payload=None, scope=None),
+        given=AWAITING,
+    ),
+    "EXPIRE_WAITS": Case(q.EXPIRE_WAITS, statement(q.EXPIRE_WAITS, batch=10), given=AWAITING),
 }
 
 

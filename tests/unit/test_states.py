@@ -14,7 +14,7 @@ from app.core import states
 from app.core.states import JobStatus
 from app.db import sql as q
 from app.db.sql import sqs as sq
-from tests.helpers import front_claim_statements
+from tests.helpers import front_claim_statements, function_body
 
 # What makes a statement a status change: it sets `status`, or inserts or deletes jobs. A workflow's status
 # (jobq.workflows) is not a job's.
@@ -25,7 +25,11 @@ WORKFLOW_STATUS = re.compile(r"UPDATE\s+jobq\.workflows\s+SET\s+status\s*=", re.
 
 
 # A statement that calls a function of jobq's schema changes what the function's statements change.
-CALLED = {q.LEASE_FLOW_FRONT.name: "".join(query.text for query in front_claim_statements())}
+CALLED = {
+    q.LEASE_FLOW_FRONT.name: "".join(query.text for query in front_claim_statements()),
+    q.AWAIT_EVENT.name: function_body("jobq.await_event"),
+    q.SEND_EVENT.name: function_body("jobq.send_event"),
+}
 
 
 def changes_status(query: q.Query) -> bool:

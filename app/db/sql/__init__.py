@@ -7,6 +7,7 @@
 - jobs.py: one job by id: read, cancelled, run now, watched by a waiter
 - claim.py: leases: LEASE, and under flow control FLOW_KEYS, LEASE_FLOW, LEASE_FLOW_FRONT
 - ends.py: the end of a lease: ack, nack, release, extend, expiry; SQS retention
+- durable.py: steps recorded under a lease, waits for events, events sent, kept and pruned
 - history.py: finished jobs in jobq.jobs_history, pruned by retention
 - dead.py: dead jobs listed, retried, purged; SQS redrive
 - lists.py: GET /jobs, a bounded window at a time
@@ -48,6 +49,15 @@ from app.db.sql.dead import (
     REDRIVE_DEAD,
     RETRY_DEAD,
     RETURN_DEAD_LETTERS,
+)
+from app.db.sql.durable import (
+    AWAIT_EVENT,
+    EXPIRE_WAITS,
+    LIST_EVENTS,
+    PRUNE_EVENTS,
+    RECORD_STEP,
+    SEND_EVENT,
+    STEP_REFUSED,
 )
 from app.db.sql.ends import (
     ACK,

@@ -99,13 +99,14 @@ RELEASE = Query.define(
             worker_id = NULL, updated_at = now(),
             run_at = CASE WHEN r.delay IS NULL THEN j.run_at
                           ELSE now() + make_interval(secs => r.delay) END,
+            sleep_until = CASE WHEN r.delay > 0 THEN now() + make_interval(secs => r.delay) END,
             delivery = coalesce(r.delivery::jsonb, j.delivery)
         FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :delays::float8[],
                     :deliveries::text[]) AS r(id, queue, lease_token, delay, delivery)
         WHERE j.id = r.id AND j.queue = r.queue AND j.lease_token = r.lease_token AND j.status = 'running'
         RETURNING j.id, r.lease_token, j.queue, j.run_at
     ), {_notify("released")}
-    SELECT id, lease_token FROM released WHERE {NOTIFIED}
+    SELECT id, lease_token, queue FROM released WHERE {NOTIFIED}
     """,
 )
 

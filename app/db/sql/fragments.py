@@ -14,17 +14,18 @@ JOB = f"""
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at,
     j.result, j.progress, j.schedule, j.schedule_slot, j.worker_id, j.traceparent, j.tracestate,
-    j.depends_on, j.run_if, j.workflow_id, j.delivery
+    j.depends_on, j.run_if, j.workflow_id, j.delivery, j.steps, j.events, j.wait_event, j.sleep_until
 """
 
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs
 # decodes every column of every row). `depends_on` (NULL but for a job with parents) tells the service
 # whose parents' results to fetch for the lease (app/service/leasing.py); it is not handed out itself.
+# `steps` and `events` (API part 8) are handed out when the job has some: NULL costs a lease nothing.
 LEASED_JOB = f"""
     j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.run_at, j.created_at, j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate,
-    j.depends_on
+    j.depends_on, j.steps, j.events
 """
 
 # What the spans of a statement that ends attempts need of each job (app/telemetry/tracing.py): its trace
@@ -46,7 +47,8 @@ JOB_COLUMNS = (
     "last_error", "lease_token", "lease_expires_at", "worker_id", "created_at", "updated_at",
     "completed_at", "message_attributes", "first_received_at", "kind", "result", "progress", "awaited",
     "key", "schedule", "schedule_slot", "traceparent", "tracestate", "depends_on", "run_if", "workflow_id",
-    "has_children", "debounce_key", "debounce_until", "delivery",
+    "has_children", "debounce_key", "debounce_until", "delivery", "steps", "events", "wait_event",
+    "sleep_until",
 )  # fmt: skip
 
 

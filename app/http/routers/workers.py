@@ -87,12 +87,14 @@ async def nack_batch(body: NackBatchRequest, runtime: RuntimeDep) -> JSONBody:
 
 
 @router.post("/release", response_model=None, responses=answers(BatchResults))
-async def release(body: ReleaseRequest, db: DB) -> JSONBody:
-    """Give leased jobs back without counting the attempt: pending again at once, for another worker.
+async def release(body: ReleaseRequest, runtime: RuntimeDep) -> JSONBody:
+    """Give leased jobs back without counting the attempt: pending again at once, for another worker, or
+    after an item's `delay` (a durable sleep: no worker is held while the job sleeps).
 
-    For jobs a worker leased but will not start (it took too many, or it is stopping). Fenced like ack:
-    only the current lease token releases a running job; others get `lease_lost` in their result."""
-    return JSONBody({"results": await service.release(db, body.items)})
+    For jobs a worker leased but will not start (it took too many, or it is stopping), and for a handler
+    that sleeps. Fenced like ack: only the current lease token releases a running job; others get
+    `lease_lost` in their result."""
+    return JSONBody({"results": await service.release_to_sleep(runtime, body.items)})
 
 
 @router.post("/extend", response_model=None, responses=answers(ExtendResponse, 404, 409, 413))

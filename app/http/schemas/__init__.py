@@ -34,6 +34,18 @@ from app.http.schemas.common import (
     RunAt,
     Seconds,
 )
+from app.http.schemas.durable import (
+    Awaited,
+    AwaitRequest,
+    EventPage,
+    EventReached,
+    EventRequest,
+    EventSent,
+    EventView,
+    StepRecorded,
+    StepRequest,
+    WaitingFor,
+)
 from app.http.schemas.health import (
     DatabaseHealth,
     Health,
@@ -103,6 +115,7 @@ from app.http.schemas.workers import (
     NackItemResult,
     NackRequest,
     NackResponse,
+    ReleaseItem,
     ReleaseRequest,
 )
 
@@ -154,7 +167,18 @@ __all__ = [
     "ExtendRequest",
     "ExtendResponse",
     "AckBatchRequest",
+    "ReleaseItem",
     "ReleaseRequest",
+    "StepRequest",
+    "StepRecorded",
+    "AwaitRequest",
+    "Awaited",
+    "EventRequest",
+    "EventSent",
+    "EventView",
+    "EventPage",
+    "EventReached",
+    "WaitingFor",
     "NackBatchRequest",
     "ItemResult",
     "BatchResults",

@@ -25,6 +25,7 @@ from app.http.schemas.common import (
     RunAt,
     Seconds,
 )
+from app.http.schemas.durable import EventReached, WaitingFor
 from app.http.schemas.trace import TraceParent, TraceState
 
 # Examples for the document: bodies as a client sends them, answers as the service writes them.
@@ -312,6 +313,21 @@ class Job(BaseModel):
     workflow_id: int | None = Field(default=None, description="The workflow that made it; null: none.")
     delivery: Delivery | None = Field(
         default=None, description="Its last push delivery (its queue has a push target); null: never pushed."
+    )
+    steps: dict[str, Any] | None = Field(
+        default=None,
+        description="The steps its handler recorded (POST /jobs/{id}/steps), by name; null: none.",
+    )
+    events: list[EventReached] | None = Field(
+        default=None,
+        description="The events that reached it, and its waits that ran out, in order; null: none.",
+    )
+    waiting_for: WaitingFor | None = Field(
+        default=None, description="While it waits for an event: its name and the wait's deadline; else null."
+    )
+    sleeping_until: datetime | None = Field(
+        default=None,
+        description="While it sleeps (released with a delay, POST /release): until when; else null.",
     )
 
 

@@ -22,6 +22,7 @@ from app.http.schemas.common import (
     QueueName,
     Seconds,
 )
+from app.http.schemas.durable import EventReached, ParkSeconds
 from app.http.schemas.producers import ParentJob
 
 # Examples for the document: lease tokens as /lease hands them out.
@@ -108,6 +109,15 @@ class LeasedJob(BaseModel):
         description="Only for a job with parents (depends_on), at most 100 of them: each one's id, kind, "
         "status and result, so that the child reads what its parents returned without another request "
         "(GET /jobs/{id}/parents pages them for a job with more).",
+    )
+    steps: dict[str, Any] | None = Field(
+        default=None,
+        description="Only for a job with recorded steps (POST /jobs/{id}/steps): what each returned, by "
+        "name, so that a handler run again from the top skips what it did already.",
+    )
+    events: list[EventReached] | None = Field(
+        default=None,
+        description="Only for a job that events reached (or whose waits ran out): each, in order.",
     )
 
 
@@ -250,16 +260,27 @@ class AckBatchRequest(Body):
     )
 
 
+class ReleaseItem(JobLeaseItem):
+    """A leased job to give back, and when it may run again."""
+
+    delay: ParkSeconds | None = Field(
+        default=None,
+        description="Seconds until it is due again, 0-31,536,000 (a year): a durable sleep, the attempt not "
+        "counted and no worker held meanwhile. Null: due again at once, at its place in line.",
+    )
+
+
 class ReleaseRequest(Body):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                {"items": [{"id": 1043, "lease_token": _TOKEN}, {"id": 1044, "lease_token": _TOKEN_2}]}
+                {"items": [{"id": 1043, "lease_token": _TOKEN}, {"id": 1044, "lease_token": _TOKEN_2}]},
+                {"items": [{"id": 1043, "lease_token": _TOKEN, "delay": 3600}]},
             ]
         }
     )
 
-    items: list[JobLeaseItem] = Field(
+    items: list[ReleaseItem] = Field(
         min_length=1,
         max_length=MAX_BATCH,
         description="1-1000 leased jobs to give back, each with its lease token, each answered on its own.",

@@ -1,14 +1,13 @@
-"""Work each service process does on its own: expiring leases (and moving the dead jobs of queues with an
-SQS RedrivePolicy into their dead-letter queues, app/service/redrive.py), finished jobs' retention, expired
-idempotency keys, workers long gone and old rollups, reading the metrics' database gauges, writing the
-workers it saw lease and the rollups of what it counted (every metrics interval; with the gauges, what
-holds back vacuum and the jobs table's state), and vacuuming the jobs table where autovacuum does not
-(app/service/loops/vacuum.py).
+"""Work each service process does on its own: expiring leases and waits for events (and moving the dead jobs
+of queues with an SQS RedrivePolicy into their dead-letter queues, app/service/redrive.py), finished jobs'
+retention, expired idempotency keys, workers long gone and old rollups, reading the metrics' database
+gauges, writing the workers it saw lease and the rollups of what it counted (every metrics interval; with
+the gauges, what holds back vacuum and the jobs table's state), and vacuuming the jobs table where
+autovacuum does not (app/service/loops/vacuum.py).
 
-Every replica runs these loops; the statements claim rows with SKIP LOCKED and re-check states, so
-replicas share the work instead of colliding. A failing step (database down) is logged and retried on
-the next tick; the loops end only when the app shuts down.
-"""
+Every replica runs these loops; the statements claim rows with SKIP LOCKED and re-check states, so replicas
+share the work instead of colliding. A failing step (database down) is logged and retried on the next tick;
+the loops end only when the app shuts down."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from app import service
 from app.core.errors import DATABASE_UNAVAILABLE
-from app.service import flow, push, redrive, sqs_fifo, workflows
+from app.service import durable, flow, push, redrive, sqs_fifo, workflows
 from app.service.loops import vacuum as maintenance
 from app.service.runtime import Runtime
 from app.telemetry.metrics import QueueGauges
@@ -47,6 +46,9 @@ def start(runtime: Runtime) -> list[asyncio.Task]:
         changed = await service.expire_leases(runtime)
         if changed:
             log.info("returned %d expired leases", len(changed))
+        waited = await durable.expire_waits(runtime)
+        if waited:
+            log.info("%d waits for an event ran out", waited)
         moved = await redrive.move_dead_letters(db)
         if moved:
             log.info("moved %d dead jobs into their SQS dead-letter queues", moved)
@@ -74,6 +76,9 @@ def start(runtime: Runtime) -> list[asyncio.Task]:
         await service.forget_workers(db)
         await service.forget_rollups(db)
         await push.prune_holds(db)
+        events = await durable.prune_events(db)
+        if events:
+            log.info("forgot %d events past their retention", events)
 
     async def refresh_gauges() -> None:
         queues = await service.queue_gauges(db)
