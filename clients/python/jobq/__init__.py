@@ -9,7 +9,8 @@
             jobq.worker.ack(leased)
 
 Here is what an application uses every day: the clients, tasks and what a handler raises or asks
-(`Retry`, `Fail`, `current_job`, `progress`), the runner, and the errors worth catching one by one (every
+(`Retry`, `Fail`, `current_job`, `progress`; for durable execution `Context`, `context()` and what ends a
+handler to resume it later, `Suspend`), the runner, and the errors worth catching one by one (every
 error of a call is a `JobqError`; `Unavailable` covers no answer at all). A client's own methods are a
 producer's (`enqueue`, `get_job`, `wait`, `cancel`); `client.worker` holds the lease protocol and
 `client.admin` the operator's calls (see `jobq.client`).
@@ -54,12 +55,15 @@ if TYPE_CHECKING:
     from jobq.flows import Flow, chain, chord, group
     from jobq.push import sign_push, verify_push
     from jobq.tasks import (
+        Context,
         Fail,
         Retry,
+        Suspend,
         Task,
         Tasks,
         aparent_results,
         aparents,
+        context,
         current_job,
         parent_results,
         parents,
@@ -80,6 +84,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "Conflict",
+    "Context",
     "Fail",
     "Flow",
     "JobqError",
@@ -87,6 +92,7 @@ __all__ = [
     "NotFound",
     "PushVerificationError",
     "Retry",
+    "Suspend",
     "Task",
     "Tasks",
     "Unavailable",
@@ -96,6 +102,7 @@ __all__ = [
     "aparents",
     "chain",
     "chord",
+    "context",
     "current_job",
     "group",
     "parent_results",
@@ -110,7 +117,10 @@ __all__ = [
 # 0.15 s to import, the system's certificate authorities read with it).
 _HOME = {
     **dict.fromkeys(("AsyncClient", "Client"), "jobq.client"),
-    **dict.fromkeys(("Fail", "Retry", "Task", "Tasks", "current_job", "progress"), "jobq.tasks"),
+    **dict.fromkeys(
+        ("Context", "Fail", "Retry", "Suspend", "Task", "Tasks", "context", "current_job", "progress"),
+        "jobq.tasks",
+    ),
     **dict.fromkeys(("Flow", "chain", "chord", "group"), "jobq.flows"),
     **dict.fromkeys(("parents", "aparents", "parent_results", "aparent_results"), "jobq.tasks"),
     **dict.fromkeys(

@@ -58,11 +58,15 @@ from jobq.types import (
     FINISHED,
     WORKFLOW_FINISHED,
     AckResult,
+    Awaited,
     CatchUp,
     DeadPage,
     Debounce,
     DeleteKeyResult,
     DeleteScheduleResult,
+    Event,
+    EventPage,
+    EventSent,
     ExtendResult,
     ItemResult,
     Job,
@@ -165,11 +169,17 @@ def _leased_job(j: Mapping[str, Any], time: Callable[[str], datetime] = datetime
         j.get("traceparent"),
         j.get("tracestate"),
         None if (parents := j.get("parents")) is None else [_parent(p) for p in parents],
+        j.get("steps"),
+        None if (events := j.get("events")) is None else [load(Event, e) for e in events],
     )
 
 
 def _parent(p: Mapping[str, Any]) -> Parent:
     return load(Parent, p)
+
+
+def _nothing(data: Any) -> None:
+    return None
 
 
 def _item_results(data: Mapping[str, Any]) -> list[ItemResult]:
@@ -591,11 +601,62 @@ class Calls:
         return Call("POST", "/ack/batch", _item_results, json={"items": items})
 
     @staticmethod
-    def release(jobs: Iterable[LeasedJob]) -> Call[list[ItemResult]]:
-        """Give leased jobs back untouched (`POST /release`): pending again at once, the attempt not
-        counted. For jobs this worker will not start. One result per job, in order."""
-        items = [_lease_of(job, None) for job in jobs]
+    def release(jobs: Iterable[LeasedJob], *, delay: float | None = None) -> Call[list[ItemResult]]:
+        """Give leased jobs back untouched (`POST /release`): pending again at once, or `delay` seconds
+        from now (a durable sleep, at most a year), the attempt not counted. For jobs this worker will
+        not start, or that sleep. One result per job, in order."""
+        extra = {} if delay is None else {"delay": delay}
+        items = [_lease_of(job, None) | extra for job in jobs]
         return Call("POST", "/release", _item_results, json={"items": items})
+
+    @staticmethod
+    def record_step(
+        job: LeasedJob | int, name: str, result: Any, *, lease_token: str | None = None
+    ) -> Call[None]:
+        """Record step `name`'s result (any JSON value, None included) with a leased job (`POST
+        /jobs/{id}/steps`): every later lease of the job carries it in `steps`. `Conflict` when the name
+        is recorded already (the first result stands: `error.problem["result"]`), `LeaseLost` when the
+        lease moved on, `PayloadTooLarge` past the service's limit of a job's steps. A handler calls
+        `ctx.step` instead, which skips what is recorded."""
+        body = _lease_of(job, lease_token)
+        return Call(
+            "POST",
+            f"/jobs/{body['id']}/steps",
+            _nothing,
+            json={"lease_token": body["lease_token"], "name": name, "result": result},
+            idempotent=False,
+        )
+
+    @staticmethod
+    def await_event(
+        job: LeasedJob | int, event: str, timeout: float, *, lease_token: str | None = None
+    ) -> Call[Awaited]:
+        """End the lease and park the job until an event named `event` is sent, for at most `timeout`
+        seconds (`POST /jobs/{id}/await`), the attempt not counted; or, when such an event was sent since
+        the job was enqueued and has not reached it, make it pending at once (`status` says which). A
+        handler calls `ctx.wait_for_event` instead."""
+        body = _lease_of(job, lease_token)
+        return Call(
+            "POST",
+            f"/jobs/{body['id']}/await",
+            _reader(Awaited),
+            json={"lease_token": body["lease_token"], "event": event, "timeout": timeout},
+            idempotent=False,
+        )
+
+    @staticmethod
+    def send_event(name: str, payload: Any = None) -> Call[EventSent]:
+        """Send an event (`POST /events`): every job awaiting `name` is pending at once, the event (and its
+        `payload`, any JSON value) in its `events`. The event is kept (7 days by default), so a job that
+        awaits the name later, having been enqueued before it was sent, finds it."""
+        return Call("POST", "/events", _reader(EventSent), json={"name": name, "payload": payload})
+
+    @staticmethod
+    def events(name: str | None = None, *, limit: int = 100, before_id: int | None = None) -> Call[EventPage]:
+        """The events kept, newest first (`GET /events`), of `name` when given; pass `next_before_id` as
+        `before_id` for the next page."""
+        params = _compact({"name": name, "limit": limit, "before_id": before_id})
+        return Call("GET", "/events", _reader(EventPage), params=params)
 
     @staticmethod
     def nack(
@@ -1030,6 +1091,8 @@ class WorkerCalls(_SyncGroup):
     nack_many = _sync(Calls.nack_many)
     extend = _sync(Calls.extend)
     release = _sync(Calls.release)
+    record_step = _sync(Calls.record_step)
+    await_event = _sync(Calls.await_event)
 
 
 class AdminCalls(_SyncGroup):
@@ -1040,6 +1103,7 @@ class AdminCalls(_SyncGroup):
     jobs = _sync(Calls.jobs)
     run_now = _sync(Calls.run_now)
     workers = _sync(Calls.workers)
+    events = _sync(Calls.events)
     dead_jobs = _sync(Calls.dead_jobs)
     retry_dead = _sync(Calls.retry_dead)
     purge_dead = _sync(Calls.purge_dead)
@@ -1071,6 +1135,8 @@ class AsyncWorkerCalls(_AsyncGroup):
     nack_many = _async(Calls.nack_many)
     extend = _async(Calls.extend)
     release = _async(Calls.release)
+    record_step = _async(Calls.record_step)
+    await_event = _async(Calls.await_event)
 
 
 class AsyncAdminCalls(_AsyncGroup):
@@ -1079,6 +1145,7 @@ class AsyncAdminCalls(_AsyncGroup):
     jobs = _async(Calls.jobs)
     run_now = _async(Calls.run_now)
     workers = _async(Calls.workers)
+    events = _async(Calls.events)
     dead_jobs = _async(Calls.dead_jobs)
     retry_dead = _async(Calls.retry_dead)
     purge_dead = _async(Calls.purge_dead)
@@ -1393,6 +1460,7 @@ class Client(_Transport, _Blocking):
     cancel_workflow = _sync(Calls.cancel_workflow)
     retry_workflow = _sync(Calls.retry_workflow)
     job_parents = _sync(Calls.job_parents)
+    send_event = _sync(Calls.send_event)
 
     @functools.cached_property
     def worker(self) -> WorkerCalls:
@@ -1518,6 +1586,7 @@ class AsyncClient(_Transport, _Awaited):
     cancel_workflow = _async(Calls.cancel_workflow)
     retry_workflow = _async(Calls.retry_workflow)
     job_parents = _async(Calls.job_parents)
+    send_event = _async(Calls.send_event)
 
     @functools.cached_property
     def worker(self) -> AsyncWorkerCalls:

@@ -25,6 +25,11 @@
   What it returns is the job's result (when JSON can hold it). `jobq.current_job()` is the job being run
   (its id, attempts, ...), `jobq.progress(value)` reports how far it got, and `jobq.parents()` /
   `jobq.parent_results()` what its parents (`depends_on`) returned.
+- Durable execution: a task with a parameter named `ctx` gets the job's `jobq.Context` there (not from the
+  payload; any handler can call `jobq.context()`). `ctx.step("charge", charge_card, order)` runs the
+  function once across retries and returns its recorded result afterwards; `ctx.sleep(3600)` and
+  `ctx.wait_for_event("paid:7", timeout=86400)` end the handler and run it again later from the top, the
+  earlier steps answered from the record (see `Context`).
 - A worker serving a registry (`Worker(tasks)`, `jobq worker myapp.tasks`) routes each job by its kind; a
   job whose kind no task has fails with an error naming the kinds it knows, and is retried on the queue's
   backoff, so that a worker of a newer release can take it during a rolling deploy (until its attempts run
@@ -37,16 +42,19 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 from jobq.client import AsyncClient, Client
-from jobq.types import Job, LeasedJob, Parent
+from jobq.types import Event, Job, LeasedJob, Parent
 
 __all__ = [
+    "Context",
     "Fail",
+    "Suspend",
     "Retry",
     "Signature",
     "Task",
@@ -54,6 +62,7 @@ __all__ = [
     "UnknownTask",
     "aparent_results",
     "aparents",
+    "context",
     "current_job",
     "parent_results",
     "parents",
@@ -61,6 +70,8 @@ __all__ = [
 ]
 
 P = ParamSpec("P")
+# A task's parameter of this name is given the job's `jobq.Context`, never a payload field.
+CONTEXT_PARAMETER = "ctx"
 R = TypeVar("R")
 
 
@@ -76,6 +87,8 @@ class Running:
     loop: asyncio.AbstractEventLoop | None = None
     # Its parents once read with a request (`parents`), so a handler asking again makes no other.
     read: dict[str, list[Parent]] = field(default_factory=dict)
+    # Its durable context, made on first use (`context()`, a task's `ctx`).
+    durable: list[Context] = field(default_factory=list)
 
 
 _current: contextvars.ContextVar[Running] = contextvars.ContextVar("jobq_running")
@@ -199,6 +212,161 @@ async def _read_parents(running: Running) -> list[Parent]:
         after = page.next_after_id
 
 
+def context() -> Context:
+    """The running job's durable context (`ctx.step`, `ctx.sleep`, `ctx.wait_for_event`); LookupError
+    outside a handler the worker runs. A task with a parameter named `ctx` is given it there."""
+    running = _running("context")
+    if not running.durable:
+        running.durable.append(Context(running))
+    return running.durable[0]
+
+
+# The step names jobq keeps for its own records: `ctx.sleep` records its wake-up time under one.
+RESERVED_STEP_PREFIX = "jobq."
+
+
+class Suspend(BaseException):  # noqa: N818 - read as what it does: the handler is suspended
+    """Raised by `ctx.sleep` and `ctx.wait_for_event` to end the handler: the worker, instead of acking or
+    nacking the job, sleeps it (`POST /release` with a delay, after recording its wake-up time) or parks it
+    until the event (`POST /jobs/{id}/await`), and the handler runs again from the top later. A
+    BaseException, so that a handler's `except Exception` does not swallow it: let it through."""
+
+    def __init__(
+        self,
+        *,
+        delay: float | None = None,
+        record: tuple[str, float] | None = None,
+        event: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(f"sleep {delay} s" if event is None else f"wait for event {event!r}")
+        self.delay, self.record, self.event, self.timeout = delay, record, event, timeout
+
+
+class Context:
+    """Durable execution for one run of a job's handler: steps recorded with the job, sleeps that hold no
+    worker, and waits for events.
+
+    The handler is written to replay: after a crash, a retry, a sleep or an event, it runs again from the
+    top, and each `step` it reaches that was recorded before returns the recorded result without running
+    its function. So everything a handler decides must come from its payload, its steps' results and its
+    events: a value that changes from one run to the next (the time, a random id, a read of data that
+    others change) is taken inside a step, or the replay takes another path than the first run did::
+
+        def place_order(order: int, ctx: jobq.Context) -> None:
+            charge = ctx.step("charge", charge_card, order)       # runs once, however often the job runs
+            ctx.sleep(3600)                                        # ends the handler; an hour later it
+            paid = ctx.wait_for_event(f"paid:{order}", timeout=86400)  # runs again from the top
+            if paid is None:                                       # the day ran out without the event
+                ctx.step("refund", refund, charge["id"])
+            ...
+
+    Mistake to avoid: ``key = uuid.uuid4()`` in the handler, then ``ctx.step("ship", ship, order, key)``:
+    a replay makes another key, and a step whose function did run (a crash before its result was recorded)
+    ran with the other. Take it in a step: ``key = ctx.step("key", lambda: str(uuid.uuid4()))``.
+
+    A step's side effect happens once when the process survives until its result is recorded; a crash in
+    between runs the function again on the next lease (give it an idempotency key where that matters).
+    Steps are recorded in `steps` ({name: result}) and names are unique within a job; `sleep` numbers its
+    own records (`jobq.sleep:0`, ...), so step names starting with "jobq." are the service's."""
+
+    def __init__(self, running: Running) -> None:
+        self._running = running
+        self._steps: dict[str, Any] = dict(running.job.steps or {})
+        self._sleeps = 0
+        self._waits: dict[str, int] = {}
+
+    @property
+    def job(self) -> LeasedJob:
+        return self._running.job
+
+    @property
+    def steps(self) -> dict[str, Any]:
+        """The steps recorded so far, by name: those the lease carried and those of this run."""
+        return dict(self._steps)
+
+    def step(self, name: str, function: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+        """Step `name`: its recorded result if the job has one (the function is not called), else
+        `function(*args, **kwargs)`, recorded with the job before it is returned. The result must be a
+        JSON value. In an async handler, `await ctx.astep(...)`: recording is a request, which a plain
+        call would have to block the event loop for."""
+        if name in self._steps:
+            return cast(R, self._steps[name])
+        loop = _worker_loop_of(self._running, "step")
+        try:
+            on_the_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_the_loop = False
+        if on_the_loop:
+            raise RuntimeError(f"step {name!r}: in an async handler, use `await ctx.astep(...)`")
+        if is_async(function):
+            raise TypeError(
+                f"step {name!r}: {function!r} is a coroutine function; use `await ctx.astep(...)`"
+            )
+        result = function(*args, **kwargs)
+        return cast(R, asyncio.run_coroutine_threadsafe(self._record(name, result), loop).result())
+
+    async def astep(self, name: str, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """`step`, awaited, for an async handler; `function` may be a coroutine function."""
+        if name in self._steps:
+            return self._steps[name]
+        loop = _worker_loop_of(self._running, "astep")
+        result = function(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        if asyncio.get_running_loop() is loop:
+            return await self._record(name, result)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._record(name, result), loop))
+
+    async def _record(self, name: str, result: Any) -> Any:
+        """Record `result` as step `name` (on the worker's loop); the result the job keeps: this one, or
+        the one recorded first when another run got there before (the first write wins)."""
+        from jobq.types import Conflict
+
+        client = self._running.client
+        assert client is not None
+        try:
+            await client.worker.record_step(self.job, name, result)
+        except Conflict as exc:
+            result = exc.problem.get("result")
+        self._steps[name] = result
+        return result
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep `seconds` (at most a year) without holding a worker: ends the handler (raising `Suspend`),
+        and the job runs again from the top once they have passed, where this call returns at once. Works
+        the same in a plain and an async handler (no await). Sleeps are told apart by their order in the
+        handler."""
+        name = f"{RESERVED_STEP_PREFIX}sleep:{self._sleeps}"
+        self._sleeps += 1
+        now = time.time()
+        wake = self._steps.get(name)
+        if wake is None:
+            raise Suspend(delay=max(seconds, 0.0), record=(name, now + max(seconds, 0.0)))
+        if now < wake:  # woken early (run now by an operator, or the clocks disagree): sleep the rest
+            raise Suspend(delay=wake - now)
+
+    def wait_for_event(self, name: str, *, timeout: float) -> Event | None:
+        """The event `name` (its payload in `.payload`), once it is sent: ends the handler (raising
+        `Suspend`) until it is, or until `timeout` seconds (at most a year) pass, and the job runs again
+        from the top, where this call returns it, or None when the wait ran out. An event sent after the
+        job was enqueued and before this call is not lost: the job goes on at once. The n-th wait for a
+        name in the handler reads the n-th event of that name that reached the job."""
+        n = self._waits.get(name, 0)
+        self._waits[name] = n + 1
+        reached = [event for event in self.job.events or () if event.name == name]
+        if n < len(reached):
+            event = reached[n]
+            return None if event.timed_out else event
+        raise Suspend(event=name, timeout=timeout)
+
+
+def _worker_loop_of(running: Running, what: str) -> asyncio.AbstractEventLoop:
+    if running.client is None or running.loop is None:
+        raise LookupError(f"ctx.{what}(): no worker runs this job, so nothing can be recorded")
+    return running.loop
+
+
 class Retry(Exception):  # noqa: N818 - read as an instruction: raise Retry(after=300)
     """Raised by a handler: run the job again after `after` seconds (default: the queue's backoff). The
     attempt counts, as any failure does: past the job's max_attempts it goes dead."""
@@ -242,9 +410,17 @@ class Task(Generic[P, R]):
     visibility_timeout: float | None = None
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
     is_async: bool = field(init=False, repr=False, compare=False)
+    # Whether the function takes the job's `jobq.Context` as `ctx` (left out of its arguments by name).
+    takes_context: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         signature = inspect.signature(self.function)
+        takes_context = CONTEXT_PARAMETER in signature.parameters
+        if takes_context:
+            signature = signature.replace(
+                parameters=[p for p in signature.parameters.values() if p.name != CONTEXT_PARAMETER]
+            )
+        object.__setattr__(self, "takes_context", takes_context)
         for parameter in signature.parameters.values():
             if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.VAR_POSITIONAL):
                 raise TypeError(
@@ -314,6 +490,8 @@ class Task(Generic[P, R]):
             self.signature.bind(**payload)
         except TypeError as exc:
             raise Fail(f"task {self.name}: the payload does not fit its arguments: {exc}") from None
+        if self.takes_context:
+            return self.function(**payload, **{CONTEXT_PARAMETER: context()})  # type: ignore[arg-type,call-arg]
         return self.function(**payload)  # type: ignore[call-arg]
 
 

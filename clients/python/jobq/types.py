@@ -186,6 +186,9 @@ _TIMES = {
     "next_run_at",
     "last_run_at",
     "finished_at",
+    "at",
+    "until",
+    "sleeping_until",
 }
 # The fields read as an enum, and their values; a value this client does not know yet stays a str.
 _ENUMS: dict[str, dict[Any, StrEnum]] = {
@@ -272,6 +275,13 @@ class Job:
     # Only in answers of an enqueue with `debounce`: True when the key's pending job took this enqueue
     # (its payload replaced, its run_at moved), and this is that job.
     debounced: bool = False
+    # Durable steps and events: the results its handler recorded, by step name; the events that reached
+    # it (and its waits that ran out), in order; what it waits for (None unless waiting for an event);
+    # until when it sleeps (None unless released to sleep). None: none.
+    steps: dict[str, Any] | None = None
+    events: list[Event] | None = None
+    waiting_for: WaitingFor | None = None
+    sleeping_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +305,55 @@ class Parent:
     kind: str | None
     status: JobStatus  # a leased child's parents have all ended
     result: Any = None  # None: none (or the parent is not completed)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event that reached a job (`POST /events`), or a wait of the job that ran out (`timed_out`, with
+    no id and no payload): a leased job's `events`, in the order they came."""
+
+    name: str
+    at: datetime
+    payload: Any = None
+    id: int | None = None  # None for a wait that ran out
+    timed_out: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EventSent:
+    """An event sent (`client.send_event`): its id, and how many jobs awaiting it it made pending."""
+
+    id: int
+    name: str
+    woken: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """A page of the events kept, newest first (`client.admin.events`)."""
+
+    events: list[Event]
+    next_before_id: int | None  # pass as before_id for the next page; None at the end
+
+
+@dataclass(frozen=True, slots=True)
+class Awaited:
+    """A wait for an event begun (`client.worker.await_event`): `waiting` until the event (or `run_at`,
+    its deadline), or `pending` at once with `event_id`, an event of that name sent since the job was
+    enqueued."""
+
+    id: int
+    status: JobStatus
+    run_at: datetime
+    event_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingFor:
+    """What a waiting job waits for: an event's name, until when."""
+
+    event: str
+    until: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +386,10 @@ class LeasedJob:
     # Its parents, as the lease carries them for a job with 1-100 of them; None for a job with none, or
     # with more (a handler's `jobq.parents()` reads them either way).
     parents: list[Parent] | None = None
+    # The results its handler recorded (`ctx.step`), by step name, and the events that reached it (and its
+    # waits that ran out), in order; None when it has none.
+    steps: dict[str, Any] | None = None
+    events: list[Event] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,7 +689,9 @@ _WORKFLOW_STATUS = _enum(WorkflowStatus)
 # Fields read otherwise than by their name's rule (`load`): nested results, and a workflow's `status`,
 # which is a WorkflowStatus where every other `status` is a JobStatus.
 _READERS: dict[type, dict[str, Callable[[Any], Any]]] = {
-    LeasedJob: {"parents": _list_of(Parent)},
+    LeasedJob: {"parents": _list_of(Parent), "events": _list_of(Event)},
+    Job: {"events": _list_of(Event), "waiting_for": lambda value: load(WaitingFor, value)},
+    EventPage: {"events": _list_of(Event)},
     ParentPage: {"parents": _list_of(Parent)},
     WorkflowMade: {"status": _WORKFLOW_STATUS, "jobs": _list_of(WorkflowJobMade)},
     Workflow: {"status": _WORKFLOW_STATUS, "jobs": _list_of(WorkflowJob)},

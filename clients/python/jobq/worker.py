@@ -50,7 +50,7 @@ from typing import Any
 
 from jobq.client import AsyncClient, Completion, Failure
 from jobq.pools import MAX_BATCH, Batcher, Outcome, Threads
-from jobq.tasks import Fail, Retry, Running, Tasks, UnknownTask, _current, is_async
+from jobq.tasks import Fail, Retry, Running, Suspend, Tasks, UnknownTask, _current, is_async
 from jobq.tracing import traced
 from jobq.types import (
     Forbidden,
@@ -143,6 +143,8 @@ class Stats:
     # given back unstarted (stopping, or too long in the buffer), or still running when the grace period
     # ended and nacked to run again at once
     released: int = 0
+    # ended by ctx.sleep or ctx.wait_for_event: released to sleep, or parked until an event
+    suspended: int = 0
     in_flight: int = 0
     # (time, jobs finished) samples over the last RATE_WINDOW seconds, for the rate in the status line.
     _samples: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
@@ -159,7 +161,7 @@ class Stats:
     def line(self, queue: str, concurrency: int, *, recent: bool = True) -> str:
         """How the worker is doing: counts, and (`recent`) the rate of late (`idle` when nothing ran)."""
         text = f"{queue}: {self.done} done, {self.failed} failed, {self.in_flight}/{concurrency} in flight"
-        for name in ("lost", "released"):
+        for name in ("lost", "released", "suspended"):
             if getattr(self, name):
                 text += f", {getattr(self, name)} {name}"
         if not recent:
@@ -260,6 +262,7 @@ class Worker:
         self._slots: list[asyncio.Task[None]] = []
         self._threads: Threads | None = None
         self._extensions: set[asyncio.Task[None]] = set()
+        self._suspending: set[asyncio.Task[None]] = set()  # jobs being slept or parked (`_suspend`)
         # Each queue's leases' timeout, set by run(); jobs leave the buffer after BUFFER_AGE of the shortest.
         self._visibility = dict.fromkeys(self.queues, DEFAULT_VISIBILITY_TIMEOUT)
         self._shortest = DEFAULT_VISIBILITY_TIMEOUT
@@ -330,6 +333,7 @@ class Worker:
                 fetcher.cancel()  # when one failed: the others stop too
             await asyncio.gather(*fetchers, return_exceptions=True)
             await self._drain()
+            await asyncio.gather(*self._suspending, return_exceptions=True)
             keeper.cancel()
             for extension in self._extensions:
                 extension.cancel()
@@ -551,7 +555,7 @@ class Worker:
                 if asyncio.current_task().cancelling():  # type: ignore[union-attr]
                     raise  # the grace period is over: _drain releases the job
                 self._finished(job, exc)
-            except Exception as exc:  # noqa: BLE001 - a failure of the job, not of the worker
+            except (Exception, Suspend) as exc:  # noqa: BLE001 - a failure of the job, not of the worker
                 self._finished(job, exc)
             else:
                 self._finished(job, None, value)
@@ -581,8 +585,36 @@ class Worker:
         self._room.set()
         if error is None:
             self._acks.add(Completion(job, result_of(job, value)))
+        elif isinstance(error, Suspend):
+            suspending = asyncio.create_task(self._suspend(job, error))
+            self._suspending.add(suspending)
+            suspending.add_done_callback(self._suspending.discard)
         else:
             self._nacks.add(failure_of(job, error))
+
+    async def _suspend(self, job: LeasedJob, suspend: Suspend) -> None:
+        """A handler ended by `ctx.sleep` or `ctx.wait_for_event`: record the sleep's wake-up time and
+        release the job for that long, or park it until the event; the attempt is not counted either way.
+        A lease lost meanwhile changes nothing (another worker has the job); a request that fails leaves
+        the job to its lease's expiry, which runs it again (the attempt counted)."""
+        worker = self.client.worker
+        try:
+            if suspend.event is not None:
+                assert suspend.timeout is not None
+                await worker.await_event(job, suspend.event, suspend.timeout)
+            else:
+                if suspend.record is not None:
+                    await worker.record_step(job, *suspend.record)
+                (result,) = await worker.release([job], delay=suspend.delay)
+                if not result.ok:
+                    raise LeaseLost(f"job {job.id}: {result.code}", code=result.code)
+        except LeaseLost:
+            self._lost(job)
+        except JobqError as exc:
+            log.error("job %d: could not suspend it (%s); it runs again once its lease expires", job.id, exc)
+        else:
+            self.stats.suspended += 1
+            log.debug("job %d suspended: %s", job.id, suspend)
 
     def _report(self, job_id: int, progress: Any) -> None:
         """jobq.progress() in a handler (on its thread, or the loop): kept for the keeper to send."""
