@@ -863,3 +863,32 @@ async def test_every_page_fits_a_phone(open_page, start_service, db):
     await page.goto(f"/ui/jobs/{dead}")
     await shot(page, "phone-job")
     assert wide == {}
+
+
+async def test_job_page_shows_steps_events_and_what_it_waits_for(client, db):
+    job = (await client.post("/jobs", json={"queue": "orders", "payload": 7})).json()
+    (leased,) = (await client.post("/lease", json={"queue": "orders"})).json()["jobs"]
+    page = (await client.get(f"/ui/jobs/{job['id']}")).text
+    assert "<h2>Steps" not in page and "<h2>Events</h2>" not in page
+    for name, result in (("charge", {"id": "<script>x</script>"}), ("note", None)):
+        body = {"lease_token": leased["lease_token"], "name": name, "result": result}
+        assert (await client.post(f"/jobs/{job['id']}/steps", json=body)).status_code == 200
+    body = {"lease_token": leased["lease_token"], "event": "paid:<7>", "timeout": 3600}
+    assert (await client.post(f"/jobs/{job['id']}/await", json=body)).json()["status"] == "waiting"
+
+    page = (await client.get(f"/ui/jobs/{job['id']}")).text
+    assert '<span class="status waiting">waiting</span>' in page
+    assert '<th>Waits for</th><td>event <code class="event">paid:&lt;7&gt;</code>, until' in page
+    steps = page[page.index("<h2>Steps (2)</h2>") : page.index("<h2>Payload</h2>")]
+    assert "<code>charge</code>" in steps and "&lt;script&gt;x&lt;/script&gt;" in steps
+    assert "<script>x" not in steps and '<code>note</code></th><td><pre class="outcome">null</pre>' in steps
+
+    await client.post("/events", json={"name": "paid:<7>", "payload": {"amount": 42}})
+    (again,) = (await client.post("/lease", json={"queue": "orders"})).json()["jobs"]
+    item = {"id": again["id"], "lease_token": again["lease_token"], "delay": 3600}
+    assert (await client.post("/release", json={"items": [item]})).json()["results"][0]["ok"]
+    page = (await client.get(f"/ui/jobs/{job['id']}")).text
+    assert "<th>Waits for</th><td>sleeps until" in page
+    assert '<span class="status scheduled">scheduled</span>' in page and "Run now" in page
+    events = page[page.index("<h2>Events</h2>") : page.index("<h2>Payload</h2>")]
+    assert "<code>paid:&lt;7&gt;</code>" in events and "&quot;amount&quot;: 42" in events

@@ -1,6 +1,8 @@
 """A job's page: every field, its result, progress, last error, last push delivery (API part 7) and payload,
-its parents and children (API part 6) and its workflow, and the buttons its state allows (retry and purge
-a dead job, run a scheduled one now, cancel a pending or scheduled one, or one waiting for its parents).
+its parents and children (API part 6) and its workflow, its recorded steps, the events that reached it and
+what it waits for or until when it sleeps (API part 8), and the buttons its state allows (retry and purge a
+dead job, run a scheduled or sleeping one now, cancel a pending or scheduled one, or one waiting for its
+parents or an event).
 """
 
 from __future__ import annotations
@@ -128,6 +130,55 @@ def delivery_section(delivery: Any) -> str:
     return f'<h2>Last delivery</h2><table class="fields delivery">{table}</table>'
 
 
+def _parked(job: Mapping[str, Any]) -> str:
+    """What a parked job waits for: an event (and until when), or the end of its sleep; "—" otherwise."""
+    waiting = job.get("waiting_for")
+    if waiting is not None:
+        return f'event <code class="event">{esc(waiting["event"])}</code>, until {when(waiting["until"])}'
+    if job.get("sleeping_until") is not None:
+        return f'sleeps until {when(job["sleeping_until"])} <span class="meta">(no attempt counted)</span>'
+    return "—"
+
+
+def steps_section(job: Mapping[str, Any]) -> str:
+    """The steps the job's handler recorded, each with its result; nothing for a job without."""
+    if job.get("steps") is None:
+        return ""
+    steps = json.loads(payload_text(job["steps"]))
+    rows = "".join(
+        f'<tr><th scope="row"><code>{esc(name)}</code></th><td>{_json(result, job["id"])}</td></tr>'
+        for name, result in sorted(steps.items())
+    )
+    said = (
+        "Results its handler recorded (POST /jobs/{id}/steps): a run of the handler answers each of these "
+        "from the record and runs only what is left."
+    )
+    return f'<h2>Steps ({len(steps)})</h2><p class="meta">{said}</p><table class="steps">{rows}</table>'
+
+
+def _json(value: Any, job_id: int) -> str:
+    """A value of a step or an event as the page shows results: null written out."""
+    return outcome(value, job_id) if value is not None else '<pre class="outcome">null</pre>'
+
+
+def events_section(job: Mapping[str, Any]) -> str:
+    """The events that reached the job, and its waits that ran out, in order; nothing for a job without."""
+    if job.get("events") is None:
+        return ""
+    lines = []
+    for event in json.loads(payload_text(job["events"])):
+        if event.get("timed_out"):
+            got = '<span class="meta">the wait ran out without it</span>'
+        else:
+            got = _json(event.get("payload"), job["id"])
+        lines.append(
+            f'<tr><th scope="row"><code>{esc(event["name"])}</code></th><td>{_moment(event["at"])}</td>'
+            f"<td>{got}</td></tr>"
+        )
+    head = "<thead><tr><th>Event</th><th>At</th><th>Payload</th></tr></thead>"
+    return f'<h2>Events</h2><table class="events">{head}<tbody>{"".join(lines)}</tbody></table>'
+
+
 def _moment(text: str) -> str:
     """A time of a job's JSON (RFC 3339) as the page writes times; the text itself if it is not one."""
     try:
@@ -169,6 +220,7 @@ def job_page(
         ("Schedule", schedule_of(job)),
         ("Workflow", _workflow_of(job)),
         ("Run if", esc(job["run_if"]) if job.get("run_if") else "—"),
+        ("Waits for", _parked(job)),
         ("Created", when(job["created_at"])),
         ("Updated", when(job["updated_at"])),
         ("Completed", when(job["completed_at"])),
@@ -182,7 +234,7 @@ def job_page(
         gone = url("/ui/jobs", queue=job["queue"], status="dead")
         confirm = f"Purge job {job_id} for good?"
         pressed.append(button(f"/ui/dead/{job_id}/purge", "Purge", back=gone, confirm=confirm, danger=True))
-    if actions and state == "scheduled":
+    if actions and state == "scheduled":  # a sleeping job too: it wakes now
         pressed.append(button(f"{here}/run", "Run now", back=here))
     if actions and state in ("pending", "scheduled", "waiting"):
         confirm = f"Cancel job {job_id}? It will not run."
@@ -202,7 +254,7 @@ def job_page(
     pretty = pretty_json(job["payload"])
     body = (
         f'<h1>Job {job_id}</h1>{buttons}<table class="fields">{table}</table>{error}'
-        f"{delivery_section(job.get('delivery'))}"
+        f"{delivery_section(job.get('delivery'))}{steps_section(job)}{events_section(job)}"
         f"{parents_section(job, parents)}{children_section(children)}"
         f'<h2>Payload</h2><pre class="payload">{esc(pretty)}</pre>'
     )
