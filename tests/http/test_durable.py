@@ -377,3 +377,15 @@ async def test_an_event_from_a_token_limited_to_some_queues_reaches_only_them(st
         await http.post("/events", json={"name": "everyone"})
         assert len((await http.get("/events", headers=limited)).json()["events"]) == 1
         assert len((await http.get("/events")).json()["events"]) == 2
+
+
+async def test_run_now_wakes_a_sleeping_job_and_refuses_a_waiting_one(http):
+    sleeper = await _leased(http)
+    await _release(http, sleeper, delay=3600)
+    r = await http.post(f"/jobs/{sleeper['id']}/run")
+    assert r.status_code == 200, r.text
+    (woke,) = await _lease_jobs(http)
+    assert woke["id"] == sleeper["id"] and woke["attempts"] == 1
+    waiter = await _leased(http, queue="w")
+    await _await(http, waiter, "later")
+    assert_problem(await http.post(f"/jobs/{waiter['id']}/run"), 409, "conflict")
