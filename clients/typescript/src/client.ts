@@ -17,11 +17,14 @@ import { type Call, RetryPolicy, Transport, now } from "./http.js";
 import {
   type AckRequest,
   type AckResponse,
+  type AwaitResponse,
   type DeadPage,
   type DeletedKey,
   type DeletedSchedule,
   type EnqueuedJob,
   type EnqueueRequest,
+  type EventPage,
+  type EventSent,
   type ExtendResponse,
   FINISHED,
   type Health,
@@ -35,6 +38,7 @@ import {
   type LeasedJob,
   type LeaseRequest,
   type ListDeadQuery,
+  type ListEventsQuery,
   type ListJobsQuery,
   type ListKeysQuery,
   type ListParentsQuery,
@@ -49,10 +53,12 @@ import {
   type QueueRow,
   type QueueSettingsPatch,
   type Readiness,
+  type ReleaseItem,
   type RetryDeadRequest,
   type RetryDeadResponse,
   type Schedule,
   type ScheduleRequest,
+  type StepRecorded,
   type TriggeredSchedule,
   WORKFLOW_FINISHED,
   type WorkerView,
@@ -131,6 +137,10 @@ const unset = (value: unknown): boolean => value === undefined || value === null
 function ackItem(item: AckRequest): AckRequest {
   // A LeasedJob is an AckRequest too: only the lease and the result are sent, not the whole job.
   return unset(item.result) ? leaseOf(item) : { ...leaseOf(item), result: item.result };
+}
+
+function releaseItem(item: ReleaseItem): ReleaseItem {
+  return unset(item.delay) ? leaseOf(item) : { ...leaseOf(item), delay: item.delay };
 }
 
 function nackItem(item: NackRequest, defaults: NackOptions): NackRequest {
@@ -366,15 +376,68 @@ export class Client {
     return this.send<ExtendResponse>({ method: "POST", path: "/extend", body, signal });
   }
 
-  /** Give leased jobs back untouched (`POST /release`): pending again at once, the attempt not counted.
-   * For jobs this worker will not start. One result per job, in order. */
-  async release(leases: readonly Lease[]): Promise<ItemResult[]> {
+  /** Give leased jobs back untouched (`POST /release`): pending again, the attempt not counted; at once,
+   * or after an item's `delay` (seconds, at most a year: a durable sleep, no worker held meanwhile). For
+   * jobs this worker will not start, and for handlers that sleep. Each item is a leased job, or
+   * `{ id, lease_token, delay? }`. One result per job, in order. */
+  async release(items: readonly ReleaseItem[]): Promise<ItemResult[]> {
     const answer = await this.send<{ results: ItemResult[] }>({
       method: "POST",
       path: "/release",
-      body: { items: leases.map(leaseOf) },
+      body: { items: items.map(releaseItem) },
     });
     return answer.results;
+  }
+
+  /** Record a step's result with a running job, under its lease (`POST /jobs/{id}/steps`): every later
+   * lease of the job carries it in `steps`, so a handler run again from the top need not redo the step
+   * (`context.step` in a worker does all this). `result` is any JSON value (undefined is sent as null).
+   * The first result of a name stands: a second is `Conflict`, whose `problem.result` is the recorded one
+   * (a repeat after a lost answer gets that too). `LeaseLost` if the lease moved on; `PayloadTooLarge`
+   * when the job's steps would pass the service's limit (nothing recorded either way). */
+  recordStep(lease: Lease, name: string, result: unknown): Promise<StepRecorded> {
+    return this.send<StepRecorded>({
+      method: "POST",
+      path: `/jobs/${lease.id}/steps`,
+      body: { lease_token: lease.lease_token, name, result: result === undefined ? null : result },
+    });
+  }
+
+  /** End a running job's lease and park it `waiting` for an event of this name (`POST /jobs/{id}/await`),
+   * for at most `timeout` seconds (1 to a year): then it is pending again, its `events` telling that the
+   * wait ran out. When such an event was sent since the job was enqueued and had not reached it, the job
+   * is pending again at once (`status` pending, `event_id`). The attempt is not counted. `LeaseLost` if
+   * the lease moved on. (`context.waitForEvent` in a worker does this.) */
+  awaitEvent(lease: Lease, event: string, options: { timeout: number }): Promise<AwaitResponse> {
+    // It ends the lease, so a repeat would answer lease_lost: not sent twice.
+    return this.send<AwaitResponse>({
+      method: "POST",
+      path: `/jobs/${lease.id}/await`,
+      body: { lease_token: lease.lease_token, event, timeout: options.timeout },
+      idempotent: false,
+    });
+  }
+
+  // --- events ------------------------------------------------------------------------------------
+
+  /** Send an event (`POST /events`): every job awaiting its name (`context.waitForEvent`) is pending
+   * again at once, with the event and its `payload` (any JSON value) in its `events`. The event is kept
+   * for a while (the service's JOBQ_EVENT_RETENTION, 7 days), so a job enqueued before it that awaits the
+   * name later gets it at once. The answer's `woken` counts the jobs it woke. */
+  sendEvent(name: string, payload?: unknown): Promise<EventSent> {
+    // A repeat would send a second event, which a later wait of the same name would take: not sent twice.
+    return this.send<EventSent>({
+      method: "POST",
+      path: "/events",
+      body: payload === undefined ? { name } : { name, payload },
+      idempotent: false,
+    });
+  }
+
+  /** The events kept, newest first (`GET /events`), of one `name` or all; pass `next_before_id` as
+   * `before_id` for the next page. */
+  listEvents(query: ListEventsQuery = {}): Promise<EventPage> {
+    return this.send<EventPage>({ method: "GET", path: "/events", query });
   }
 
   // --- workflows ---------------------------------------------------------------------------------

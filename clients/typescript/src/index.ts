@@ -1,5 +1,6 @@
-// jobq-client: the jobq HTTP API (`Client`), its errors, the worker runner (`Worker`, `run`, `Tasks`), and
-// the receiving end of push delivery (`verifyPush`).
+// jobq-client: the jobq HTTP API (`Client`), its errors, the worker runner (`Worker`, `run`, `Tasks`) with
+// durable steps, sleeps and waits for events (`context.step`, `Suspend`), and the receiving end of push
+// delivery (`verifyPush`).
 
 export { Client, DEFAULT_URL, MAX_PARENTS, MAX_WAIT } from "./client.js";
 export type {
@@ -30,6 +31,8 @@ export { RetryPolicy } from "./http.js";
 export type { Call, Method, RetryPolicyOptions } from "./http.js";
 export { PUSH_TOLERANCE, signPush, verifyPush } from "./push.js";
 export type { PushBody, PushHeaders, VerifyPushOptions } from "./push.js";
+export { MAX_SUSPEND, Suspend } from "./durable.js";
+export type { Suspension } from "./durable.js";
 export { Fail, Flow, Retry, Signature, Step, Task, Tasks, UnknownTask } from "./tasks.js";
 export type { FlowJob, JobContext, StepOptions, TaskFunction, TaskJobOptions, TaskOptions } from "./tasks.js";
 export { FINISHED, WORKFLOW_FINISHED } from "./types.js";

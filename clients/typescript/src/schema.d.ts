@@ -233,10 +233,12 @@ export interface paths {
         put?: never;
         /**
          * Release
-         * @description Give leased jobs back without counting the attempt: pending again at once, for another worker.
+         * @description Give leased jobs back without counting the attempt: pending again at once, for another worker, or
+         *     after an item's `delay` (a durable sleep: no worker is held while the job sleeps).
          *
-         *     For jobs a worker leased but will not start (it took too many, or it is stopping). Fenced like ack:
-         *     only the current lease token releases a running job; others get `lease_lost` in their result.
+         *     For jobs a worker leased but will not start (it took too many, or it is stopping), and for a handler
+         *     that sleeps. Fenced like ack: only the current lease token releases a running job; others get
+         *     `lease_lost` in their result.
          *
          *     Roles, when tokens are configured: worker, admin.
          */
@@ -264,6 +266,83 @@ export interface paths {
          *     Roles, when tokens are configured: worker, admin.
          */
         post: operations["extend"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/steps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Record Step
+         * @description Record a step's result with the job, under its current lease (a stale token is 409 lease_lost and
+         *     records nothing). A name recorded already is 409 conflict with the recorded `result`: the first write
+         *     wins. Every later lease of the job carries its steps.
+         *
+         *     Roles, when tokens are configured: worker, admin.
+         */
+        post: operations["record_step"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/await": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Await Event
+         * @description End the lease and park the job `waiting` for an event of that name, for at most `timeout` seconds
+         *     (then it is pending again without it); the attempt is not counted. When such an event was sent since
+         *     the job was enqueued and has not reached it yet, the job is not parked but pending at once, with it.
+         *
+         *     Roles, when tokens are configured: worker, admin.
+         */
+        post: operations["await_event"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Events
+         * @description The events kept, newest first, page by page (`before_id` from the last page's `next_before_id`).
+         *
+         *     Roles, when tokens are configured: producer, worker, viewer, admin.
+         */
+        get: operations["list_events"];
+        put?: never;
+        /**
+         * Send Event
+         * @description Send an event: every job awaiting its name becomes pending at once, the event in its `events`;
+         *     kept for JOBQ_EVENT_RETENTION, so that a job enqueued before it that awaits it later finds it.
+         *
+         *     Roles, when tokens are configured: producer, worker, admin.
+         */
+        post: operations["send_event"];
         delete?: never;
         options?: never;
         head?: never;
@@ -915,6 +994,67 @@ export interface components {
             status: components["schemas"]["JobStatus"];
         };
         /**
+         * AwaitRequest
+         * @example {
+         *       "lease_token": "3f2b8c1e-5a4d-4e7b-9c0a-1d2e3f4a5b6c.orders",
+         *       "event": "paid:7",
+         *       "timeout": 86400
+         *     }
+         */
+        AwaitRequest: {
+            /**
+             * Lease Token
+             * @description Opaque; from /lease.
+             */
+            lease_token: string;
+            /**
+             * Event
+             * @description The event's name (1-256 characters), as POST /events sends it.
+             * @example paid:7
+             */
+            event: string;
+            /**
+             * Timeout
+             * @description Seconds to wait at most, 1-31,536,000 (a year): then the job is pending again without the event (its `events` get an entry with `timed_out: true`).
+             */
+            timeout: number;
+        };
+        /**
+         * Awaited
+         * @example {
+         *       "id": 1043,
+         *       "status": "waiting",
+         *       "run_at": "2025-07-01T09:15:00Z",
+         *       "event_id": null
+         *     }
+         * @example {
+         *       "id": 1043,
+         *       "status": "pending",
+         *       "run_at": "2025-06-30T09:15:00Z",
+         *       "event_id": 88
+         *     }
+         */
+        Awaited: {
+            /**
+             * Id
+             * @description The job.
+             */
+            id: number;
+            /** @description waiting (parked until the event, or run_at), or pending: an event of that name was sent since the job was enqueued and had not reached it; it reaches it now, and the job runs again. */
+            status: components["schemas"]["JobStatus"];
+            /**
+             * Run At
+             * Format: date-time
+             * @description Waiting: the wait's deadline. Pending: now.
+             */
+            run_at: string;
+            /**
+             * Event Id
+             * @description The event that reached the job at once; null: parked.
+             */
+            event_id: number | null;
+        };
+        /**
          * BatchResults
          * @example {
          *       "results": [
@@ -1371,6 +1511,25 @@ export interface components {
             /** @description Its last push delivery (its queue has a push target); null: never pushed. */
             delivery?: components["schemas"]["Delivery"] | null;
             /**
+             * Steps
+             * @description The steps its handler recorded (POST /jobs/{id}/steps), by name; null: none.
+             */
+            steps?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Events
+             * @description The events that reached it, and its waits that ran out, in order; null: none.
+             */
+            events?: components["schemas"]["EventReached"][] | null;
+            /** @description While it waits for an event: its name and the wait's deadline; else null. */
+            waiting_for?: components["schemas"]["WaitingFor"] | null;
+            /**
+             * Sleeping Until
+             * @description While it sleeps (released with a delay, POST /release): until when; else null.
+             */
+            sleeping_until?: string | null;
+            /**
              * Duplicate
              * @description True when dedup_key matched an active job; this is that job.
              */
@@ -1381,6 +1540,124 @@ export interface components {
              * @default false
              */
             debounced?: boolean;
+        };
+        /** EventPage */
+        EventPage: {
+            /**
+             * Events
+             * @description The events kept, newest first.
+             */
+            events: components["schemas"]["EventView"][];
+            /**
+             * Next Before Id
+             * @description `before_id` of the next page; null: none left.
+             */
+            next_before_id: number | null;
+        };
+        /**
+         * EventReached
+         * @description An event that reached a job, or a wait of the job that ran out (`timed_out`), in the order they
+         *     came: a handler run again from the top reads the n-th wait for a name from the n-th entry of that name.
+         */
+        EventReached: {
+            /**
+             * Id
+             * @description The event's id; absent for a wait that timed out.
+             */
+            id?: number | null;
+            /**
+             * Name
+             * @description The event's name (the name awaited).
+             */
+            name: string;
+            /**
+             * Payload
+             * @description As sent; null for a wait that timed out.
+             */
+            payload?: unknown;
+            /**
+             * At
+             * Format: date-time
+             * @description When it was sent, or when the wait ran out.
+             */
+            at: string;
+            /**
+             * Timed Out
+             * @description True: the wait ran out without the event.
+             */
+            timed_out?: boolean | null;
+        };
+        /**
+         * EventRequest
+         * @example {
+         *       "name": "paid:7",
+         *       "payload": {
+         *         "amount": 4200,
+         *         "currency": "EUR"
+         *       }
+         *     }
+         */
+        EventRequest: {
+            /**
+             * Name
+             * @description The event's name, 1-256 characters: every job awaiting it wakes.
+             * @example paid:7
+             */
+            name: string;
+            /**
+             * Payload
+             * @description Any JSON value (at most JOBQ_MAX_PAYLOAD_BYTES), handed to each job it reaches.
+             */
+            payload?: unknown;
+        };
+        /**
+         * EventSent
+         * @example {
+         *       "id": 88,
+         *       "name": "paid:7",
+         *       "woken": 1
+         *     }
+         */
+        EventSent: {
+            /**
+             * Id
+             * @description The event's id.
+             */
+            id: number;
+            /**
+             * Name
+             * @description Its name.
+             */
+            name: string;
+            /**
+             * Woken
+             * @description Jobs awaiting it that it made pending. It is kept (JOBQ_EVENT_RETENTION, 7 days), so a job that awaits the name later, having been enqueued before it was sent, finds it at once.
+             */
+            woken: number;
+        };
+        /** EventView */
+        EventView: {
+            /**
+             * Id
+             * @description The event's id.
+             */
+            id: number;
+            /**
+             * Name
+             * @description Its name.
+             */
+            name: string;
+            /**
+             * Payload
+             * @description As sent.
+             */
+            payload: unknown;
+            /**
+             * At
+             * Format: date-time
+             * @description When it was sent.
+             */
+            at: string;
         };
         /**
          * ExtendRequest
@@ -1714,22 +1991,25 @@ export interface components {
             workflow_id?: number | null;
             /** @description Its last push delivery (its queue has a push target); null: never pushed. */
             delivery?: components["schemas"]["Delivery"] | null;
-        };
-        /**
-         * JobLeaseItem
-         * @description A job and the lease token it is held under: an item of /release.
-         */
-        JobLeaseItem: {
             /**
-             * Id
-             * @description The leased job's id.
+             * Steps
+             * @description The steps its handler recorded (POST /jobs/{id}/steps), by name; null: none.
              */
-            id: number;
+            steps?: {
+                [key: string]: unknown;
+            } | null;
             /**
-             * Lease Token
-             * @description Opaque; from /lease.
+             * Events
+             * @description The events that reached it, and its waits that ran out, in order; null: none.
              */
-            lease_token: string;
+            events?: components["schemas"]["EventReached"][] | null;
+            /** @description While it waits for an event: its name and the wait's deadline; else null. */
+            waiting_for?: components["schemas"]["WaitingFor"] | null;
+            /**
+             * Sleeping Until
+             * @description While it sleeps (released with a delay, POST /release): until when; else null.
+             */
+            sleeping_until?: string | null;
         };
         /** JobPage */
         JobPage: {
@@ -2023,6 +2303,18 @@ export interface components {
              * @description Only for a job with parents (depends_on), at most 100 of them: each one's id, kind, status and result, so that the child reads what its parents returned without another request (GET /jobs/{id}/parents pages them for a job with more).
              */
             parents?: components["schemas"]["ParentJob"][] | null;
+            /**
+             * Steps
+             * @description Only for a job with recorded steps (POST /jobs/{id}/steps): what each returned, by name, so that a handler run again from the top skips what it did already.
+             */
+            steps?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Events
+             * @description Only for a job that events reached (or whose waits ran out): each, in order.
+             */
+            events?: components["schemas"]["EventReached"][] | null;
         };
         /**
          * NackBatchRequest
@@ -2728,6 +3020,27 @@ export interface components {
             database_health?: components["schemas"]["DatabaseHealth"] | null;
         };
         /**
+         * ReleaseItem
+         * @description A leased job to give back, and when it may run again.
+         */
+        ReleaseItem: {
+            /**
+             * Id
+             * @description The leased job's id.
+             */
+            id: number;
+            /**
+             * Lease Token
+             * @description Opaque; from /lease.
+             */
+            lease_token: string;
+            /**
+             * Delay
+             * @description Seconds until it is due again, 0-31,536,000 (a year): a durable sleep, the attempt not counted and no worker held meanwhile. Null: due again at once, at its place in line.
+             */
+            delay?: number | null;
+        };
+        /**
          * ReleaseRequest
          * @example {
          *       "items": [
@@ -2741,13 +3054,22 @@ export interface components {
          *         }
          *       ]
          *     }
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": 1043,
+         *           "lease_token": "3f2b8c1e-5a4d-4e7b-9c0a-1d2e3f4a5b6c.emails",
+         *           "delay": 3600
+         *         }
+         *       ]
+         *     }
          */
         ReleaseRequest: {
             /**
              * Items
              * @description 1-1000 leased jobs to give back, each with its lease token, each answered on its own.
              */
-            items: components["schemas"]["JobLeaseItem"][];
+            items: components["schemas"]["ReleaseItem"][];
         };
         /**
          * RetryDeadRequest
@@ -2984,6 +3306,52 @@ export interface components {
              */
             paused?: boolean;
         };
+        /** StepRecorded */
+        StepRecorded: {
+            /**
+             * Id
+             * @description The job.
+             */
+            id: number;
+            /**
+             * Name
+             * @description The step recorded.
+             */
+            name: string;
+            /**
+             * Recorded
+             * @description True: recorded now (a name recorded already is 409, with its result).
+             */
+            recorded: boolean;
+        };
+        /**
+         * StepRequest
+         * @example {
+         *       "lease_token": "3f2b8c1e-5a4d-4e7b-9c0a-1d2e3f4a5b6c.orders",
+         *       "name": "charge",
+         *       "result": {
+         *         "charge_id": "ch_3Pq9"
+         *       }
+         *     }
+         */
+        StepRequest: {
+            /**
+             * Lease Token
+             * @description Opaque; from /lease.
+             */
+            lease_token: string;
+            /**
+             * Name
+             * @description The step's name, 1-128 characters, unique within the job.
+             * @example charge
+             */
+            name: string;
+            /**
+             * Result
+             * @description What the step returned: any JSON value, null included. Every later lease of the job carries it in `steps`; the job's steps are at most JOBQ_MAX_STEPS_BYTES (1 MiB) as JSON, else 413.
+             */
+            result?: unknown;
+        };
         /** TriggeredSchedule */
         TriggeredSchedule: {
             /**
@@ -3159,6 +3527,20 @@ export interface components {
              * @description With `disallowed_host`: the host refused.
              */
             host?: string;
+        };
+        /** WaitingFor */
+        WaitingFor: {
+            /**
+             * Event
+             * @description The event's name.
+             */
+            event: string;
+            /**
+             * Until
+             * Format: date-time
+             * @description The wait's deadline: then the job is pending without it.
+             */
+            until: string;
         };
         /** WorkerList */
         WorkerList: {
@@ -4398,6 +4780,305 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    record_step: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StepRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StepRecorded"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    await_event: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AwaitRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Awaited"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_events: {
+        parameters: {
+            query?: {
+                /** @description Only events of this name. */
+                name?: string | null;
+                limit?: number;
+                before_id?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventPage"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    send_event: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EventRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventSent"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

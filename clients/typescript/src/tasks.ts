@@ -31,6 +31,7 @@ import { Client, type CreateWorkflowOptions, type EnqueueOptions } from "./clien
 import type {
   EnqueuedJob,
   EnqueueRequest,
+  JobEvent,
   JobOptions,
   LeasedJob,
   ParentJob,
@@ -56,6 +57,25 @@ export interface JobContext {
    * request; else all of them read from `GET /jobs/{id}/parents` (in id order). `task.resultOf(parents)`
    * picks a task's result among them. */
   parents(): Promise<ParentJob[]>;
+  /** A durable step: the result recorded for `name` (1-128 characters) by an earlier run of the job (or
+   * earlier in this one), without calling `fn`; else `fn`'s result, recorded with the job under its lease
+   * (`POST /jobs/{id}/steps`) before this resolves with it (if the name was recorded meanwhile, the first
+   * result stands and is the answer). So a job run again (after a crash, a retry, a sleep or an event)
+   * does not redo a step's side effect. The result is what JSON makes of it (undefined: null), on the
+   * first run as on replays. `LeaseLost` if the lease moved on (the job is another worker's). Names
+   * starting with `jobq.` are kept for the client's own steps. */
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  /** A durable sleep of `seconds` (0 to a year): the job is released until then, its attempt not
+   * counted and no worker held, and runs again from the top; on that run this call returns. It throws
+   * `Suspend` to end the run: let it through (rethrow it if you catch errors). */
+  sleep(seconds: number): Promise<void>;
+  /** Wait for an event of this name (`client.sendEvent(name, payload)`) for at most `options.timeout`
+   * seconds (1 to a year): the job is parked `waiting`, its attempt not counted and no worker held, and
+   * runs again from the top once the event comes (or came already, since the job was enqueued) or the
+   * wait runs out; on that run this call gives the event, `{ id, name, payload, at }`, or null when the
+   * wait ran out. The k-th wait for a name in a run gets the k-th event of that name. It throws `Suspend`
+   * to end the run: let it through (rethrow it if you catch errors). */
+  waitForEvent(name: string, options: { timeout: number }): Promise<JobEvent | null>;
 }
 
 /** Thrown by a handler: run the job again after `after` seconds (default: the queue's backoff). The

@@ -18,7 +18,10 @@ export type LeaseRequest = Schemas["LeaseRequest"];
 /** A job this worker holds until `lease_expires_at`; ack, nack and extend need its `lease_token`. */
 export type LeasedJob = Schemas["LeasedJob"];
 /** What names a lease: a `LeasedJob` is one, and so is `{ id, lease_token }`. */
-export type Lease = Schemas["JobLeaseItem"];
+export type Lease = Pick<Schemas["ReleaseItem"], "id" | "lease_token">;
+/** An item of `POST /release`: a lease, and `delay`, the seconds until the job is due again (a durable
+ * sleep: the attempt not counted; left out or null: due again at once). */
+export type ReleaseItem = Schemas["ReleaseItem"];
 export type AckRequest = Schemas["AckRequest"];
 export type AckResponse = Schemas["AckResponse"];
 export type NackRequest = Schemas["NackRequest"];
@@ -71,6 +74,23 @@ export type RunIf = Schemas["RunIf"];
 /** `debounce` of `POST /jobs`: `{ key, seconds, max_seconds? }`. */
 export type Debounce = Schemas["Debounce"];
 
+/** `POST /jobs/{id}/steps`' answer: the job's id, the step's name, and `recorded` (true). */
+export type StepRecorded = Schemas["StepRecorded"];
+/** `POST /jobs/{id}/await`'s answer: `status` waiting (parked until the event or the timeout), or pending
+ * (an event of that name had come already: `event_id`), and `run_at`. (The spec's `Awaited`, renamed:
+ * TypeScript has a type of that name.) */
+export type AwaitResponse = Schemas["Awaited"];
+/** `POST /events`' answer: the event's id and name, and the jobs awaiting it that it `woken`. */
+export type EventSent = Schemas["EventSent"];
+/** An event as sent: `{ id, name, payload, at }` (`GET /events`, and what `context.waitForEvent` gives). */
+export type JobEvent = Schemas["EventView"];
+/** A page of `GET /events`, newest first; `next_before_id` is the next page's `before_id` (null: none). */
+export type EventPage = Schemas["EventPage"];
+/** An entry of a lease's `events`: an event that reached the job, or (`timed_out`) a wait that ran out. */
+export type EventReached = Schemas["EventReached"];
+/** While a job waits for an event: its name and the wait's deadline (a job's `waiting_for`). */
+export type WaitingFor = Schemas["WaitingFor"];
+
 export type Health = Schemas["Health"];
 export type Readiness = Schemas["Readiness"];
 
@@ -89,6 +109,8 @@ export type ListDeadQuery = Query<"list_dead">;
 export type ListKeysQuery = Query<"list_keys">;
 /** The filters of `GET /workflows`: status, name, limit, before_id. */
 export type ListWorkflowsQuery = Query<"list_workflows">;
+/** The filters of `GET /events`: name, limit (default 100, at most 1000), before_id. */
+export type ListEventsQuery = Query<"list_events">;
 /** The paging of `GET /jobs/{id}/parents`: limit (default 100, at most 1000), after_id. */
 export type ListParentsQuery = Query<"get_parents">;
 

@@ -25,6 +25,10 @@
 // - While a handler runs, its lease is extended every half visibility timeout (one timer looks after all
 //   the running jobs), with the progress it reported since; a lease lost anyway (the worker was stalled)
 //   aborts the handler's `signal` and makes its ack a counted, logged no-op.
+// - A handler that sleeps or waits for an event (`context.sleep`, `context.waitForEvent`, ./durable.ts)
+//   ends its run with `Suspend`: its job is released with a delay (a new sleep's wake-up time recorded
+//   first as a step) or parked with `POST /jobs/{id}/await`, not acked or nacked, and runs again from the
+//   top later, its recorded steps answered from the lease. Steps still on their way are let finish first.
 // - `stop()` (SIGTERM or SIGINT under `run()`) stops leasing at once (a waiting long-poll is aborted,
 //   which closes its connection, so the service claims nothing more for this worker; a short lease on
 //   its way is let finish, since the service may have leased its jobs already), gives the buffered jobs
@@ -38,7 +42,16 @@ import { fileURLToPath } from "node:url";
 
 import { Batcher, Flag, MAX_BATCH } from "./batcher.js";
 import { Client } from "./client.js";
-import { Forbidden, JobqError, LeaseLost, NotFound, PayloadTooLarge, Unavailable } from "./errors.js";
+import { Durable, type Suspend, delayOf } from "./durable.js";
+import {
+  Conflict,
+  Forbidden,
+  JobqError,
+  LeaseLost,
+  NotFound,
+  PayloadTooLarge,
+  Unavailable,
+} from "./errors.js";
 import { now, sleep } from "./http.js";
 import { Fail, type JobContext, Retry, type Tasks, UnknownTask } from "./tasks.js";
 import type { AckRequest, ItemResult, Lease, LeasedJob, NackItemResult, NackRequest } from "./types.js";
@@ -81,12 +94,14 @@ export interface WorkerOptions {
 
 /** What a worker did: jobs done (acked), failed (nacked), lost (the lease had moved on when the ack or
  * nack came: another worker has the job), released (given back unstarted, or still running when the
- * grace period ended and nacked to run again at once), and running now. */
+ * grace period ended and nacked to run again at once), suspended (asleep or waiting for an event, to run
+ * again from the top later), and running now. */
 export interface Stats {
   done: number;
   failed: number;
   lost: number;
   released: number;
+  suspended: number;
   inFlight: number;
 }
 
@@ -115,10 +130,9 @@ const quiet: Logger = {
 };
 
 // This package's own files and Node's internals: left out of the stacks sent with nacks.
-const OWN_FILES = [import.meta.url, new URL("./tasks.js", import.meta.url).href].flatMap((url) => [
-  url,
-  fileURLToPath(url),
-]);
+const OWN_FILES = ["./worker.js", "./tasks.js", "./durable.js"]
+  .map((file) => new URL(file, import.meta.url).href)
+  .flatMap((url) => [url, fileURLToPath(url)]);
 
 /** A failure as a nack's error: `Name: message`, then the innermost frames of its stack (this
  * package's and Node's internal frames left out), cut to ERROR_CHARS. */
@@ -204,7 +218,7 @@ export class Worker {
   readonly visibilityTimeout: number | undefined;
   readonly grace: number;
   readonly workerId: string;
-  readonly stats: Stats = { done: 0, failed: 0, lost: 0, released: 0, inFlight: 0 };
+  readonly stats: Stats = { done: 0, failed: 0, lost: 0, released: 0, suspended: 0, inFlight: 0 };
   readonly #log: Logger;
   readonly #routes = new Map<string, Route>();
   readonly #fallback: Route | undefined;
@@ -225,6 +239,7 @@ export class Worker {
   #starved = false; // a handler found the buffer empty since the last lease
   readonly #running = new Map<number, Held>();
   readonly #extensions = new Set<Promise<void>>();
+  readonly #suspending = new Set<Promise<void>>(); // sleeps and waits on their way to the service
   // Each queue's leases' timeout, set by run(); jobs leave the buffer after BUFFER_AGE of the shortest.
   readonly #visibility = new Map<string, number>();
   #shortest = DEFAULT_VISIBILITY_TIMEOUT;
@@ -338,12 +353,12 @@ export class Worker {
       this.#finished.abort();
       await Promise.allSettled(this.#extensions);
     }
-    const { done, failed, lost, released } = this.stats;
+    const { done, failed, lost, released, suspended } = this.stats;
     const elapsed = now() - started;
     const rate = elapsed ? (done + failed) / elapsed : 0;
     this.#log.info(
       `worker stopped after ${elapsed.toFixed(1)}s (${rate.toFixed(1)} jobs/s on average): ` +
-        `${done} done, ${failed} failed, ${lost} lost, ${released} released`,
+        `${done} done, ${failed} failed, ${lost} lost, ${released} released, ${suspended} suspended`,
     );
     if (failure) throw failure.error;
     return { ...this.stats };
@@ -544,6 +559,8 @@ export class Worker {
   // --- running handlers ------------------------------------------------------------------------------
 
   #start(held: Held, route: Route): void {
+    // Steps, sleeps and waits (./durable.ts): nothing is asked of the service until the handler calls one.
+    const durable = new Durable(this.client, held.job, held.abort.signal);
     const context: JobContext = {
       job: held.job,
       signal: held.abort.signal,
@@ -553,32 +570,103 @@ export class Worker {
       },
       // The lease's list when it carries one (a job with at most 100 parents): no request.
       parents: () => this.client.allParents(held.job),
+      step: (name, fn) => durable.step(name, fn),
+      sleep: (seconds) => durable.sleep(seconds),
+      waitForEvent: (name, options) => durable.waitForEvent(name, options),
     };
     // Started on a later microtask, never inside #handOut: a handler that throws at once, or stops the
     // worker, finds the worker as it is between jobs.
     void Promise.resolve()
       .then(() => route.run(held.job, context))
       .then(
-        (value) => this.#done(held, { value }),
-        (error: unknown) => this.#done(held, { error }),
-      );
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      )
+      .then(async (outcome) => {
+        const suspend = durable.suspended;
+        if (suspend === undefined) return this.#done(held, outcome);
+        // A step that ran beside the sleep or wait (Promise.all) is recorded before the lease ends.
+        await durable.settled();
+        this.#suspend(held, suspend, outcome);
+      });
   }
 
   /** A handler returned or threw: ack its job, with what it returned as the result, or nack it; unless
    * it was released meanwhile. */
   #done(held: Held, outcome: { value: unknown } | { error: unknown }): void {
     const { job } = held;
-    if (this.#running.get(job.id) !== held) return;
-    this.#running.delete(job.id);
+    if (!this.#ended(held)) return;
+    if ("error" in outcome) this.#nacks.add(failureOf(job, outcome.error));
+    else this.#acks.add({ job, result: this.#resultOf(job, outcome.value) });
+    this.#handOut();
+  }
+
+  /** A handler ended: its job is no longer running here. False when it was released meanwhile (the
+   * grace period after a stop ran out): nothing more is sent for it. */
+  #ended(held: Held): boolean {
+    if (this.#running.get(held.job.id) !== held) return false;
+    this.#running.delete(held.job.id);
     const took = now() - held.started;
     const average = this.#handlerTime;
     this.#handlerTime = average === undefined ? took : average + HANDLER_TIME_WEIGHT * (took - average);
     this.stats.inFlight = this.#running.size;
     if (!this.#running.size) this.#noneRunning.set();
     this.#room.set();
-    if ("error" in outcome) this.#nacks.add(failureOf(job, outcome.error));
-    else this.#acks.add({ job, result: this.#resultOf(job, outcome.value) });
+    return true;
+  }
+
+  /** A handler met a sleep or a wait for an event: the job is suspended, whatever the handler did with
+   * the `Suspend` after (one that caught it and went on is warned of). */
+  #suspend(held: Held, suspend: Suspend, outcome: { value: unknown } | { error: unknown }): void {
+    const { job } = held;
+    if (!this.#ended(held)) return;
+    if (!("error" in outcome) || outcome.error !== suspend) {
+      const ended = "error" in outcome ? `threw ${describe(outcome.error).split("\n")[0]}` : "returned";
+      this.#log.warn(
+        `job ${job.id}: its handler caught Suspend and ${ended}; suspended anyway: ` +
+          "rethrow Suspend (`if (error instanceof Suspend) throw error`)",
+      );
+    }
+    const suspending = this.#suspendJob(job, suspend).finally(() => this.#suspending.delete(suspending));
+    this.#suspending.add(suspending);
     this.#handOut();
+  }
+
+  /** Carry out a suspension: record a new sleep's wake-up time, then release the job until then; or park
+   * it until its event. A lost lease drops the job (another worker has it); a suspension that fails
+   * otherwise fails the job, as an error of its handler's would. */
+  async #suspendJob(job: LeasedJob, { suspension }: Suspend): Promise<void> {
+    try {
+      if (suspension.kind === "event") {
+        const awaited = await this.client.awaitEvent(job, suspension.event, { timeout: suspension.timeout });
+        this.stats.suspended += 1;
+        this.#log.debug(`job ${job.id} awaits the event ${suspension.event}: now ${awaited.status}`);
+        return;
+      }
+      let delay = suspension.delay;
+      if (suspension.step !== undefined) {
+        try {
+          await this.client.recordStep(job, suspension.step.name, suspension.step.wake);
+        } catch (error) {
+          // Recorded already (a repeat of the request after a lost answer): the first wake-up time stands.
+          const wake = error instanceof Conflict ? error.problem.result : undefined;
+          if (typeof wake !== "number") throw error;
+          delay = delayOf(wake - Date.now() / 1000);
+        }
+      }
+      const [result] = await this.client.release([{ ...lease(job), delay }]);
+      if (result?.ok) {
+        this.stats.suspended += 1;
+        this.#log.debug(`job ${job.id} sleeps for ${delay}s`);
+      } else if (result?.code === LeaseLost.code) {
+        this.#lost(job);
+      } else {
+        this.#log.error(`job ${job.id}: could not release it to sleep: ${result?.code}`);
+      }
+    } catch (error) {
+      if (error instanceof LeaseLost) return this.#lost(job);
+      this.#nacks.add({ job, error: `could not suspend the job: ${describe(error)}`, dead: false });
+    }
   }
 
   /** What a handler returned, as the job's result: none when JSON cannot hold it (logged), since the
@@ -726,6 +814,7 @@ export class Worker {
       cut.map((held) => held.job),
       why,
     );
+    while (this.#suspending.size) await Promise.allSettled([...this.#suspending]);
     await Promise.all([this.#acks.flush(), this.#nacks.flush(), this.#releases.flush()]);
   }
 

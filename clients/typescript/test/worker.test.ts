@@ -58,7 +58,7 @@ test("handlers by kind and a default handler; what they return is the job's resu
       ["completed", 1, { default: null }],
     ],
   );
-  assert.deepEqual(stats, { done: 4, failed: 0, lost: 0, released: 0, inFlight: 0 });
+  assert.deepEqual(stats, { done: 4, failed: 0, lost: 0, released: 0, suspended: 0, inFlight: 0 });
 });
 
 test("a kind no handler has fails with an error naming the kinds the worker knows", async (t) => {
@@ -191,7 +191,7 @@ test("a thousand jobs drained by concurrency 16: each run once, acks and leases 
   worker.stop();
   const stats = await running;
 
-  assert.deepEqual(stats, { done: count, failed: 0, lost: 0, released: 0, inFlight: 0 });
+  assert.deepEqual(stats, { done: count, failed: 0, lost: 0, released: 0, suspended: 0, inFlight: 0 });
   assert.equal(runs.size, count);
   assert.ok(
     [...runs.values()].every((n) => n === 1),
@@ -292,7 +292,7 @@ test("stop on SIGTERM: buffered jobs are given back untouched, running handlers 
   gate.resolve();
   const stats = await running;
 
-  assert.deepEqual(stats, { done: 2, failed: 0, lost: 0, released: 2, inFlight: 0 });
+  assert.deepEqual(stats, { done: 2, failed: 0, lost: 0, released: 2, suspended: 0, inFlight: 0 });
   const ran = new Set(started.map((job) => job.id));
   for (const job of await jobsOf(queue)) {
     const expected = ran.has(job.id) ? ["completed", 1, job.payload] : ["pending", 0, null];
@@ -339,7 +339,7 @@ test("a short lease answered as stop() comes: its jobs are given back, not left 
   gate.resolve();
   const stats = await running;
 
-  assert.deepEqual(stats, { done: 2, failed: 0, lost: 0, released: 2, inFlight: 0 });
+  assert.deepEqual(stats, { done: 2, failed: 0, lost: 0, released: 2, suspended: 0, inFlight: 0 });
   const ran = new Set(started.map((job) => job.id));
   assert.equal(ran.size, 2);
   // The jobs of the held answer are pending again at once, their attempt not counted.
