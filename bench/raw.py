@@ -9,12 +9,15 @@ import time
 import asyncpg
 
 # The smallest correct claim: ready jobs in order, SKIP LOCKED, marked running in the same statement.
+# The ids are gathered into an array first (an initplan, run once): as `id IN (subquery)`, on statistics
+# taken while the table was empty, PostgreSQL planned a nested loop over every job of the table that ran
+# the subquery once per job, and a drain of 100,000 jobs did not end in 20 minutes.
 CLAIM = """
     UPDATE jobq.jobs j SET status = 'running', attempts = j.attempts + 1,
         lease_token = gen_random_uuid(), lease_expires_at = now() + interval '30 seconds'
-    WHERE j.id IN (
+    WHERE j.id = ANY(ARRAY(
         SELECT id FROM jobq.jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now()
-        ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+        ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))
     RETURNING j.id, j.payload, j.lease_token
 """
 ACK = """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import statistics
@@ -57,7 +58,9 @@ class Bench:
             await conn.close()
 
     async def reset(self) -> None:
-        await self.sql("TRUNCATE jobq.jobs, jobq.jobs_history, jobq.job_edges, jobq.job_waits")
+        await self.sql(
+            "TRUNCATE jobq.jobs, jobq.jobs_history, jobq.job_edges, jobq.job_waits, jobq.job_journal"
+        )
         await self.sql("VACUUM ANALYZE jobq.jobs")
 
     async def backlog(self, queue: str, count: int, **columns: str) -> None:
@@ -292,6 +295,54 @@ class Bench:
         j, r = await self.alternate(lambda: ack_one(fanout), lambda: ack_one(0))
         self.record(
             f"ack deciding {fanout} children", 1 / j, 1 / r, "s", "< 2 s", "the ack of a job without children"
+        )
+
+    async def durable(self) -> None:
+        """Durable steps (API part 8): leases of jobs that each carry 10 recorded steps (60 bytes of result
+        each, in jobq.job_journal), which every lease hands out, against leases of the same jobs without
+        any; and the same two drains (lease and ack)."""
+        total = self.n(20000)
+        steps = json.dumps(
+            {
+                f"step-{n}": {"id": f"ch_{n:08d}", "amount": 4200 + n, "currency": "EUR", "ok": True}
+                for n in range(10)
+            }
+        )
+
+        async def jobs(with_steps: bool) -> str:
+            queue = self.queue("ds")
+            if not with_steps:
+                await self.backlog(queue, total)
+                return queue
+            await self.backlog(queue, total, journaled="true")
+            await self.sql(
+                "INSERT INTO jobq.job_journal (job_id, steps) SELECT id, $2::jsonb FROM jobq.jobs WHERE queue = $1",
+                queue,
+                steps,
+            )
+            return queue
+
+        async def leases(with_steps: bool) -> float:
+            queue = await jobs(with_steps)
+            done, seconds = await served.lease_all(self.url, queue, 4, 100)
+            return done / seconds
+
+        async def drain(with_steps: bool) -> float:
+            done, seconds = await served.drain(self.url, await jobs(with_steps), 4, 100)
+            return done / seconds
+
+        j, r = await self.alternate(lambda: leases(True), lambda: leases(False))
+        self.record(
+            "lease batch 100, 10 steps each",
+            j,
+            r,
+            "jobs/s",
+            ">= 0.8 x no steps",
+            "the same leases, jobs without steps",
+        )
+        j, r = await self.alternate(lambda: drain(True), lambda: drain(False))
+        self.record(
+            "drain batch 100, 10 steps each", j, r, "jobs/s", "-", "the same drain, jobs without steps"
         )
 
     async def children_of(self, parents: str, queue: str, per_parent: int) -> None:
@@ -969,6 +1020,7 @@ SCENARIOS = [
     "drain_single",
     "drain_batch",
     "dependencies",
+    "durable",
     "keyed",
     "fairness",
     "runner",

@@ -94,8 +94,8 @@ $$;
 -- COMMITTED), leases the jobs within their key's room. Rows as LEASE's, each with its slot, and on every
 -- row (on one row of NULL jobs when nothing was leased) how many jobs it `looked` at and how many it
 -- `passed` over because another claim held their key. Runs under the claims' plan settings (FLOW_PLANS,
--- app/service/flow.py). Made by 0021; `depends_on` among its columns from 0023, `steps` and `events` from
--- 0025.
+-- app/service/flow.py). Made by 0021; `depends_on` among its columns from 0023, `steps` and `events` (read
+-- from jobq.job_journal for a job that has some) from 0025, which also has a lease end a job's debounce.
 CREATE OR REPLACE FUNCTION jobq.lease_flow_front(
     p_queue text, p_lookahead integer, p_visibility_timeouts double precision[], p_worker_ids text[]
 ) RETURNS TABLE (
@@ -183,13 +183,15 @@ BEGIN
     SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(
             secs => coalesce((p_visibility_timeouts::float8[])[ready.slot], q.visibility_timeout)),
-        worker_id = (p_worker_ids::text[])[ready.slot], updated_at = now()
+        worker_id = (p_worker_ids::text[])[ready.slot], updated_at = now(), debounce_key = NULL
     FROM ready, q
     WHERE j.id = ready.id AND j.status = 'pending'
     RETURNING j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
               coalesce(j.max_attempts, q.max_attempts, 5) AS max_attempts, j.run_at, j.created_at,
               j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate, j.depends_on,
-              j.steps, j.events, ready.slot
+              (SELECT r.steps FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id) AS steps,
+              (SELECT r.events FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id) AS events,
+              ready.slot
 ) SELECT leased.*, n_looked, n_passed FROM leased;
     IF NOT FOUND THEN
         RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::integer,
@@ -548,8 +550,9 @@ $$;
 -- advisory lock (class 'jobe', 1785684581) before they look, each statement after it with a snapshot of its
 -- own (READ COMMITTED, a volatile function): whichever comes second sees what the first did, so no event
 -- and no await pass each other unseen, however many replicas take them at once. A job gets each event
--- once: what reached it is appended to its `events` ({id, name, payload, at}), and an await looks only at
--- events of its name sent since the job was enqueued that are not there yet, the oldest first. Sending
+-- once: what reached it is appended to its `events` ({id, name, payload, at}) in jobq.job_journal (the
+-- job's row marked `journaled`), and an await looks only at events of its name sent since the job was
+-- enqueued that are not there yet, the oldest first. Sending
 -- takes `at` from clock_timestamp(), after the lock: a job enqueued by a transaction that committed before
 -- the event was sent has a created_at before it. Made by 0025.
 
@@ -578,14 +581,19 @@ BEGIN
     SELECT * INTO v_event FROM jobq.events e
     WHERE e.name = p_event AND e.at >= v_job.created_at
       AND (e.scope IS NULL OR v_job.queue LIKE ANY (e.scope))
-      AND NOT coalesce(v_job.events @> jsonb_build_array(jsonb_build_object('id', e.id)), false)
+      AND NOT EXISTS (
+          SELECT FROM jobq.job_journal r
+          WHERE r.job_id = p_id AND r.events @> jsonb_build_array(jsonb_build_object('id', e.id)))
     ORDER BY e.id LIMIT 1;
     IF FOUND THEN
+        INSERT INTO jobq.job_journal AS r (job_id, events)
+        VALUES (p_id, jsonb_build_array(jsonb_build_object(
+            'id', v_event.id, 'name', v_event.name, 'payload', v_event.payload, 'at', v_event.at)))
+        ON CONFLICT (job_id) DO UPDATE SET events = coalesce(r.events, '[]') || excluded.events;
         RETURN QUERY UPDATE jobq.jobs j
         SET status = 'pending', attempts = j.attempts - 1, lease_token = NULL, lease_expires_at = NULL,
             worker_id = NULL, updated_at = now(), run_at = now(), sleep_until = NULL, wait_event = NULL,
-            events = coalesce(j.events, '[]') || jsonb_build_array(jsonb_build_object(
-                'id', v_event.id, 'name', v_event.name, 'payload', v_event.payload, 'at', v_event.at))
+            journaled = true
         WHERE j.id = p_id
         RETURNING j.id, j.status, j.run_at, v_event.id;
         PERFORM pg_notify('jobq', json_build_object(
@@ -625,12 +633,16 @@ BEGIN
     RETURNING jobq.events.id, jobq.events.at INTO v_id, v_at;
     RETURN QUERY WITH reached AS (
         UPDATE jobq.jobs j
-        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL,
-            events = coalesce(j.events, '[]') || jsonb_build_array(jsonb_build_object(
-                'id', v_id, 'name', p_name, 'payload', p_payload, 'at', v_at))
+        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL, journaled = true
         WHERE j.status = 'waiting' AND j.wait_event = p_name
           AND (p_scope IS NULL OR j.queue LIKE ANY (p_scope))
-        RETURNING j.queue
+        RETURNING j.id, j.queue
+    ), journal AS (
+        INSERT INTO jobq.job_journal AS r (job_id, events)
+        SELECT id, jsonb_build_array(jsonb_build_object(
+                   'id', v_id, 'name', p_name, 'payload', p_payload, 'at', v_at))
+        FROM reached
+        ON CONFLICT (job_id) DO UPDATE SET events = coalesce(r.events, '[]') || excluded.events
     ), per_queue AS (
         SELECT queue, count(*) AS n FROM reached GROUP BY queue
     ), notified AS (

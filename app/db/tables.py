@@ -188,12 +188,10 @@ class JobColumns:
     # The outcome of the job's last push delivery (app/service/push.py): {at, outcome, status, ms,
     # error?, note?}; NULL: never pushed.
     delivery: Mapped[object | None] = mapped_column(JSONB)
-    # Durable steps, sleeps and events (app/service/durable.py): the results its handler recorded, by
-    # step name (NULL: none); the events that reached it ({id, name, payload, at}, and {name, at,
-    # timed_out} for a wait that ran out), in order; while `waiting` for an event, its name (run_at is
-    # then the wait's deadline); and, once released to sleep, until when.
-    steps: Mapped[object | None] = mapped_column(JSONB)
-    events: Mapped[object | None] = mapped_column(JSONB)
+    # Durable steps, sleeps and events (app/service/durable.py): true once the job has a row in
+    # jobq.job_journal (its steps and the events that reached it); while `waiting` for an event, its name
+    # (run_at is then the wait's deadline); and, once released to sleep, until when.
+    journaled: Mapped[bool | None] = mapped_column(Boolean)
     wait_event: Mapped[str | None] = mapped_column(Text)
     sleep_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -337,6 +335,20 @@ class JobHistory(JobColumns, Base):
 
     id: Mapped[int] = mapped_column(BigInteger)
     purge_after: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class JobJournal(Base):
+    """A job's durable record (API part 8, app/service/durable.py): the results its handler recorded, by
+    step name (NULL: none), and the events that reached it ({id, name, payload, at}, and {name, payload,
+    at, timed_out} for a wait that ran out), in order. Beside the job's row rather than in it, so that a
+    lease, which rewrites the row, does not write them again (app/db/sql/fragments.py, JOURNAL). Kept
+    while the job is (in jobq.jobs, or in jobs_history until its purge_after), then pruned."""
+
+    __tablename__ = "job_journal"
+
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    steps: Mapped[object | None] = mapped_column(JSONB)
+    events: Mapped[object | None] = mapped_column(JSONB)
 
 
 class Event(Base):

@@ -157,6 +157,18 @@ async def prune_events(db: Database) -> int:
             return total
 
 
+async def prune_journals(db: Database) -> int:
+    """Forget the journals (steps and events) of jobs gone, a batch at a time; how many."""
+    total = 0
+    while True:
+        async with db.acquire() as conn:
+            tag = await conn.execute(q.PRUNE_JOURNALS.text, *q.PRUNE_JOURNALS.args(batch=PRUNE_BATCH))
+        deleted = int(tag.split()[-1])
+        total += deleted
+        if deleted < PRUNE_BATCH:
+            return total
+
+
 async def list_events(
     db: Database, name: str | None, limit: int, before_id: int | None, scope: Scope = None
 ) -> Row:

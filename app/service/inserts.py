@@ -412,5 +412,9 @@ def new_job(
         "run_if": None,
         "workflow_id": None,
         "delivery": None,
+        "steps": None,
+        "events": None,
+        "waiting_for": None,
+        "sleeping_until": None,
         "duplicate": False,
     }

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.helpers import lease, lease_one
+from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -55,6 +56,37 @@ async def test_a_debounced_job_already_running_makes_a_new_one(client):
     status, second = await debounced(client, 2, seconds=0)
     assert status == 201 and second["id"] != first["id"]
     assert [j["payload"] for j in await lease(client, "q")] == [2]
+
+
+async def test_a_debounced_job_that_ran_goes_back_to_pending_beside_its_keys_new_job(client, db):
+    """A lease ends the job's debounce: once its key has a new pending job, the one that ran can still
+    fail its attempt, be released, or expire back to pending (they once met in uq_jobs_debounce: the nack
+    and the release answered 500, and the expiry stopped every replica's lease expiry)."""
+    jobs = []
+    for n, lasting in enumerate((30, 30, 1)):
+        _, job = await debounced(client, n, seconds=0)
+        asked = {"queue": "q", "visibility_timeout": lasting}
+        (leased,) = (await client.post("/lease", json=asked)).json()["jobs"]
+        assert leased["id"] == job["id"]
+        jobs.append(leased)
+    status, newest = await debounced(client, "new", seconds=0)
+    assert status == 201
+    first, second, third = jobs
+    nack = {"id": first["id"], "lease_token": first["lease_token"], "retry_after": 60}
+    assert (await client.post("/nack", json=nack)).status_code == 200
+    item = {"id": second["id"], "lease_token": second["lease_token"]}
+    assert (await client.post("/release", json={"items": [item]})).json()["results"] == [
+        {"id": second["id"], "ok": True}
+    ]
+
+    async def expired() -> bool:
+        return await db.fetchval("SELECT status FROM jobq.jobs WHERE id = $1", third["id"]) == "pending"
+
+    await until(expired)
+    statuses = dict(await db.fetch("SELECT id, status FROM jobq.jobs"))
+    assert statuses == {j["id"]: "pending" for j in [*jobs, newest]}
+    # The key's pending job is the new one: the next enqueue of the key lands in it.
+    assert (await debounced(client, "newer", seconds=0))[1]["id"] == newest["id"]
 
 
 async def test_concurrent_enqueues_of_one_key_make_one_job(client, db):

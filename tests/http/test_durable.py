@@ -110,7 +110,7 @@ async def test_a_step_is_fenced_by_the_lease(http, db):
     relet = (await _lease_jobs(http))[0]
     stale = await _step(http, job, "charge", 1)
     assert_problem(stale, 409, "lease_lost")
-    assert await db.fetchval("SELECT steps FROM jobq.jobs WHERE id = $1", job["id"]) is None
+    assert await db.fetchval("SELECT count(*) FROM jobq.job_journal WHERE job_id = $1", job["id"]) == 0
     assert (await _step(http, relet, "charge", 1)).status_code == 200
     # A finished job records nothing either, and an unknown job is 404.
     await http.post("/ack", json=_lease_of(relet))
@@ -389,3 +389,19 @@ async def test_run_now_wakes_a_sleeping_job_and_refuses_a_waiting_one(http):
     waiter = await _leased(http, queue="w")
     await _await(http, waiter, "later")
     assert_problem(await http.post(f"/jobs/{waiter['id']}/run"), 409, "conflict")
+
+
+async def test_the_steps_and_events_of_a_job_gone_are_pruned(start_service, db):
+    async with httpx.AsyncClient(base_url=start_service(prune_interval=0.2).url) as http:
+        job = await _leased(http)
+        await _step(http, job, "charge", 1)
+        await http.post("/nack", json=_lease_of(job) | {"dead": True})
+        kept = await _leased(http, queue="kept")
+        await _step(http, kept, "charge", 2)
+        assert await db.fetchval("SELECT count(*) FROM jobq.job_journal") == 2
+        assert (await http.delete(f"/dead/{job['id']}")).status_code == 200
+
+        async def pruned() -> bool:
+            return await db.fetchval("SELECT array_agg(job_id) FROM jobq.job_journal") == [kept["id"]]
+
+        await until(pruned)

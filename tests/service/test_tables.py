@@ -74,7 +74,8 @@ def test_migrations_go_down_and_up(fresh_database):
     migrations.upgrade(dsn)
     tables = asyncio.run(_fetch(dsn, "SELECT tablename FROM pg_tables WHERE schemaname = 'jobq' ORDER BY 1"))
     assert [t["tablename"] for t in tables] == [
-        "alembic_version", "events", "idempotency_keys", "job_edges", "job_waits", "jobs", "jobs_history",
+        "alembic_version", "events", "idempotency_keys", "job_edges", "job_journal", "job_waits", "jobs",
+        "jobs_history",
         "jobs_history_default", "keys",
         "leaders", "push_holds", "queues", "rollups",
         "schedules", "sqs_dead_letters", "sqs_deleted_queues", "sqs_receive_attempts", "workers",

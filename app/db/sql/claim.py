@@ -18,7 +18,9 @@ from app.db.sql.query import Query
 #   waiting for it, so concurrent statements get different jobs and never block each other. Order is
 #   therefore best effort under concurrency.
 # - the UPDATE marks them running, counts the attempt and fences each lease with a fresh token and a
-#   deadline on the database clock. It reads each slot's settings by subscript, never by joining the
+#   deadline on the database clock; a debounced job's debounce ends (`debounce_key` NULL: an enqueue of its
+#   key makes a new job from now on, which the job, back to pending after a failed attempt, must not meet
+#   in uq_jobs_debounce). It reads each slot's settings by subscript, never by joining the
 #   arrays as rows: with statistics from a nearly empty table the planner took such a join for one row
 #   and rescanned it per job (quadratic: 18 ms instead of 2 for a claim of 216 jobs).
 # - the jobs found by the scan of their queue are looked up again by id alone, through the primary key:
@@ -49,7 +51,7 @@ LEASE = Query.define(
     SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(
             secs => coalesce((:visibility_timeouts::float8[])[ready.slot], q.visibility_timeout)),
-        worker_id = (:worker_ids::text[])[ready.slot], updated_at = now()
+        worker_id = (:worker_ids::text[])[ready.slot], updated_at = now(), debounce_key = NULL
     FROM ready, q
     WHERE j.id = ready.id
     RETURNING {LEASED_JOB}, ready.slot
@@ -289,7 +291,7 @@ def _lease_flow(rated: bool) -> str:
         SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(
                 secs => coalesce((:visibility_timeouts::float8[])[ready.slot], q.visibility_timeout)),
-            worker_id = (:worker_ids::text[])[ready.slot], updated_at = now()
+            worker_id = (:worker_ids::text[])[ready.slot], updated_at = now(), debounce_key = NULL
         FROM ready, q
         WHERE j.id = ready.id
         RETURNING {LEASED_JOB}, ready.slot

@@ -11,19 +11,27 @@ from app.db.sql.query import Query
 
 # Record a step's result with a running job, under its current lease token, unless a step of that name is
 # recorded already (the first write wins) or the job's steps would pass :limit bytes as JSON text (what a
-# lease hands out). The new value is built from the row the UPDATE locked (j.steps, re-read after a
-# concurrent write of another step of the same job), so two steps recorded at once both stay. No row:
-# the lease is not current, the name is taken, or the steps would be too large (STEP_REFUSED says which).
+# lease hands out). The job's row is updated first (marked `journaled`), under the token: that row lock
+# orders the write after any lease or expiry of the job, and a later step of the same job after this one,
+# so two steps recorded at once both stay (the journal's row is written by ON CONFLICT on the row as it is
+# then). No row back: the lease is not current, the name is taken, or the steps would be too large
+# (STEP_REFUSED says which); nothing is kept then but the job's `updated_at`.
 RECORD_STEP = Query.define(
     "record_step",
     """
-    UPDATE jobq.jobs j
-    SET steps = coalesce(j.steps, '{}') || jsonb_build_object(:name::text, :result::jsonb), updated_at = now()
-    WHERE j.id = :id AND j.queue = :queue AND j.lease_token = :lease_token AND j.status = 'running'
-      AND NOT coalesce(j.steps ? :name::text, false)
-      AND octet_length((coalesce(j.steps, '{}') || jsonb_build_object(:name::text, :result::jsonb))::text)
-          <= :limit
-    RETURNING j.id
+    WITH held AS (
+        UPDATE jobq.jobs j SET journaled = true, updated_at = now()
+        WHERE j.id = :id AND j.queue = :queue AND j.lease_token = :lease_token AND j.status = 'running'
+        RETURNING j.id
+    ), step AS (
+        SELECT jsonb_build_object(:name::text, :result::jsonb) AS step
+    )
+    INSERT INTO jobq.job_journal AS r (job_id, steps)
+    SELECT held.id, step.step FROM held, step WHERE octet_length(step.step::text) <= :limit
+    ON CONFLICT (job_id) DO UPDATE SET steps = coalesce(r.steps, '{}') || excluded.steps
+    WHERE NOT coalesce(r.steps ? :name::text, false)
+      AND octet_length((coalesce(r.steps, '{}') || excluded.steps)::text) <= :limit
+    RETURNING r.job_id
     """,
 )
 
@@ -32,9 +40,11 @@ RECORD_STEP = Query.define(
 STEP_REFUSED = Query.define(
     "step_refused",
     """
-    SELECT status, lease_token, steps -> :name::text AS recorded, steps ? :name::text AS taken,
-           octet_length(coalesce(steps, '{}')::text) AS size
-    FROM jobq.all_jobs WHERE id = :id
+    SELECT a.status, a.lease_token, r.steps -> :name::text AS recorded,
+           coalesce(r.steps ? :name::text, false) AS taken,
+           octet_length(coalesce(r.steps, '{}')::text) AS size
+    FROM jobq.all_jobs a LEFT JOIN jobq.job_journal r ON r.job_id = a.id
+    WHERE a.id = :id
     """,
 )
 
@@ -58,21 +68,40 @@ EXPIRE_WAITS = Query.define(
     "expire_waits",
     f"""
     WITH due AS (
-        SELECT id FROM jobq.jobs
+        SELECT id, wait_event FROM jobq.jobs
         WHERE status = 'waiting' AND wait_event IS NOT NULL AND run_at <= now()
         ORDER BY run_at
         LIMIT :batch
         FOR UPDATE SKIP LOCKED
     ), woken AS (
         UPDATE jobq.jobs j
-        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL,
-            events = coalesce(j.events, '[]') || jsonb_build_array(jsonb_build_object(
-                'name', j.wait_event, 'payload', NULL, 'at', now(), 'timed_out', true))
+        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL, journaled = true
         FROM due
         WHERE j.id = due.id AND j.status = 'waiting'
-        RETURNING j.id, j.queue, j.key, j.run_at
+        RETURNING j.id, j.queue, j.key, j.run_at,
+                  jsonb_build_array(jsonb_build_object(
+                      'name', due.wait_event, 'payload', NULL, 'at', now(), 'timed_out', true)) AS entry
+    ), journal AS (
+        INSERT INTO jobq.job_journal AS r (job_id, events)
+        SELECT id, entry FROM woken
+        ON CONFLICT (job_id) DO UPDATE SET events = coalesce(r.events, '[]') || excluded.events
     ), {_notify("woken")}
     SELECT id, queue FROM woken WHERE {NOTIFIED}
+    """,
+)
+
+# The journals of jobs gone (pruned with their queue's retention, purged, or their queue deleted), a bounded
+# batch per statement. A job is looked up through the all_jobs view, which leaves out finished jobs past
+# their purge_after: their journal goes with them.
+PRUNE_JOURNALS = Query.define(
+    "prune_journals",
+    """
+    DELETE FROM jobq.job_journal r USING (
+        SELECT job_id FROM jobq.job_journal j
+        WHERE NOT EXISTS (SELECT FROM jobq.all_jobs a WHERE a.id = j.job_id)
+        LIMIT :batch
+    ) gone
+    WHERE r.job_id = gone.job_id
     """,
 )
 

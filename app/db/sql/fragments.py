@@ -7,6 +7,16 @@ from __future__ import annotations
 
 from app.core.limits import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION
 
+# A job's durable record (API part 8, app/service/durable.py): its recorded steps and the events that
+# reached it, read from jobq.job_journal for a job marked `journaled`. They live beside the job's row, not
+# in it: every lease rewrites the row, and each ack copies it into jobs_history; a row that carried them
+# would write their size again each time (the bare claim of jobs with 10 steps of 60 bytes went from 0.75
+# to 0.81-0.85 of the rate of jobs without, in alternating runs). For a job without (NULL `journaled`),
+# each subquery stops at its one-time filter: no index read. (Two subqueries cost one index read more
+# than one would, about 4 %; joining the journal in the claim's CTEs instead was four times slower.)
+JOURNAL = """(SELECT r.steps FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id) AS steps,
+    (SELECT r.events FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id) AS events"""
+
 # The columns of a job as the API shows it. `max_attempts` NULL on the job means "the queue's setting",
 # so it is resolved against the queue row `q` (absent only in the statement that creates the queue).
 JOB = f"""
@@ -14,18 +24,18 @@ JOB = f"""
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.dedup_key, j.last_error, j.lease_expires_at, j.created_at, j.updated_at, j.completed_at,
     j.result, j.progress, j.schedule, j.schedule_slot, j.worker_id, j.traceparent, j.tracestate,
-    j.depends_on, j.run_if, j.workflow_id, j.delivery, j.steps, j.events, j.wait_event, j.sleep_until
+    j.depends_on, j.run_if, j.workflow_id, j.delivery, {JOURNAL}, j.wait_event, j.sleep_until
 """
 
 # The columns of a job as a lease hands it out: the job, its lease, and no more (a lease of 1,000 jobs
 # decodes every column of every row). `depends_on` (NULL but for a job with parents) tells the service
 # whose parents' results to fetch for the lease (app/service/leasing.py); it is not handed out itself.
-# `steps` and `events` (API part 8) are handed out when the job has some: NULL costs a lease nothing.
+# `steps` and `events` (API part 8, JOURNAL) are handed out when the job has some.
 LEASED_JOB = f"""
     j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
     coalesce(j.max_attempts, q.max_attempts, {DEFAULT_MAX_ATTEMPTS}) AS max_attempts,
     j.run_at, j.created_at, j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate,
-    j.depends_on, j.steps, j.events
+    j.depends_on, {JOURNAL}
 """
 
 # What the spans of a statement that ends attempts need of each job (app/telemetry/tracing.py): its trace
@@ -47,8 +57,7 @@ JOB_COLUMNS = (
     "last_error", "lease_token", "lease_expires_at", "worker_id", "created_at", "updated_at",
     "completed_at", "message_attributes", "first_received_at", "kind", "result", "progress", "awaited",
     "key", "schedule", "schedule_slot", "traceparent", "tracestate", "depends_on", "run_if", "workflow_id",
-    "has_children", "debounce_key", "debounce_until", "delivery", "steps", "events", "wait_event",
-    "sleep_until",
+    "has_children", "debounce_key", "debounce_until", "delivery", "journaled", "wait_event", "sleep_until",
 )  # fmt: skip
 
 

@@ -79,6 +79,9 @@ def start(runtime: Runtime) -> list[asyncio.Task]:
         events = await durable.prune_events(db)
         if events:
             log.info("forgot %d events past their retention", events)
+        journals = await durable.prune_journals(db)
+        if journals:
+            log.info("forgot the steps and events of %d jobs gone", journals)
 
     async def refresh_gauges() -> None:
         queues = await service.queue_gauges(db)

@@ -42,6 +42,7 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -292,6 +293,7 @@ class Context:
         call would have to block the event loop for."""
         if name in self._steps:
             return cast(R, self._steps[name])
+        _own_name(name)
         loop = _worker_loop_of(self._running, "step")
         try:
             on_the_loop = asyncio.get_running_loop() is loop
@@ -310,6 +312,7 @@ class Context:
         """`step`, awaited, for an async handler; `function` may be a coroutine function."""
         if name in self._steps:
             return self._steps[name]
+        _own_name(name)
         loop = _worker_loop_of(self._running, "astep")
         result = function(*args, **kwargs)
         if inspect.isawaitable(result):
@@ -319,12 +322,14 @@ class Context:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._record(name, result), loop))
 
     async def _record(self, name: str, result: Any) -> Any:
-        """Record `result` as step `name` (on the worker's loop); the result the job keeps: this one, or
+        """Record `result` as step `name` (on the worker's loop); the result the job keeps, as JSON gives
+        it back (a tuple a list), so that this run and every later one see the same value: this one, or
         the one recorded first when another run got there before (the first write wins)."""
         from jobq.types import Conflict
 
         client = self._running.client
         assert client is not None
+        result = json.loads(json.dumps(result))
         try:
             await client.worker.record_step(self.job, name, result)
         except Conflict as exc:
@@ -359,6 +364,12 @@ class Context:
             event = reached[n]
             return None if event.timed_out else event
         raise Suspend(event=name, timeout=timeout)
+
+
+def _own_name(name: str) -> None:
+    """ValueError for a step name the client keeps for itself (`jobq.sleep:0`)."""
+    if name.startswith(RESERVED_STEP_PREFIX):
+        raise ValueError(f"step names starting with {RESERVED_STEP_PREFIX!r} are jobq's own: {name!r}")
 
 
 def _worker_loop_of(running: Running, what: str) -> asyncio.AbstractEventLoop:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from jobq.tasks import Suspend
 from jobq.types import LeasedJob
 
 log = logging.getLogger("jobq.worker")
@@ -86,9 +87,23 @@ def _processing(tracer: trace.Tracer, job: LeasedJob) -> Iterator[None]:
     if job.kind is not None:
         attributes["jobq.job.kind"] = job.kind
     with tracer.start_as_current_span(
-        f"process {job.queue}", parent, trace.SpanKind.CONSUMER, attributes=attributes, links=links
-    ):
-        yield
+        f"process {job.queue}",
+        parent,
+        trace.SpanKind.CONSUMER,
+        attributes=attributes,
+        links=links,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield
+        except Suspend as suspended:  # not a failure: the job sleeps, or waits for an event
+            span.set_attribute("jobq.suspended", str(suspended))
+            raise
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
 
 
 _propagator = TraceContextTextMapPropagator() if trace is not None else None
