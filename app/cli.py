@@ -48,6 +48,7 @@ def _serve(args: argparse.Namespace) -> int | None:
     import uvicorn
 
     from app.core.access import Tokens
+    from app.http.fastpath.transport import KEEP_ALIVE
     from app.settings import is_loopback
     from app.startup import FAILURE_FILE
 
@@ -103,6 +104,7 @@ def _serve(args: argparse.Namespace) -> int | None:
         # app/http/middleware/access_log.py).
         access_log=not settings.access_log,
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=KEEP_ALIVE,
         # httptools, writing each answer in one piece (app/http/fastpath/transport.py).
         http="app.http.fastpath.transport:CoalescingHttpToolsProtocol",
     )

@@ -34,7 +34,7 @@ import pytest
 import uvicorn
 
 from app.db import migrations
-from app.http.fastpath.transport import CoalescingHttpToolsProtocol
+from app.http.fastpath.transport import KEEP_ALIVE, CoalescingHttpToolsProtocol
 from app.main import create_app
 from app.settings import Settings
 from tests.pgbouncer import pgbouncer_binary, running_pgbouncer, through_pooler
@@ -227,6 +227,7 @@ class Service:
             log_level="warning",
             lifespan="on",
             http=CoalescingHttpToolsProtocol,  # as `jobq serve` runs it
+            timeout_keep_alive=KEEP_ALIVE,
         )
         self.server = PromptServer(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

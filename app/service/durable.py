@@ -31,16 +31,16 @@ from __future__ import annotations
 
 import orjson
 
-from app.core.errors import Conflict, Invalid, LeaseLost, NotFound, PayloadTooLarge
+from app.core.errors import Conflict, LeaseLost, NotFound, PayloadTooLarge
 from app.core.tokens import parse_token
 from app.db import sql as q
 from app.db.pool import Database
 from app.service.rows import Row, Scope
 from app.service.runtime import Runtime
+from app.service.upkeep import prune_in_batches
 from app.service.workers import _json_text, _with_queues
 
 EXPIRE_BATCH = 1000  # waits per EXPIRE_WAITS statement
-PRUNE_BATCH = 5000  # events per PRUNE_EVENTS statement
 
 
 async def record_step(runtime: Runtime, job_id: int, lease_token: str, name: str, result: object) -> Row:
@@ -143,38 +143,19 @@ async def expire_waits(runtime: Runtime) -> int:
 
 
 async def prune_events(db: Database) -> int:
-    """Forget the events past JOBQ_EVENT_RETENTION, a batch at a time; how many."""
-    total = 0
-    while True:
-        async with db.acquire() as conn:
-            tag = await conn.execute(
-                q.PRUNE_EVENTS.text,
-                *q.PRUNE_EVENTS.args(kept=db.settings.event_retention, batch=PRUNE_BATCH),
-            )
-        deleted = int(tag.split()[-1])
-        total += deleted
-        if deleted < PRUNE_BATCH:
-            return total
+    """Forget the events past JOBQ_EVENT_RETENTION; how many."""
+    return await prune_in_batches(db, q.PRUNE_EVENTS, kept=db.settings.event_retention)
 
 
 async def prune_journals(db: Database) -> int:
-    """Forget the journals (steps and events) of jobs gone, a batch at a time; how many."""
-    total = 0
-    while True:
-        async with db.acquire() as conn:
-            tag = await conn.execute(q.PRUNE_JOURNALS.text, *q.PRUNE_JOURNALS.args(batch=PRUNE_BATCH))
-        deleted = int(tag.split()[-1])
-        total += deleted
-        if deleted < PRUNE_BATCH:
-            return total
+    """Forget the journals (steps and events) of jobs gone; how many."""
+    return await prune_in_batches(db, q.PRUNE_JOURNALS)
 
 
 async def list_events(
     db: Database, name: str | None, limit: int, before_id: int | None, scope: Scope = None
 ) -> Row:
     """The events kept, newest first (of `name` when given), and the `before_id` of the next page."""
-    if name is not None and not name:
-        raise Invalid("name: give an event name, or leave it out for every event")
     async with db.acquire_read() as conn:
         rows = await conn.fetch(
             q.LIST_EVENTS.text,

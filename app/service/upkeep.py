@@ -33,13 +33,14 @@ async def expire_leases(runtime: Runtime) -> list[Row]:
     return changed
 
 
-async def prune_in_batches(db: Database, prune: q.Query) -> int:
-    """Run a pruning statement (a DELETE of at most :batch rows) until a batch comes back short; how
-    many rows went. The connection is released between batches: pruning never starves requests."""
+async def prune_in_batches(db: Database, prune: q.Query, **args: object) -> int:
+    """Run a pruning statement (a DELETE of at most :batch rows, with `args` for its other parameters)
+    until a batch comes back short; how many rows went. The connection is released between batches:
+    pruning never starves requests."""
     batch, total = db.settings.prune_batch, 0
     while True:
         async with db.acquire() as conn:
-            tag = await conn.execute(prune.text, *prune.args(batch=batch))
+            tag = await conn.execute(prune.text, *prune.args(batch=batch, **args))
         deleted = int(tag.split()[-1])  # the command tag: "DELETE <rows>"
         total += deleted
         if deleted < batch:

@@ -19,6 +19,13 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# Seconds an idle kept-alive connection stays open (`jobq serve`, app/cli.py). Longer than a client keeps
+# one idle for reuse (httpx 5 s, aiohttp 15 s, Node's fetch 4 s) and than a load balancer's idle timeout
+# (AWS ALB 60 s): a server that closes a connection first races the client's next request on it, which
+# then fails with no answer (a POST the client cannot know whether to send again). uvicorn's default, 5 s,
+# lost that race now and then under load.
+KEEP_ALIVE = 75
+
 
 class CoalescingTransport:
     """A transport that holds a write until the next one (the body after the head) or the end of the

@@ -74,7 +74,9 @@ async def send_event(body: EventRequest, runtime: RuntimeDep, caller: Caller) ->
 async def list_events(
     db: DB,
     caller: Caller,
-    name: Annotated[str | None, Query(max_length=256, description="Only events of this name.")] = None,
+    name: Annotated[
+        str | None, Query(min_length=1, max_length=256, description="Only events of this name.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1)] = None,
 ) -> JSONBody:
