@@ -94,15 +94,16 @@ $$;
 -- COMMITTED), leases the jobs within their key's room. Rows as LEASE's, each with its slot, and on every
 -- row (on one row of NULL jobs when nothing was leased) how many jobs it `looked` at and how many it
 -- `passed` over because another claim held their key. Runs under the claims' plan settings (FLOW_PLANS,
--- app/service/flow.py). Made by 0021; `depends_on` among its columns from 0023, `steps` and `events` (read
--- from jobq.job_journal for a job that has some) from 0025, which also has a lease end a job's debounce.
+-- app/service/flow.py). Made by 0021; `depends_on` among its columns from 0023, `journal` (a job's steps
+-- and events from jobq.job_journal, for a job that has some) from 0025, which also has a lease end a job's
+-- debounce.
 CREATE OR REPLACE FUNCTION jobq.lease_flow_front(
     p_queue text, p_lookahead integer, p_visibility_timeouts double precision[], p_worker_ids text[]
 ) RETURNS TABLE (
     id bigint, queue text, kind text, key text, payload jsonb, priority integer, attempts integer,
     max_attempts integer, run_at timestamptz, created_at timestamptz, last_error text, lease_token uuid,
-    lease_expires_at timestamptz, traceparent text, tracestate text, depends_on bigint[], steps jsonb,
-    events jsonb, slot bigint, looked integer, passed integer
+    lease_expires_at timestamptz, traceparent text, tracestate text, depends_on bigint[], journal jsonb[],
+    slot bigint, looked integer, passed integer
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off
@@ -189,15 +190,14 @@ BEGIN
     RETURNING j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
               coalesce(j.max_attempts, q.max_attempts, 5) AS max_attempts, j.run_at, j.created_at,
               j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate, j.depends_on,
-              (SELECT r.steps FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id) AS steps,
-              (SELECT r.events FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id) AS events,
-              ready.slot
+              (SELECT ARRAY[r.steps, r.events] FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id)
+              AS journal, ready.slot
 ) SELECT leased.*, n_looked, n_passed FROM leased;
     IF NOT FOUND THEN
         RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::integer,
             NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::text, NULL::uuid,
-            NULL::timestamptz, NULL::text, NULL::text, NULL::bigint[], NULL::jsonb, NULL::jsonb, NULL::bigint,
-            n_looked, n_passed;
+            NULL::timestamptz, NULL::text, NULL::text, NULL::bigint[], NULL::jsonb[], NULL::bigint, n_looked,
+            n_passed;
     END IF;
 END
 $$;

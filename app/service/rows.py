@@ -46,14 +46,18 @@ def _durable(out: Row) -> None:
     """A job's steps and events (API part 8) as stored JSON text. A lease's rows (LEASED_JOB) hand them
     out only when the job has some; a whole job (sql.JOB) shows them (null: none), with what it waits
     for and until when it sleeps in place of the columns they are read from."""
+    if "journal" in out:  # a lease's row: steps and events in one array, when the job has some
+        journal = out.pop("journal")
+        if journal is not None:
+            for name, value in zip(("steps", "events"), journal, strict=True):
+                if value is not None:
+                    out[name] = JSONText(value)
+        return
     for name in ("steps", "events"):
         if name not in out:
             return
-        value = out[name]
-        if value is not None:
-            out[name] = JSONText(value)
-        elif "status" not in out:
-            del out[name]
+        if out[name] is not None:
+            out[name] = JSONText(out[name])
     if "wait_event" not in out:
         return
     event, sleep_until, status = out.pop("wait_event"), out.pop("sleep_until"), out["status"]

@@ -80,6 +80,7 @@ from app.db.sql.fragments import (
     JOURNAL,
     KEY_FREED,
     LEASED_JOB,
+    LEASED_JOURNAL,
     LOCKED,
     NOTIFIED,
     QUEUE_LOCK_CLASS,

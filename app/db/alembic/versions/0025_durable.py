@@ -9,9 +9,10 @@ Expand only:
   `waiting` job awaits; its run_at is then its deadline) and `sleep_until` (how long a released job
   sleeps); all nullable, appended to the all_jobs view;
 - the table `events`, with its indexes by name and by time;
-- jobq.lease_flow_front() with `steps` and `events` among its columns (dropped and made again: its
-  result type changes), and a lease that ends the job's debounce (`debounce_key` NULL: a job that ran
-  takes no more enqueues of its key, and going back to pending it cannot meet the key's new job);
+- jobq.lease_flow_front() with `journal` (a job's steps and events) among its columns (dropped and made
+  again: its result type changes), and a lease that ends the job's debounce (`debounce_key` NULL: a
+  job that ran takes no more enqueues of its key, and going back to pending it cannot meet the key's
+  new job);
 - jobq.await_event() and jobq.send_event();
 - debounce keys of jobs already leased, cleared (as a lease now clears them);
 - two partial indexes of jobs awaiting an event (by name, and by deadline), built CONCURRENTLY outside the
@@ -106,8 +107,8 @@ CREATE OR REPLACE FUNCTION jobq.lease_flow_front(
 ) RETURNS TABLE (
     id bigint, queue text, kind text, key text, payload jsonb, priority integer, attempts integer,
     max_attempts integer, run_at timestamptz, created_at timestamptz, last_error text, lease_token uuid,
-    lease_expires_at timestamptz, traceparent text, tracestate text, depends_on bigint[], steps jsonb,
-    events jsonb, slot bigint, looked integer, passed integer
+    lease_expires_at timestamptz, traceparent text, tracestate text, depends_on bigint[], journal jsonb[],
+    slot bigint, looked integer, passed integer
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off
@@ -194,15 +195,14 @@ BEGIN
     RETURNING j.id, j.queue, j.kind, j.key, j.payload, j.priority, j.attempts,
               coalesce(j.max_attempts, q.max_attempts, 5) AS max_attempts, j.run_at, j.created_at,
               j.last_error, j.lease_token, j.lease_expires_at, j.traceparent, j.tracestate, j.depends_on,
-              (SELECT r.steps FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id) AS steps,
-              (SELECT r.events FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id) AS events,
-              ready.slot
+              (SELECT ARRAY[r.steps, r.events] FROM jobq.job_journal r WHERE j.journaled AND r.job_id = j.id)
+              AS journal, ready.slot
 ) SELECT leased.*, n_looked, n_passed FROM leased;
     IF NOT FOUND THEN
         RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::integer,
             NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::text, NULL::uuid,
-            NULL::timestamptz, NULL::text, NULL::text, NULL::bigint[], NULL::jsonb, NULL::jsonb, NULL::bigint,
-            n_looked, n_passed;
+            NULL::timestamptz, NULL::text, NULL::text, NULL::bigint[], NULL::jsonb[], NULL::bigint, n_looked,
+            n_passed;
     END IF;
 END
 $$;
