@@ -35,7 +35,7 @@ from app.core.errors import Conflict, LeaseLost, NotFound, PayloadTooLarge
 from app.core.tokens import parse_token
 from app.db import sql as q
 from app.db.pool import Database
-from app.service.rows import Row, Scope
+from app.service.rows import Row, Scope, job_status
 from app.service.runtime import Runtime
 from app.service.upkeep import prune_in_batches
 from app.service.workers import _json_text, _with_queues
@@ -101,11 +101,8 @@ async def await_event(runtime: Runtime, job_id: int, lease_token: str, event: st
             *q.AWAIT_EVENT.args(id=job_id, queue=queue, lease_token=token, event=event, timeout=timeout),
         )
         if row is None:
-            known = await conn.fetchval(q.JOB_QUEUES.text, *q.JOB_QUEUES.args(ids=[job_id]))
-    if row is None:
-        if known is None:
-            raise NotFound(f"job {job_id} does not exist")
-        raise LeaseLost(f"job {job_id} is not running under this lease token: it is not parked")
+            await job_status(conn, job_id)  # NotFound when there is no such job
+            raise LeaseLost(f"job {job_id} is not running under this lease token: it is not parked")
     runtime.metrics.awaits.inc(queue)
     if row["event_id"] is not None:
         runtime.metrics.events_woken.inc(queue)

@@ -53,13 +53,11 @@ def _durable(out: Row) -> None:
                 if value is not None:
                     out[name] = JSONText(value)
         return
+    if "steps" not in out:  # a row of neither kind (an SQS message's, say)
+        return
     for name in ("steps", "events"):
-        if name not in out:
-            return
         if out[name] is not None:
             out[name] = JSONText(out[name])
-    if "wait_event" not in out:
-        return
     event, sleep_until, status = out.pop("wait_event"), out.pop("sleep_until"), out["status"]
     out["waiting_for"] = (
         {"event": event, "until": out["run_at"]} if status == "waiting" and event is not None else None
