@@ -155,7 +155,9 @@ BEGIN
                    cardinality(p_worker_ids::text[])) END AS room,
                CASE WHEN f.n = 1 AND k.concurrency = 1 THEN coalesce(
                    (SELECT id FROM jobq.jobs h
-                    WHERE h.queue = p_queue AND h.key = f.key AND h.status = 'pending' AND h.attempts > 0
+                    WHERE h.queue = p_queue AND h.key = f.key
+                      AND (h.status = 'pending' AND (h.attempts > 0 OR h.sleep_until IS NOT NULL)
+                           OR h.status = 'waiting' AND h.wait_event IS NOT NULL)
                     ORDER BY priority, run_at, id LIMIT 1),
                    (SELECT id FROM jobq.jobs h
                     WHERE h.queue = p_queue AND h.key = f.key AND h.status = 'pending' AND h.run_at <= now()
@@ -592,7 +594,7 @@ BEGIN
         ON CONFLICT (job_id) DO UPDATE SET events = coalesce(r.events, '[]') || excluded.events;
         RETURN QUERY UPDATE jobq.jobs j
         SET status = 'pending', attempts = j.attempts - 1, lease_token = NULL, lease_expires_at = NULL,
-            worker_id = NULL, updated_at = now(), run_at = now(), sleep_until = NULL, wait_event = NULL,
+            worker_id = NULL, updated_at = now(), run_at = now(), sleep_until = now(), wait_event = NULL,
             journaled = true
         WHERE j.id = p_id
         RETURNING j.id, j.status, j.run_at, v_event.id;
@@ -633,7 +635,8 @@ BEGIN
     RETURNING jobq.events.id, jobq.events.at INTO v_id, v_at;
     RETURN QUERY WITH reached AS (
         UPDATE jobq.jobs j
-        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL, journaled = true
+        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL, journaled = true,
+            sleep_until = now()
         WHERE j.status = 'waiting' AND j.wait_event = p_name
           AND (p_scope IS NULL OR j.queue LIKE ANY (p_scope))
         RETURNING j.id, j.queue

@@ -190,7 +190,8 @@ class JobColumns:
     delivery: Mapped[object | None] = mapped_column(JSONB)
     # Durable steps, sleeps and events (app/service/durable.py): true once the job has a row in
     # jobq.job_journal (its steps and the events that reached it); while `waiting` for an event, its name
-    # (run_at is then the wait's deadline); and, once released to sleep, until when.
+    # (run_at is then the wait's deadline); and, once released to sleep, until when, or once woken from a
+    # wait, when (a job with it set has begun: it holds an in-order key's place, sql.fragments.KEY_HOLDER).
     journaled: Mapped[bool | None] = mapped_column(Boolean)
     wait_event: Mapped[str | None] = mapped_column(Text)
     sleep_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -291,8 +292,9 @@ class Job(JobColumns, Base):
             "id",
             postgresql_where=text("status = 'pending' AND key IS NOT NULL"),
         ),
-        # ... and the jobs that hold a key's slot: running, or waiting for a retry (which holds a key
-        # whose jobs run in order). The id makes each entry unique: a key's entries as duplicates were
+        # ... and the jobs that hold a key's slot: running, or begun and not running (waiting for a retry,
+        # asleep or woken from a sleep or a wait, parked on an event: sql.fragments.KEY_HOLDER), which hold
+        # a key whose jobs run in order. The id makes each entry unique: a key's entries as duplicates were
         # packed into posting lists and split again by every lease (alembic 0020).
         Index(
             "ix_jobs_key_held",
@@ -300,7 +302,8 @@ class Job(JobColumns, Base):
             "key",
             "id",
             postgresql_where=text(
-                "key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))"
+                "key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND (attempts > 0 OR "
+                "sleep_until IS NOT NULL)) OR (status = 'waiting' AND wait_event IS NOT NULL))"
             ),
         ),
         # Retention pruning of finished jobs.

@@ -228,6 +228,45 @@ async def test_in_order_a_retry_holds_its_key_until_it_has_run(a):
     assert seen == ids
 
 
+@pytest.mark.parametrize("fair", [False, True], ids=["in_order", "fair"])
+async def test_in_order_a_sleeping_or_parked_job_holds_its_key_and_its_place(a, fair):
+    """A job of an in-order key that has begun holds the key until it ends, also while it sleeps (a
+    release with a delay) or waits for an event, and keeps its place once it wakes; a release without a
+    delay keeps its place too (found by the chaos checker: released jobs let later ones of their key
+    overtake them)."""
+    await configure(a, key_concurrency=1, fair=fair)
+    ids = await enqueue(a, [{"key": "k", "payload": i} for i in range(3)])
+
+    async def only_the_first() -> dict:
+        jobs = await lease(a, 3)
+        assert [j["id"] for j in jobs] == ids[:1]
+        return jobs[0]
+
+    job = await only_the_first()
+    held = {"id": job["id"], "lease_token": job["lease_token"]}
+    r = await a.post("/release", json={"items": [{**held, "delay": 0.5}]})
+    assert r.json()["results"] == [{"id": ids[0], "ok": True}]
+    assert await lease(a, 3) == []  # asleep, and holding the key
+    await asyncio.sleep(0.6)
+    job = await only_the_first()
+    held = {"id": job["id"], "lease_token": job["lease_token"]}
+    await_body = {"lease_token": job["lease_token"], "event": "go", "timeout": 60}
+    r = await a.post(f"/jobs/{ids[0]}/await", json=await_body)
+    assert r.json()["status"] == "waiting", r.text
+    assert await lease(a, 3) == []  # parked on its event, and holding the key
+    assert (await a.post("/events", json={"name": "go"})).json()["woken"] == 1
+    job = await only_the_first()  # woken, its run_at now later than the others': still first
+    held = {"id": job["id"], "lease_token": job["lease_token"]}
+    r = await a.post("/release", json={"items": [{**held, "delay": 0}]})
+    assert r.json()["results"] == [{"id": ids[0], "ok": True}]
+    seen = []
+    while len(seen) < 3:
+        (job,) = await lease(a, 3)
+        seen.append(job["id"])
+        assert (await ack(a, job)).status_code == 200
+    assert seen == ids
+
+
 async def test_dead_and_cancelled_jobs_do_not_hold_a_key(a):
     await configure(a, key_concurrency=1, max_attempts=1)
     first, second, third = await enqueue(a, [{"key": "k"}] * 3)

@@ -5,7 +5,7 @@ LEASE_FLOW_RATED), or from its front by LEASE_FLOW_FRONT (app/service/flow.py ch
 
 from __future__ import annotations
 
-from app.db.sql.fragments import LEASED_JOB, WINDOW_CLOCK, _used
+from app.db.sql.fragments import KEY_HOLDER, LEASED_JOB, WINDOW_CLOCK, _used
 from app.db.sql.query import Query
 
 # Claim ready jobs in one statement, so nothing can run between choosing and marking; one statement serves
@@ -249,7 +249,7 @@ def _lease_flow(rated: bool) -> str:
         SELECT k.*, least(wanted.n, k.concurrency - {_running("k.key")}, {key_room}) AS room,
                CASE WHEN k.concurrency = 1 THEN (
                    SELECT id FROM jobq.jobs h
-                   WHERE h.queue = :queue AND h.key = k.key AND h.status = 'pending' AND h.attempts > 0
+                   WHERE h.queue = :queue AND h.key = k.key AND {KEY_HOLDER}
                    ORDER BY priority, run_at, id LIMIT 1) END AS retry
         FROM k CROSS JOIN wanted
     ), candidates AS (

@@ -75,7 +75,8 @@ EXPIRE_WAITS = Query.define(
         FOR UPDATE SKIP LOCKED
     ), woken AS (
         UPDATE jobq.jobs j
-        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL, journaled = true
+        SET status = 'pending', run_at = now(), updated_at = now(), wait_event = NULL, journaled = true,
+            sleep_until = now()
         FROM due
         WHERE j.id = due.id AND j.status = 'waiting'
         RETURNING j.id, j.queue, j.key, j.run_at,

@@ -88,7 +88,8 @@ NACK = Query.define(
 # Hand back leased jobs without counting their attempt: jobs claimed for a long-poll whose client went
 # away before they could be delivered, a worker's release, a push the endpoint asked to have again later
 # (429 or 503 with Retry-After). Pending again at their place in line, or with :delays (NULL, or an item's
-# NULL: none) at now + that many seconds; :deliveries keeps a push delivery's outcome, as NACK's does.
+# NULL or 0: none) at now + that many seconds, asleep (a sleep's end, kept as sleep_until, marks a job as
+# begun: it holds an in-order key, sql.fragments.KEY_HOLDER, and a release without a delay keeps it); :deliveries keeps a push delivery's outcome, as NACK's does.
 # Each row back names the (id, token) that released it, as with ACK.
 RELEASE = Query.define(
     "release",
@@ -97,9 +98,10 @@ RELEASE = Query.define(
         UPDATE jobq.jobs j
         SET status = 'pending', attempts = j.attempts - 1, lease_token = NULL, lease_expires_at = NULL,
             worker_id = NULL, updated_at = now(),
-            run_at = CASE WHEN r.delay IS NULL THEN j.run_at
+            run_at = CASE WHEN coalesce(r.delay, 0) = 0 THEN j.run_at
                           ELSE now() + make_interval(secs => r.delay) END,
-            sleep_until = CASE WHEN r.delay > 0 THEN now() + make_interval(secs => r.delay) END,
+            sleep_until = CASE WHEN r.delay > 0 THEN now() + make_interval(secs => r.delay)
+                               ELSE j.sleep_until END,
             delivery = coalesce(r.delivery::jsonb, j.delivery)
         FROM unnest(:ids::bigint[], :queues::text[], :lease_tokens::uuid[], :delays::float8[],
                     :deliveries::text[]) AS r(id, queue, lease_token, delay, delivery)

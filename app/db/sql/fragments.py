@@ -128,6 +128,14 @@ NOTIFIED = "(SELECT count(*) FROM notified) >= 0"
 # that key may now go (flow control). Jobs without a key send nothing more.
 KEY_FREED = "key IS NOT NULL"
 
+# A job that holds its place at the head of an in-order key (key_concurrency 1) while it is not running: it
+# has begun and not ended, so its key's later jobs wait for it. Pending again for its retry (attempts > 0),
+# or after a sleep or a wait for an event (sleep_until: when that ended; a release counts no attempt, so
+# attempts may be 0), asleep, or parked on an event. The index ix_jobs_key_held holds these jobs and the
+# running ones. `h`: the alias of jobq.jobs in the statement.
+KEY_HOLDER = """(h.status = 'pending' AND (h.attempts > 0 OR h.sleep_until IS NOT NULL)
+                    OR h.status = 'waiting' AND h.wait_event IS NOT NULL)"""
+
 # Waiting for a job (GET /jobs/{id}?wait=N): the waiter marks the job `awaited` (WATCH_JOB), and every
 # statement that finishes a job (completed, dead, cancelled) sends one NOTIFY on DONE_CHANNEL per awaited
 # job it finished, the job's id as payload: a column of its RETURNING, evaluated per row, that calls

@@ -41,6 +41,11 @@ GET_JOBS = Query.define(
 )
 
 
+# A cancelled job that held its in-order key's place (fragments.KEY_HOLDER, read off the row as it was:
+# pending or waiting) lets the key's next job go.
+_HELD_KEY = "(attempts > 0 OR sleep_until IS NOT NULL OR wait_event IS NOT NULL)"
+
+
 # Cancel jobs that have not started (CANCEL: one, CANCEL_JOBS: the dashboard's selection), pending or
 # waiting for their parents, moving them to jobq.jobs_history. Running, finished and dead jobs are left
 # alone. A cancelled job's own children are then decided (the trigger job_gone).
@@ -54,7 +59,7 @@ def _cancel(which: str) -> str:
         RETURNING j.*, {_notify_done()}
     ), cancelled AS (
         SELECT {JOB}, j.done FROM j LEFT JOIN jobq.queues q ON q.name = j.queue
-    ), {_notify("cancelled", f"{KEY_FREED} AND attempts > 0")}
+    ), {_notify("cancelled", f"{KEY_FREED} AND {_HELD_KEY}")}
     SELECT * FROM cancelled WHERE {NOTIFIED}
     """
 

@@ -266,7 +266,7 @@ class ReleaseItem(JobLeaseItem):
     delay: ParkSeconds | None = Field(
         default=None,
         description="Seconds until it is due again, 0-31,536,000 (a year): a durable sleep, the attempt not "
-        "counted and no worker held meanwhile. Null: due again at once, at its place in line.",
+        "counted and no worker held meanwhile. Null or 0: due again at once, at its place in line.",
     )
 
 

@@ -3036,7 +3036,7 @@ export interface components {
             lease_token: string;
             /**
              * Delay
-             * @description Seconds until it is due again, 0-31,536,000 (a year): a durable sleep, the attempt not counted and no worker held meanwhile. Null: due again at once, at its place in line.
+             * @description Seconds until it is due again, 0-31,536,000 (a year): a durable sleep, the attempt not counted and no worker held meanwhile. Null or 0: due again at once, at its place in line.
              */
             delay?: number | null;
         };
