@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 # the asserts of every test module in each of its processes (8 s of each one's collection).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: serve test test-fast openapi docs docs-serve bench bench-record soak dist clean
+.PHONY: serve test test-fast openapi docs docs-serve bench bench-record soak chaos dist clean
 
 # uv installs, not pip: it fetches packages side by side where pip fetches one at a time, and leaves each
 # module's compiling to its first import where pip compiles them all. `make serve` on a fresh clone
@@ -89,6 +89,14 @@ bench-record:
 soak: $(TOOLS)
 	$(INSTALL) -e '.[bench]'
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
+
+# jobq under faults (chaos/run.py): replicas on a PostgreSQL of their own, killed, paused, cut off and failed
+# over under load, the clients' whole history checked against jobq's promises afterwards. Two minutes of
+# mixed faults by default; CHAOS_ARGS="--scenario patroni --seconds 60 --record" for another (the list:
+# `python -m chaos.run --help`). Network faults need root.
+CHAOS_ARGS ?= --scenario mixed --seconds 120
+chaos: $(TOOLS)
+	$(BIN)/python -m chaos.run $(CHAOS_ARGS)
 
 # The release into dist/: a wheel and an sdist of each Python distribution (`jobq` from clients/python,
 # `jobq-server` from here), each wheel built from its sdist, so that an sdist missing a file fails here;

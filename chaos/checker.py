@@ -5,11 +5,14 @@ Pure: it reads what it is given and touches nothing, so each rule is tested on h
 it merely allows: an operation whose outcome is unknown (``info``) may have happened at any time after it
 was sent, so it counts as done for what it may have caused and as not done for what it proves.
 
-Times. A lease's start is the database's: `lease_expires_at` less the visibility timeout the lease asked
-for, both from PostgreSQL's `now()`. Every other time is a client's wall clock, on the same machine. A lease
-ends, at the earliest, when its deadline passes (as the last `extend` the history knows set it) or when
-an ack, nack, release or await under its token was *sent*, whichever comes first: `end_lower`. Each rule
-allows `tolerance` seconds (50 ms) for a transaction's `now()` being read before its snapshot.
+Times. A lease was granted, at the latest, when its answer came (`granted_by`, the client's wall clock)
+and, at the earliest, when the claim's transaction began (`start`: `lease_expires_at` less the visibility
+timeout asked for, both from PostgreSQL's `now()`, which is the transaction's start, not the moment the
+job was taken: a claim of several round trips over a slow network began long before). Every other time
+is a client's wall clock, on the same machine. A lease ends, at the earliest, when its deadline passes (as
+the last `extend` the history knows set it) or when an ack, nack, release or await under its token was
+*sent*, whichever comes first: `end_lower`. So a lease is surely live over [`granted_by`, `end_lower`),
+and the rules compare those. Each allows `tolerance` seconds (50 ms) besides.
 
 The rules, each reported with how many cases it checked and its first violations:
 
@@ -17,22 +20,27 @@ The rules, each reported with how many cases it checked and its first violations
   `Idempotency-Key`, also in the payload) is one job at most; a uid whose every answer was a refusal
   does not exist; no job exists that no producer asked for.
 - final: every job reaches `completed`, `dead` or `cancelled`.
-- leases: no two leases of one job are live at once (the next starts after the previous ended), and
-  nothing done under a token succeeds once a later lease of the job has started (fencing).
+- leases: no two leases of one job are live at once (the next granted after the previous ended), and
+  nothing done under a token succeeds once a later lease of the job has been granted (fencing).
 - acks: at most one ack of a job succeeds; a job acked with a 2xx is `completed`, and a `completed` job
   had an ack that succeeded or may have.
 - key_concurrency: never more leases of one key live at once than the queue allows; with 1, a key's jobs
   run in the order they were enqueued (each one's leases all end before the next job's first starts).
-- rate: never more than `limit` leases of the queue started in any `period` seconds.
+- rate: never more than `limit` leases of the queue granted in any `period` seconds.
 - schedules: every slot of a schedule fired once: no slot twice, and none missing between the first
   and the last (for schedules that catch up `all` and fire every `step` seconds).
+- dependencies: a child (`depends_on`, run if its parents completed) is decided once and as its parents
+  ended: run (completed or dead) when every parent completed, else cancelled; and no lease of it starts
+  before each parent's first ack that succeeded or may have was sent.
 - steps: a step of a job is recorded once (one 2xx), the job keeps the result of the write that
   succeeded, and every `409` answered that result.
-- answers: no 5xx other than a 503 (a 500 is a bug, whatever the fault).
+- answers: no 5xx other than a 503 (a 500 is a bug, whatever the fault), and no 400 or 422: the run's own
+  requests are valid, so such an answer is the run's bug, and a rule may have checked nothing.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -55,10 +63,15 @@ class Lease:
     token: str
     queue: str
     key: str | None
-    start: float  # the database's time
+    start: float  # when its claim's transaction began: the earliest it was granted (the database's clock)
     expires: float
     grant: Op
     under: list[Op] = field(default_factory=list)  # later operations naming its token
+
+    @property
+    def granted_by(self) -> float:
+        """The latest it was granted: when its answer came."""
+        return self.grant.received
 
     @property
     def end_lower(self) -> float:
@@ -184,6 +197,7 @@ def check(history: History, final: Final, tolerance: float = 0.05) -> Report:
             "key_concurrency",
             "rate",
             "schedules",
+            "dependencies",
             "steps",
             "answers",
         )
@@ -195,6 +209,7 @@ def check(history: History, final: Final, tolerance: float = 0.05) -> Report:
     _key_concurrency(by_job, final, tolerance, rules["key_concurrency"])
     _rate(by_job, final, tolerance, rules["rate"])
     _schedules(final, tolerance, rules["schedules"])
+    _dependencies(history, by_job, final, tolerance, rules["dependencies"])
     _steps(history, final, rules["steps"])
     _answers(history, rules["answers"])
     outcomes: dict[str, int] = defaultdict(int)
@@ -238,28 +253,35 @@ def _final(final: Final, rule: Rule) -> None:
 
 
 def _leases(by_job: Mapping[int, list[Lease]], tolerance: float, rule: Rule) -> None:
+    """Each pair of a job's leases: surely live at one moment, or (the first surely granted before the
+    second's claim began) something done under the first succeeding once the second was surely granted.
+    Their order is not assumed from their starts: a claim that began first (over a slow network, say) may
+    have taken the job last."""
     for job_id, job_leases in sorted(by_job.items()):
         rule.see(len(job_leases))
-        for earlier, later in zip(job_leases, job_leases[1:], strict=False):
-            if later.start < earlier.end_lower - tolerance:
+        for a, b in itertools.combinations(job_leases, 2):
+            both_from, both_until = max(a.granted_by, b.granted_by), min(a.end_lower, b.end_lower)
+            if both_from < both_until - tolerance:
                 rule.fail(
-                    f"job {job_id}: a lease started at {later.start:.3f} while another was live until at "
-                    f"least {earlier.end_lower:.3f}",
-                    earlier.grant,
-                    later.grant,
-                    *earlier.under,
+                    f"job {job_id}: two leases surely live at once, from {both_from:.3f} "
+                    f"until {both_until:.3f}",
+                    a.grant,
+                    b.grant,
+                    *a.under,
+                    *b.under,
                 )
-            stale = [
-                op for op in earlier.under if item_outcome(op) == OK and op.sent > later.start + tolerance
-            ]
-            for op in stale:
-                rule.fail(
-                    f"job {job_id}: {op.op} under a token succeeded though a later lease started at "
-                    f"{later.start:.3f}, before it was sent",
-                    earlier.grant,
-                    later.grant,
-                    op,
-                )
+            for earlier, later in ((a, b), (b, a)):
+                if earlier.granted_by >= later.start:
+                    continue
+                for op in earlier.under:
+                    if item_outcome(op) == OK and op.sent > later.granted_by + tolerance:
+                        rule.fail(
+                            f"job {job_id}: {op.op} under a token succeeded though a later lease was granted "
+                            f"by {later.granted_by:.3f}, before it was sent",
+                            earlier.grant,
+                            later.grant,
+                            op,
+                        )
 
 
 def _acks(history: History, by_job: Mapping[int, list[Lease]], final: Final, rule: Rule) -> None:
@@ -300,12 +322,12 @@ def _key_concurrency(by_job: Mapping[int, list[Lease]], final: Final, tolerance:
 
 
 def _most_at_once(key_leases: list[Lease], limit: int, tolerance: float, where: str, rule: Rule) -> None:
-    """A sweep over [start, end_lower - tolerance): more than `limit` at once is proven."""
+    """A sweep over [granted_by, end_lower - tolerance): more than `limit` at once is proven."""
     edges = []
     for lease in key_leases:
         end = lease.end_lower - tolerance
-        if end > lease.start:
-            edges += [(lease.start, 1, lease), (end, -1, lease)]
+        if end > lease.granted_by:
+            edges += [(lease.granted_by, 1, lease), (end, -1, lease)]
     live: list[Lease] = []
     for _, step, lease in sorted(edges, key=lambda e: (e[0], e[1])):
         if step < 0:
@@ -327,7 +349,7 @@ def _in_order(key_leases: list[Lease], tolerance: float, where: str, rule: Rule)
     for earlier, later in zip(jobs, jobs[1:], strict=False):
         first = min(by_job[later], key=lambda lease: lease.start)
         last_end = max(lease.end_lower for lease in by_job[earlier])
-        if first.start < last_end - tolerance:
+        if first.granted_by < last_end - tolerance:
             held = max(by_job[earlier], key=lambda lease: lease.end_lower)
             rule.fail(
                 f"{where}: job {later} started before job {earlier} (enqueued first) ended",
@@ -346,12 +368,12 @@ def _rate(by_job: Mapping[int, list[Lease]], final: Final, tolerance: float, rul
         limit, period = final.queues[queue]["rate"]["limit"], final.queues[queue]["rate"]["period"]
         queue_leases.sort(key=lambda lease: lease.start)
         rule.see(len(queue_leases))
-        times = [lease.start for lease in queue_leases]
-        for i in range(len(times) - limit):
-            if times[i + limit] - times[i] < period - tolerance:
-                window = queue_leases[i : i + limit + 1]
+        for i in range(len(queue_leases) - limit):
+            window = queue_leases[i : i + limit + 1]
+            spread = max(lease.granted_by for lease in window) - window[0].start
+            if spread < period - tolerance:
                 rule.fail(
-                    f"queue {queue}: {limit + 1} leases started within {times[i + limit] - times[i]:.3f} s, "
+                    f"queue {queue}: {limit + 1} leases granted within {spread:.3f} s, "
                     f"{limit} allowed per {period} s",
                     *(lease.grant for lease in window[:3]),
                 )
@@ -387,11 +409,43 @@ def _counts(values: Iterable[float]) -> dict[float, int]:
     return counts
 
 
+def _dependencies(
+    history: History, by_job: Mapping[int, list[Lease]], final: Final, tolerance: float, rule: Rule
+) -> None:
+    acked: dict[int, float] = {}  # a job's first ack that succeeded or may have: when it was sent
+    for op in history:
+        if op.op == "ack" and op.maybe:
+            acked.setdefault(op.request["id"], op.sent)
+    for job_id, job in sorted(final.jobs.items()):
+        parents = job.get("depends_on")
+        if not parents:
+            continue
+        rule.see()
+        ended = {parent: final.jobs.get(parent, {}).get("status") for parent in parents}
+        ran = set(ended.values()) == {"completed"}
+        if ran and job["status"] not in ("completed", "dead"):
+            rule.fail(f"job {job_id} is {job['status']}, though its parents all completed: {ended}")
+        if not ran and job["status"] != "cancelled":
+            rule.fail(f"job {job_id} is {job['status']}, though not all its parents completed: {ended}")
+        leased = by_job.get(job_id, [])
+        if not leased:
+            continue
+        first = leased[0]
+        for parent in parents:
+            done = acked.get(parent)
+            if done is None or first.granted_by < done - tolerance:
+                rule.fail(
+                    f"job {job_id} was leased by {first.granted_by:.3f}, before its parent {parent} could "
+                    f"have completed (its first ack sent at {done})",
+                    first.grant,
+                )
+
+
 def _steps(history: History, final: Final, rule: Rule) -> None:
     writes: dict[tuple[int, str], list[Op]] = defaultdict(list)
     for op in history:
         if op.op == "step":
-            writes[(op.request["id"], op.request["name"])].append(op)
+            writes[(op.job, op.request["name"])].append(op)
     for (job_id, name), ops in sorted(writes.items()):
         rule.see()
         kept = (final.jobs.get(job_id, {}).get("steps") or {}).get(name, _ABSENT)
@@ -407,7 +461,7 @@ def _steps(history: History, final: Final, rule: Rule) -> None:
                 *ops,
             )
         for op in ops:
-            if op.status == 409 and op.body.get("result") != kept:
+            if op.status == 409 and op.body.get("code") == "conflict" and op.body.get("result") != kept:
                 rule.fail(
                     f"job {job_id} step {name}: a 409 answered {op.body.get('result')!r}, "
                     f"the job keeps {kept!r}",
@@ -421,5 +475,5 @@ _ABSENT = object()
 def _answers(history: History, rule: Rule) -> None:
     for op in history:
         rule.see()
-        if op.status is not None and op.status >= 500 and op.status != 503:
+        if op.status is not None and (op.status >= 500 and op.status != 503 or op.status in (400, 422)):
             rule.fail(f"{op.op} answered {op.status}", op)

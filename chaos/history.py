@@ -41,6 +41,7 @@ class Op:
     status: int | None = None  # HTTP status; None: no answer
     outcome: str = INFO
     body: Any = None  # the answer's JSON, or the error's text
+    job: int | None = None  # the job it acts on, when its path names it (steps, await)
     index: int = field(default=0, compare=False)  # its place in the history
 
     @property
@@ -117,9 +118,14 @@ class Recorder:
         self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout)
 
     async def call(
-        self, op: str, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+        self,
+        op: str,
+        path: str,
+        body: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        job: int | None = None,
     ) -> Op:
-        record = Op(self.process, op, body, time.time(), time.monotonic())
+        record = Op(self.process, op, body, time.time(), time.monotonic(), job=job)
         try:
             response = await self.http.post(path, json=body, headers=headers)
         except httpx.HTTPError as error:

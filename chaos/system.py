@@ -10,26 +10,72 @@ namespace's veth.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
+T = TypeVar("T")
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port on this machine that nothing listens on, below the range the kernel draws a connection's own
+    port from: one found free there could be taken by an outgoing connection before its server bound it
+    (a cluster's nodes open dozens of connections while the next node starts)."""
+    top = min(_ephemeral_start(), 32768)
+    while True:
+        port = random.randrange(max(1024, top - 12000), top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
+async def until(
+    predicate: Callable[[], Awaitable[T | None]],
+    timeout: float,
+    every: float = 0.1,
+    what: str = "the condition",
+) -> T:
+    """The first true value of `predicate()`, polled every `every` seconds; TimeoutError naming `what`
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout} s: {what} (last: {result!r})")
+        await asyncio.sleep(every)
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log."""
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError as error:
+        return [f"(unreadable: {error})"]
 
 
 def missing() -> str | None:

@@ -3,8 +3,8 @@ recording every request in the run's history (chaos/history.py).
 
 What they do covers each promise the checker (chaos/checker.py) holds jobq to:
 
-- queue `plain`: jobs some of which record two durable steps before their ack, and some of which wait
-  for an event (`POST /jobs/{id}/await`) before they are acked;
+- queue `plain`: jobs some of which record two durable steps before their ack, some of which wait for an
+  event (`POST /jobs/{id}/await`) before they are acked, and some of which have a child (`depends_on`);
 - queue `keyed`: `key_concurrency` 1 and `fair`, eight keys, each key's jobs enqueued one after another
   by one producer, so their order is known;
 - queue `limited`: a rate of 20 leases a second, and `key_concurrency` 2;
@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from chaos.history import INFO, History, Recorder
+from chaos.history import INFO, History, Op, Recorder
 
 VISIBILITY = 2.0
 EVENTS = [f"ev-{n}" for n in range(4)]
@@ -61,6 +61,7 @@ class Mix:
     overstay: float = 0.02  # hold a job past its deadline, then ack it (which must be refused)
     steps: float = 0.25  # of `plain` jobs: record two steps before the ack
     awaits: float = 0.05  # of `plain` jobs: wait for an event first
+    children: float = 0.1  # of `plain` jobs: enqueue a child that depends on it
 
 
 class Workload:
@@ -125,12 +126,26 @@ class Workload:
                 body["payload"]["await"] = self.random.choice(EVENTS)
             elif self.random.random() < self.mix.steps:
                 body["payload"]["steps"] = True
-            for _ in range(5):  # an unknown answer is asked again under the same key
-                op = await http.call("enqueue", "/jobs", body, headers={"Idempotency-Key": uid})
-                if op.outcome != INFO:
-                    break
-                await asyncio.sleep(0.2)
+            op = await self._enqueue(http, body)
+            if op.ok and queue == "plain" and self.random.random() < self.mix.children:
+                child = {
+                    "queue": "plain",
+                    "payload": {"uid": str(uuid.uuid4())},
+                    "depends_on": [op.body["id"]],
+                }
+                await self._enqueue(http, child)
             await asyncio.sleep(0.03 if op.ok else 0.3)
+
+    async def _enqueue(self, http: Recorder, body: dict[str, Any]) -> Op:
+        """An enqueue, sent again under the same key while its answer is unknown (at most 5 times)."""
+        for _ in range(5):
+            op = await http.call(
+                "enqueue", "/jobs", body, headers={"Idempotency-Key": body["payload"]["uid"]}
+            )
+            if op.outcome != INFO:
+                break
+            await asyncio.sleep(0.2)
+        return op
 
     async def _work(self, n: int, queue: str) -> None:
         http = self._recorder(f"worker-{n}", n)
@@ -145,10 +160,12 @@ class Workload:
 
     async def _handle(self, http: Recorder, job: dict[str, Any]) -> None:
         held = {"id": job["id"], "lease_token": job["lease_token"]}
+        token = {"lease_token": job["lease_token"]}  # for the calls that name the job in their path
         payload = job["payload"]
         event = payload.get("await")
         if event and not job.get("events"):
-            await http.call("await", f"/jobs/{job['id']}/await", {**held, "event": event, "timeout": 20})
+            body = {**token, "event": event, "timeout": 20}
+            await http.call("await", f"/jobs/{job['id']}/await", body, job=job["id"])
             return
         if payload.get("steps"):
             done = job.get("steps") or {}
@@ -156,7 +173,10 @@ class Workload:
                 if name not in done:
                     result = {"by": http.process, "token": job["lease_token"][-8:]}
                     step = await http.call(
-                        "step", f"/jobs/{job['id']}/steps", {**held, "name": name, "result": result}
+                        "step",
+                        f"/jobs/{job['id']}/steps",
+                        {**token, "name": name, "result": result},
+                        job=job["id"],
                     )
                     if not step.ok:
                         return  # the lease is gone or in doubt: the job comes back
@@ -198,7 +218,7 @@ async def _until_ok(send: Callable[[], Any], tries: int = 100) -> None:
 FINAL_STATE = """
 SELECT j.id, j.queue, j.key, j.status::text AS status, j.payload->>'uid' AS uid, j.schedule,
        to_char(j.schedule_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"') AS schedule_slot,
-       r.steps::text AS steps
+       r.steps::text AS steps, j.depends_on
 FROM jobq.all_jobs j LEFT JOIN jobq.job_journal r ON r.job_id = j.id
 WHERE j.queue = ANY($1::text[])
 """
@@ -211,7 +231,12 @@ async def final_state(dsn: str) -> dict[int, dict[str, Any]]:
     finally:
         await conn.close()
     return {
-        row["id"]: {**dict(row), "steps": json.loads(row["steps"]) if row["steps"] else None} for row in rows
+        row["id"]: {
+            **dict(row),
+            "steps": json.loads(row["steps"]) if row["steps"] else None,
+            "depends_on": list(row["depends_on"]) if row["depends_on"] else None,
+        }
+        for row in rows
     }
 
 

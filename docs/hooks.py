@@ -6,6 +6,8 @@
 - `<!-- performance: bench -->` and `<!-- performance: peers -->` become the tables (and, for the peers,
   a chart) of the runs recorded in docs/data/: `make bench-record` copies the last `make bench` run
   there, and the peers harness's JSON is copied there as peers.json.
+- `<!-- chaos -->` becomes the table of the chaos runs recorded in docs/data/chaos.json (`python -m
+  chaos.run --record`): per scenario, its faults, operations, jobs and the checker's violations.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ sys.path.insert(0, str(ROOT))
 
 SETTINGS_MARKER = "<!-- settings -->"
 PERFORMANCE_MARKER = re.compile(r"<!-- performance: (bench|peers) -->")
+CHAOS_MARKER = "<!-- chaos -->"
 DATA = ROOT / "docs" / "data"
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 - MkDocs' signature
     if SETTINGS_MARKER in markdown:
         markdown = markdown.replace(SETTINGS_MARKER, settings_reference())
+    if CHAOS_MARKER in markdown:
+        markdown = markdown.replace(CHAOS_MARKER, chaos_table(json.loads((DATA / "chaos.json").read_text())))
     renderers = {"bench": bench_tables, "peers": peers_tables}
     return PERFORMANCE_MARKER.sub(
         lambda m: renderers[m[1]](json.loads((DATA / f"{m[1]}.json").read_text())), markdown
@@ -240,3 +245,42 @@ def _bars(rows: list[dict], unit: str) -> str:
         ]
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+# --- the chaos runs -----------------------------------------------------------------------------------
+
+CHAOS_ORDER = ("none", "kill", "pause", "restart", "partition", "delay", "mixed", "failover", "patroni")
+
+
+def chaos_table(runs: dict) -> str:
+    """The recorded chaos runs (chaos/run.py), a row per scenario: what was injected, how much was done,
+    and what the checker found; then the promotions of the failover scenarios."""
+    out = [
+        "| scenario | faults injected | seconds | operations (ok / fail / info) | jobs | violations "
+        "| recorded |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    promotions = []
+    for name in sorted(runs, key=lambda n: CHAOS_ORDER.index(n) if n in CHAOS_ORDER else len(CHAOS_ORDER)):
+        run = runs[name]
+        faults = ", ".join(f"{kind} ×{n}" for kind, n in run["faults"].items()) or "none"
+        outcomes = run["outcomes"]
+        counts = " / ".join(f"{outcomes.get(k, 0):,}" for k in ("ok", "fail", "info"))
+        out.append(
+            f"| `{name}` | {faults} | {run['seconds']:.0f} | {run['operations']:,} ({counts}) "
+            f"| {run['jobs']:,} | **{run['violations']}** | {run['date']}, seed {run['seed']} |"
+        )
+        for promotion in run.get("promotions", []):
+            after = promotion["serving_after"]
+            promotions.append(
+                f"| `{name}` | {promotion['fault']} | {promotion['seconds']:.1f} s "
+                f"| {'not seen' if after is None else f'{after:.2f} s'} |"
+            )
+    if promotions:
+        out += [
+            "",
+            "| scenario | fault | from the fault to a new primary taking writes | then to jobq's next 201 |",
+            "|---|---|---:|---:|",
+            *promotions,
+        ]
+    return "\n".join(out) + "\n"

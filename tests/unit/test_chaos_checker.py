@@ -23,8 +23,16 @@ class Script:
     def __init__(self) -> None:
         self.history = History()
 
-    def op(self, op: str, t: float, request: dict[str, Any], status: int | None, body: Any = None) -> Op:
-        record = Op("p", op, request, T0 + t, t, T0 + t + 0.01, t + 0.01, status, outcome(status, body), body)
+    def op(
+        self,
+        op: str,
+        t: float,
+        request: dict[str, Any],
+        status: int | None,
+        body: Any = None,
+        took: float = 0.01,
+    ) -> Op:
+        record = Op("p", op, request, T0 + t, t, T0 + t + took, t + took, status, outcome(status, body), body)
         return self.history.add(record)
 
     def enqueue(self, t: float, uid: str, job_id: int | None, status: int | None = 201) -> None:
@@ -32,9 +40,12 @@ class Script:
             "enqueue", t, {"queue": "q", "payload": {"uid": uid}}, status, {"id": job_id} if job_id else None
         )
 
-    def lease(self, t: float, job_id: int, token: str, key: str | None = None, queue: str = "q") -> None:
+    def lease(
+        self, t: float, job_id: int, token: str, key: str | None = None, queue: str = "q", took: float = 0.01
+    ) -> None:
+        """A lease whose claim began at `t` (its deadline t + VT) and was answered `took` seconds later."""
         job = {"id": job_id, "queue": queue, "key": key, "lease_token": token, "lease_expires_at": at(t + VT)}
-        self.op("lease", t, {"queue": queue, "visibility_timeout": VT}, 200, {"jobs": [job]})
+        self.op("lease", t, {"queue": queue, "visibility_timeout": VT}, 200, {"jobs": [job]}, took)
 
     def ack(self, t: float, job_id: int, token: str, status: int | None = 200) -> None:
         self.op("ack", t, {"id": job_id, "lease_token": token}, status, {"id": job_id})
@@ -73,7 +84,7 @@ def test_an_acknowledged_enqueue_missing_or_doubled_is_reported():
     s = Script()
     s.enqueue(0, "a", 1)
     s.enqueue(0.1, "b", None, status=None)  # unknown: may exist or not
-    s.enqueue(0.2, "c", None, status=422)
+    s.enqueue(0.2, "c", None, status=413)
     assert violations(s, Final({})) == {"enqueues": 1}  # "a" lost; "b" may be missing
     assert violations(s, Final({1: job("dead", uid="a")})) == {}
     doubled = {1: job("dead", uid="a"), 2: job("dead", uid="a")}
@@ -109,6 +120,19 @@ def test_a_lease_after_the_deadline_or_a_release_is_fine():
     )
     s.done(3.7, 1, "t3")
     assert violations(s, Final({1: job(uid="a")})) == {}
+
+
+def test_a_claim_begun_before_a_deadline_and_answered_after_it_is_no_overlap():
+    """A claim's `now()` is its transaction's start: over a slow network it begins before the last lease's
+    deadline and takes the job after it, so its lease seems to start early."""
+    s = Script()
+    s.enqueue(0, "a", 1)
+    s.lease(1, 1, "t1")  # live until 3
+    s.lease(2.9, 1, "t2", took=0.3)  # began at 2.9, answered at 3.2
+    s.ack(3.3, 1, "t2")
+    assert violations(s, Final({1: job(uid="a")})) == {}
+    s.lease(2.5, 1, "t3", took=0.1)  # surely granted by 2.6, while t1 was live, and live when t2 was
+    assert violations(s, Final({1: job(uid="a")})) == {"leases": 2}
 
 
 def test_an_extended_lease_is_live_until_its_new_deadline():
@@ -200,18 +224,20 @@ def test_steps_are_recorded_once_and_kept():
     s = Script()
     s.enqueue(0, "a", 1)
     s.lease(1, 1, "t1")
-    step = {"id": 1, "lease_token": "t1", "name": "charge"}
-    s.op("step", 1.1, {**step, "result": 1}, 200, {"recorded": True})
-    s.op("step", 1.2, {**step, "result": 2}, 409, {"result": 1})
+    step = {"lease_token": "t1", "name": "charge"}
+    s.op("step", 1.1, {**step, "result": 1}, 200, {"recorded": True}).job = 1
+    s.op("step", 1.2, {**step, "result": 2}, 409, {"code": "conflict", "result": 1}).job = 1
     s.ack(1.3, 1, "t1")
     assert violations(s, Final({1: job(uid="a", steps={"charge": 1})})) == {}
     assert violations(s, Final({1: job(uid="a", steps={"charge": 2})})) == {"steps": 3}
 
 
-def test_a_500_is_reported():
+def test_a_500_or_a_request_refused_as_invalid_is_reported():
     s = Script()
     s.op("lease", 1, {"queue": "q", "visibility_timeout": VT}, 500, {})
-    assert violations(s, Final({})) == {"answers": 1}
+    s.op("lease", 1, {"queue": "q", "visibility_timeout": VT}, 503, {})
+    s.op("extend", 1, {"id": 1, "lease_token": "t"}, 422, {})
+    assert violations(s, Final({})) == {"answers": 2}
 
 
 def test_the_history_is_written_and_read_back(tmp_path):
@@ -222,3 +248,43 @@ def test_the_history_is_written_and_read_back(tmp_path):
     again = History.read(tmp_path / "h.jsonl")
     assert [op.brief() for op in again] == [op.brief() for op in s.history]
     assert violations(Script(), Final({})) == {}
+
+
+def test_a_child_runs_once_its_parents_completed_and_is_cancelled_otherwise():
+    s = Script()
+    s.enqueue(0, "a", 1)
+    s.enqueue(0, "b", 2)
+    s.done(1, 1, "t1")
+    s.done(2, 2, "t2")  # after its parent's ack
+    final = {1: job(uid="a"), 2: job(uid="b", depends_on=[1])}
+    assert violations(s, Final(final)) == {}
+    assert violations(s, Final({**final, 1: job("dead", uid="a")})) == {"dependencies": 1, "acks": 1}
+    assert violations(s, Final({**final, 2: job("cancelled", uid="b", depends_on=[1])})) == {
+        "dependencies": 1,
+        "acks": 1,
+    }
+    s = Script()
+    s.enqueue(0, "a", 1)
+    s.enqueue(0, "b", 2)
+    s.done(1, 2, "t2")  # before its parent's ack
+    s.done(2, 1, "t1")
+    assert violations(s, Final(final)) == {"dependencies": 1}
+
+
+def test_a_claim_begun_first_may_take_the_job_last():
+    """Two claims of one job over a slow network: the one begun first took it after the other had
+    released it. Both succeeded at what they did under their leases; no order of the two is proven, so
+    no violation is."""
+    s = Script()
+    s.enqueue(0, "a", 1)
+    s.lease(1.0, 1, "slow", took=1.0)  # began at 1.0, answered at 2.0
+    s.lease(1.2, 1, "fast")
+    s.op(
+        "release",
+        1.25,
+        {"items": [{"id": 1, "lease_token": "fast"}]},
+        200,
+        {"results": [{"id": 1, "ok": True}]},
+    )
+    s.ack(2.1, 1, "slow")
+    assert violations(s, Final({1: job(uid="a")})) == {}

@@ -114,3 +114,31 @@ def test_peers_tables_and_chart():
         'width="420" height="22" fill="#3f51b5"' in chart
         and 'width="315" height="22" fill="#9e9e9e"' in chart
     )
+
+
+def test_chaos_runs_in_scenario_order_with_their_promotions():
+    run = {
+        "date": "2026-12-07",
+        "seed": 7,
+        "seconds": 60.2,
+        "faults": {},
+        "promotions": [],
+        "jobs": 1200,
+        "operations": 9000,
+        "outcomes": {"ok": 8000, "fail": 990, "info": 10},
+        "violations": 0,
+    }
+    failover = {
+        **run,
+        "faults": {"switchover": 1, "failover": 1},
+        "promotions": [
+            {"fault": "switchover", "seconds": 2.2, "serving_after": 0.01},
+            {"fault": "failover", "seconds": 13.3, "serving_after": None},
+        ],
+    }
+    table = hooks.chaos_table({"patroni": failover, "none": run})
+    lines = table.splitlines()
+    assert lines[2].startswith("| `none` | none | 60 | 9,000 (8,000 / 990 / 10) | 1,200 | **0** |")
+    assert lines[3].startswith("| `patroni` | switchover ×1, failover ×1 |")
+    assert "| `patroni` | switchover | 2.2 s | 0.01 s |" in lines
+    assert "| `patroni` | failover | 13.3 s | not seen |" in lines

@@ -89,7 +89,8 @@ NACK = Query.define(
 # away before they could be delivered, a worker's release, a push the endpoint asked to have again later
 # (429 or 503 with Retry-After). Pending again at their place in line, or with :delays (NULL, or an item's
 # NULL or 0: none) at now + that many seconds, asleep (a sleep's end, kept as sleep_until, marks a job as
-# begun: it holds an in-order key, sql.fragments.KEY_HOLDER, and a release without a delay keeps it); :deliveries keeps a push delivery's outcome, as NACK's does.
+# begun: it holds an in-order key, sql.fragments.KEY_HOLDER, and a release without a delay keeps it);
+# :deliveries keeps a push delivery's outcome, as NACK's does.
 # Each row back names the (id, token) that released it, as with ACK.
 RELEASE = Query.define(
     "release",
