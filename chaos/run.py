@@ -372,7 +372,11 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         return await chaos(args.scenario, args.seconds, seed, args.out, args.replicas)
 
-    summary = asyncio.run(stoppable())
+    try:
+        summary = asyncio.run(stoppable())
+    except asyncio.CancelledError:
+        print("chaos: stopped (SIGTERM) before the end; what it had started is stopped", file=sys.stderr)
+        return 2
     print(f"seed {seed}; history and report in {args.out}")
     if args.record:
         record(summary)
