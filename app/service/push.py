@@ -190,6 +190,7 @@ FULL_RETRY = 0.05
 class Claim:
     jobs: list[Row]
     wait: float | None  # seconds until a claim may find more: the queue is held, or full; None: woken
+    stale: bool = False  # the queue's push target is no longer the one claimed for: read them again
 
 
 def worker_id() -> str:
@@ -204,6 +205,8 @@ async def claim(runtime: Runtime, target: PushTarget, most: int, worker: str) ->
     queue = target.queue
     async with runtime.db.acquire() as conn, transaction_with(conn, q.push_lock(queue)):
         gate = await conn.fetchrow(q.PUSH_GATE.text, *q.PUSH_GATE.args(queue=queue))
+        if gate["url"] != target.url:  # the target was changed or taken away since this replica read it
+            return Claim([], None, stale=True)
         room = min(most, target.concurrency - gate["running"])
         if gate["held_for"] is not None or room <= 0:
             return Claim([], gate["held_for"] or FULL_RETRY)  # its transaction wrote nothing

@@ -86,8 +86,9 @@ PUSH_WORKER_PREFIX = "push:"
 # Run once the queue's push lock (PUSH_LOCK) is held, in the same transaction as the claim after it: the
 # queue's deliveries in flight on every replica (a slot of its `concurrency` is a live delivery lease, as
 # a key's slot is a running job: whatever ends the lease frees it, its expiry too; ix_jobs_pushing holds
-# exactly these rows), seconds its deliveries are held for (NULL: none), and its keys held now with the
-# seconds each is held for.
+# exactly these rows), seconds its deliveries are held for (NULL: none), its keys held now with the
+# seconds each is held for, and its push URL now (NULL: no longer pushed), read in the claim's own
+# transaction: a replica's targets may lag a PATCH that a job enqueued since followed.
 PUSH_GATE = Query.define(
     "push_gate",
     f"""
@@ -96,6 +97,7 @@ PUSH_GATE = Query.define(
            AS running,
            (SELECT extract(epoch FROM push_held_until - now())::float8 FROM jobq.queues
             WHERE name = :queue AND push_held_until > now()) AS held_for,
+           (SELECT push->>'url' FROM jobq.queues WHERE name = :queue) AS url,
            h.held_keys, h.held_key_seconds
     FROM (SELECT coalesce(array_agg(key), '{{}}') AS held_keys,
                  coalesce(array_agg(extract(epoch FROM until - now())::float8), '{{}}') AS held_key_seconds

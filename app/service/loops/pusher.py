@@ -39,6 +39,9 @@ CLAIM_AT = 8
 GATHER = 0.005
 # Seconds a queue's task waits after its claim failed (the database unavailable) before it claims again.
 FAILED_RETRY = 1.0
+# Seconds a queue's task waits for the targets to be read again after its claim found the queue's target
+# changed (the read wakes it before then).
+STALE_WAIT = 1.0
 
 
 class Pusher:
@@ -136,6 +139,11 @@ class Pusher:
                 except Exception:
                     log.exception("push %s: claim failed", queue)
                     await asyncio.sleep(FAILED_RETRY)
+                    continue
+                if claim.stale:  # the queue's target changed under this replica: read the targets again
+                    self.settings_changed(queue)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(freed.wait(), STALE_WAIT)  # set once they are read
                     continue
                 for job in claim.jobs:
                     self._launch(target, job)
