@@ -24,6 +24,18 @@ as another within its 15 minutes:
 - The credential scope must name the service ``sqs``, a region of ``JOBQ_AWS_REGIONS`` and the date of
   ``X-Amz-Date``.
 
+A GET (the Query protocol with its parameters in the URL) may carry its signature in its URL instead of
+an Authorization header, as a presigned URL does (AWS's query-string authentication):
+``X-Amz-Algorithm``, ``X-Amz-Credential``, ``X-Amz-Date``, ``X-Amz-Expires``, ``X-Amz-SignedHeaders``
+and ``X-Amz-Signature``, each once. It is checked as fully as a header: the same credential scope, the
+signature over the method, the path, every parameter of the URL but ``X-Amz-Signature`` (the action and
+all its parameters among them), the signed headers (``host`` always, ``x-amz-target`` and
+``content-type`` when sent) and the body's hash (of nothing, for a GET; ``UNSIGNED-PAYLOAD``, which
+botocore's S3 signer puts there, is taken only for an empty body, where it leaves nothing unsigned). It
+is valid from 15 minutes before its X-Amz-Date until X-Amz-Expires seconds after it (1 to 604800, a
+week, as AWS allows), and refused after that (RequestExpired): a leaked URL stops working when it was
+meant to. A request signed both ways is refused: which one to check would be the attacker's choice.
+
 The order: everything the headers decide (the Authorization header's form, the access key, the scope,
 the signing time) is checked before a byte of the body is read (``before_body``), so a request without
 valid credentials costs nothing however large its body; only the signature itself, which covers the
@@ -31,10 +43,11 @@ body's hash, waits for the body (``verify``), read up to a cap (app/sqs/router.p
 last (``permit``), once the action is known.
 
 The errors are the ones AWS answers and SDKs know, all 403: MissingAuthenticationToken (no signature),
-IncompleteSignature (a malformed Authorization or X-Amz-Date), InvalidClientTokenId (unknown access key),
+IncompleteSignature (a malformed Authorization or X-Amz-Date, a presigned URL missing one of its
+parameters or with an X-Amz-Expires out of bounds), InvalidClientTokenId (unknown access key),
 SignatureDoesNotMatch (a wrong signature, an unsigned header that must be signed, a scope of another
 service or region, a body that is not the one hashed), RequestExpired (a signing time more than 15
-minutes off), AccessDenied (a role that may not do this).
+minutes off, a presigned URL past its expiry), AccessDenied (a role that may not do this).
 """
 
 from __future__ import annotations
@@ -55,6 +68,18 @@ from app.sqs.protocol import SqsError, name_from_arn, name_from_url
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW = 15 * 60  # seconds between the signing time and now, either way
+MAX_EXPIRES = 7 * 24 * 3600  # the longest X-Amz-Expires of a presigned URL, as AWS allows: a week
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+# A presigned URL's parameters; all but the signature are signed, as part of the canonical query string.
+SIGNATURE_PARAMETER = "X-Amz-Signature"
+_QUERY_AUTH = (
+    "X-Amz-Algorithm",
+    "X-Amz-Credential",
+    "X-Amz-Date",
+    "X-Amz-Expires",
+    "X-Amz-SignedHeaders",
+    SIGNATURE_PARAMETER,
+)
 HASHED_ON_THE_LOOP = 64 * 1024  # bytes of body hashed on the event loop; a larger one is hashed in a thread
 
 # What each role's key may call; admins call everything. A Celery worker's key is producer and worker:
@@ -85,6 +110,9 @@ _AUTHORIZATION = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=(?P<credential>[^,\s]+),\s*SignedHeaders=(?P<signed>[^,\s]+),"
     r"\s*Signature=(?P<signature>[0-9a-f]{64})$"
 )
+_SIGNATURE = re.compile(r"[0-9a-f]{64}")
+_SIGNED_HEADERS = re.compile(r"[a-z0-9-]+(?:;[a-z0-9-]+)*")
+_EXPIRES = re.compile(r"[0-9]{1,6}")
 
 
 def _denied(code: str, message: str) -> SqsError:
@@ -102,10 +130,15 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     return key
 
 
-def canonical_request(request: Request, signed_headers: list[str], payload: str) -> str:
-    """``payload`` is the body's SHA-256 as computed here (never the client's claim)."""
+def canonical_request(
+    request: Request, signed_headers: list[str], payload: str, *, presigned: bool = False
+) -> str:
+    """``payload`` is the body's SHA-256 as computed here (never the client's claim). A presigned request's
+    canonical query string leaves out its X-Amz-Signature, the one parameter that cannot sign itself."""
     query = sorted(
-        (quote(k, safe="-_.~"), quote(v, safe="-_.~")) for k, v in request.query_params.multi_items()
+        (quote(k, safe="-_.~"), quote(v, safe="-_.~"))
+        for k, v in request.query_params.multi_items()
+        if not (presigned and k == SIGNATURE_PARAMETER)
     )
     # A header sent twice is signed as its values joined by commas (SigV4's rule), so a second copy
     # added to a signed request changes what is signed.
@@ -125,10 +158,12 @@ def canonical_request(request: Request, signed_headers: list[str], payload: str)
     )
 
 
-def _must_sign(request: Request) -> list[str]:
-    """The headers a signature must cover: host and the date always, and the action and the content type
-    when sent, since an unsigned one could be changed in a replay (ListQueues replayed as DeleteQueue)."""
-    return ["host", "x-amz-date"] + [h for h in ("x-amz-target", "content-type") if h in request.headers]
+def _must_sign(request: Request, *, presigned: bool = False) -> list[str]:
+    """The headers a signature must cover: host and the date always (a presigned URL's date is one of its
+    parameters, signed with them), and the action and the content type when sent, since an unsigned one
+    could be changed in a replay (ListQueues replayed as DeleteQueue)."""
+    dated = [] if presigned else ["x-amz-date"]
+    return ["host", *dated] + [h for h in ("x-amz-target", "content-type") if h in request.headers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,26 +176,99 @@ class Signed:
     signed_headers: list[str]
     amz_date: str
     signature: str
+    presigned: bool = False  # signed in the URL (X-Amz-Signature), not in an Authorization header
 
 
 def before_body(request: Request) -> Signed | None:
-    """Everything about a request's credentials that its headers decide, checked before a byte of its body
-    is read: the Authorization header's form, the access key, the credential scope (service, region, date)
-    and the signing time. Only the signature itself needs the body, whose hash it covers (``verify``).
-    None when signatures are not required."""
+    """Everything about a request's credentials that its headers and URL decide, checked before a byte of
+    its body is read: the Authorization header's form (or a presigned URL's parameters), the access key,
+    the credential scope (service, region, date) and the signing time. Only the signature itself needs
+    the body, whose hash it covers (``verify``). None when signatures are not required."""
     settings = request.app.state.settings
     if not request.app.state.tokens and not settings.aws_credentials:
         return None
-    header = request.headers.get("authorization", "")
-    match = _AUTHORIZATION.match(header.strip())
+    if request.method == "GET" and any(name in request.query_params for name in _QUERY_AUTH):
+        if "authorization" in request.headers:
+            raise _denied(
+                "IncompleteSignature",
+                "Sign a request once: in its Authorization header or in its URL (X-Amz-Signature), not both.",
+            )
+        return _presigned(request)
+    return _signed_in_headers(request)
+
+
+def _signed_in_headers(request: Request) -> Signed:
+    """A request signed in its Authorization header, dated by its X-Amz-Date header, within MAX_SKEW of
+    now."""
+    match = _AUTHORIZATION.match(request.headers.get("authorization", "").strip())
     if match is None:
         raise _denied(
             "MissingAuthenticationToken",
             "Requests must be signed with AWS Signature Version 4 (an access key id and secret).",
         )
-    parts = match["credential"].split("/")
+    what = "The Credential of the Authorization header"
+    credential, scope = _credential(request, match["credential"], what)
+    signed_headers = match["signed"].split(";")
+    _check_signed(request, signed_headers, presigned=False, where="the Authorization")
+    amz_date = request.headers.get("x-amz-date", "")
+    when = _signing_time(amz_date, scope[0])
+    if abs((datetime.now(UTC) - when).total_seconds()) > MAX_SKEW:
+        raise _denied("RequestExpired", "Signature expired: the signing time is more than 15 minutes off.")
+    return Signed(credential, _scope_text(scope), scope, signed_headers, amz_date, match["signature"])
+
+
+def _presigned(request: Request) -> Signed:
+    """A request signed in its URL: each of the query-string authentication's parameters once, valid from
+    MAX_SKEW before its X-Amz-Date until X-Amz-Expires seconds after it."""
+    given = {name: request.query_params.getlist(name) for name in _QUERY_AUTH}
+    missing = [name for name, values in given.items() if len(values) != 1]
+    if missing:
+        raise _denied(
+            "IncompleteSignature",
+            f"A presigned request must carry each of {', '.join(_QUERY_AUTH)} once;"
+            f" not so: {', '.join(missing)}.",
+        )
+    value = {name: values[0] for name, values in given.items()}
+    if value["X-Amz-Algorithm"] != ALGORITHM:
+        raise _denied("IncompleteSignature", f"X-Amz-Algorithm must be {ALGORITHM}.")
+    if not _SIGNATURE.fullmatch(value[SIGNATURE_PARAMETER]):
+        raise _denied("IncompleteSignature", "X-Amz-Signature must be 64 lowercase hexadecimal digits.")
+    if not _SIGNED_HEADERS.fullmatch(value["X-Amz-SignedHeaders"]):
+        raise _denied("IncompleteSignature", "X-Amz-SignedHeaders is malformed.")
+    credential, scope = _credential(request, value["X-Amz-Credential"], "X-Amz-Credential")
+    signed_headers = value["X-Amz-SignedHeaders"].split(";")
+    _check_signed(request, signed_headers, presigned=True, where="X-Amz-SignedHeaders")
+    expires = value["X-Amz-Expires"]
+    if not _EXPIRES.fullmatch(expires) or not 1 <= int(expires) <= MAX_EXPIRES:
+        raise _denied(
+            "IncompleteSignature",
+            f"X-Amz-Expires must be a number of seconds from 1 to {MAX_EXPIRES} (a week), not {expires!r}.",
+        )
+    amz_date = value["X-Amz-Date"]
+    when = _signing_time(amz_date, scope[0])
+    age = (datetime.now(UTC) - when).total_seconds()
+    if age < -MAX_SKEW:
+        raise _denied(
+            "RequestExpired", "Signature not yet current: X-Amz-Date is more than 15 minutes ahead."
+        )
+    if age > int(expires):
+        raise _denied(
+            "RequestExpired",
+            f"Request has expired: it was valid for {expires} seconds from {amz_date} (X-Amz-Expires).",
+        )
+    return Signed(
+        credential, _scope_text(scope), scope, signed_headers, amz_date, value[SIGNATURE_PARAMETER], True
+    )
+
+
+def _credential(request: Request, text: str, what: str) -> tuple[AwsCredential, tuple[str, str, str]]:
+    """The access key a Credential (``<key>/<date>/<region>/sqs/aws4_request``) names, and its scope's
+    date, region and service, once the scope names ``sqs`` and a region of ``JOBQ_AWS_REGIONS``. `what`
+    names the Credential where an error quotes it."""
+    settings = request.app.state.settings
+    parts = text.split("/")
     if len(parts) != 5 or parts[4] != "aws4_request":
-        raise _denied("IncompleteSignature", "The Credential of the Authorization header is malformed.")
+        raise _denied("IncompleteSignature", f"{what} is malformed.")
     key_id, date, region, service, _ = parts
     credential = settings.aws_credentials.get(key_id)
     if credential is None:
@@ -173,29 +281,31 @@ def before_body(request: Request) -> Signed | None:
             f"Credential should be scoped to a valid region, not '{region}'"
             f" (this service serves {', '.join(settings.aws_regions) or 'none'}: JOBQ_AWS_REGIONS).",
         )
-    signed_headers = match["signed"].split(";")
-    for name in _must_sign(request):
+    return credential, (date, region, service)
+
+
+def _check_signed(request: Request, signed_headers: list[str], *, presigned: bool, where: str) -> None:
+    """SignatureDoesNotMatch unless the signature covers every header it must (``_must_sign``)."""
+    for name in _must_sign(request, presigned=presigned):
         if name not in signed_headers:
-            raise _denied("SignatureDoesNotMatch", f"'{name}' must be a SignedHeader in the Authorization.")
-    amz_date = request.headers.get("x-amz-date", "")
+            raise _denied("SignatureDoesNotMatch", f"'{name}' must be a SignedHeader in {where}.")
+
+
+def _signing_time(amz_date: str, scope_date: str) -> datetime:
+    """The time an X-Amz-Date (``20240102T030405Z``) says, which must fall on the credential scope's date."""
     try:
         when = datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
     except ValueError as exc:
         raise _denied("IncompleteSignature", "X-Amz-Date is missing or malformed.") from exc
-    if amz_date[:8] != date:
+    if amz_date[:8] != scope_date:
         raise _denied(
             "SignatureDoesNotMatch", "The date of the Credential scope does not match the date of X-Amz-Date."
         )
-    if abs((datetime.now(UTC) - when).total_seconds()) > MAX_SKEW:
-        raise _denied("RequestExpired", "Signature expired: the signing time is more than 15 minutes off.")
-    return Signed(
-        credential,
-        f"{date}/{region}/{service}/aws4_request",
-        (date, region, service),
-        signed_headers,
-        amz_date,
-        match["signature"],
-    )
+    return when
+
+
+def _scope_text(scope: tuple[str, str, str]) -> str:
+    return "/".join((*scope, "aws4_request"))
 
 
 async def verify(request: Request, signed: Signed | None, body: bytes) -> Grant | None:
@@ -215,17 +325,24 @@ async def verify(request: Request, signed: Signed | None, body: bytes) -> Grant 
             "SQS signs the body itself: the provided 'x-amz-content-sha256' header (UNSIGNED-PAYLOAD"
             " included) does not match the SHA-256 of the body.",
         )
-    digest = hashlib.sha256(canonical_request(request, signed.signed_headers, payload).encode()).hexdigest()
-    string_to_sign = f"{ALGORITHM}\n{signed.amz_date}\n{signed.scope}\n{digest}"
-    expected = hmac.new(
-        signing_key(signed.credential.secret, *signed.scope_parts), string_to_sign.encode(), hashlib.sha256
-    ).hexdigest()
-    if not hmac.compare_digest(expected, signed.signature):
+    # A presigned URL of an empty body may say UNSIGNED-PAYLOAD for it: there is nothing it leaves unsigned.
+    payloads = [payload, UNSIGNED_PAYLOAD] if signed.presigned and not body else [payload]
+    if not any(hmac.compare_digest(_signature(request, signed, p), signed.signature) for p in payloads):
         raise _denied(
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided.",
         )
     return signed.credential.grant
+
+
+def _signature(request: Request, signed: Signed, payload: str) -> str:
+    """The signature of `request` with the body's hash `payload`, by the key and scope `signed` names."""
+    canonical = canonical_request(request, signed.signed_headers, payload, presigned=signed.presigned)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    string_to_sign = f"{ALGORITHM}\n{signed.amz_date}\n{signed.scope}\n{digest}"
+    return hmac.new(
+        signing_key(signed.credential.secret, *signed.scope_parts), string_to_sign.encode(), hashlib.sha256
+    ).hexdigest()
 
 
 def permit(grant: Grant, action: str) -> None:

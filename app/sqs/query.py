@@ -14,6 +14,9 @@ are "flattened", each item numbered from 1 under a name of its own (``AttributeN
 ``<XResponse><XResult>...</XResult><ResponseMetadata>...</ResponseMetadata></XResponse>``, its lists and
 maps flattened the same way. Errors are ``<ErrorResponse>`` with the Query protocol's own codes
 (``AWS.SimpleQueueService.NonExistentQueue`` where JSON says ``QueueDoesNotExist``).
+
+A Query request may ask for JSON instead (``Accept: application/json``, ``wants_json``): it is then
+answered with the action's JSON answer and JSON errors, exactly as a JSON 1.0 request is.
 """
 
 from __future__ import annotations
@@ -261,6 +264,22 @@ def parse_form(body: bytes, query: list[tuple[str, str]]) -> list[tuple[str, str
     return [*query, *parse_qsl(text, keep_blank_values=True)]
 
 
+# The batch actions, whose entries are a required list. A flattened list with no items has no parameter
+# at all (or one empty one, ``SendMessageBatchRequestEntry=``, as botocore sends it): either way the
+# batch is empty, and SQS answers EmptyBatchRequest, not MissingParameter.
+_BATCHES = frozenset({"SendMessageBatch", "DeleteMessageBatch", "ChangeMessageVisibilityBatch"})
+
+
+def request_body(action: str, params: list[tuple[str, str]]) -> dict[str, Any]:
+    """The JSON protocol's body of a Query request for ``action``: ``decode`` on the action's shape, and
+    a batch without entries given its empty list of entries, as the Query protocol cannot tell them
+    apart."""
+    body = decode(ACTIONS[action][0], params)
+    if action in _BATCHES:
+        body.setdefault("Entries", [])
+    return body
+
+
 def decode(shape: Struct, params: list[tuple[str, str]]) -> dict[str, Any]:
     """The JSON protocol's body for a Query request's parameters (``Action`` and ``Version`` aside)."""
     tree: dict[str, Any] = {}
@@ -341,6 +360,26 @@ def _quoted(text: str) -> str:
 
 
 # --- answers -------------------------------------------------------------------------------------------
+
+# The media types of the JSON answers a Query request may ask for.
+JSON_TYPES = frozenset({"application/json", "application/x-amz-json-1.0"})
+
+
+def wants_json(accept: str) -> bool:
+    """Whether an Accept header asks for JSON by name (a media range of quality 0 refuses it): SQS then
+    answers a Query request as it answers the JSON protocol. ``*/*``, or no Accept, is answered in XML,
+    the Query protocol's own format, which every SDK of that protocol expects."""
+    for media_range in accept.split(","):
+        media_type, *parameters = (part.strip().lower() for part in media_range.split(";"))
+        if media_type in JSON_TYPES and not any(_refused(p) for p in parameters):
+            return True
+    return False
+
+
+def _refused(parameter: str) -> bool:
+    """Whether a media range's parameter is a quality of 0 (``q=0``, ``q=0.000``)."""
+    name, _, value = parameter.partition("=")
+    return name.strip() == "q" and value.strip().rstrip("0").rstrip(".") in ("0", "")
 
 
 def request_id() -> str:

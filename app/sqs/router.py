@@ -2,13 +2,22 @@
 (``Action=...``) is the Query protocol (app/sqs/query.py), ``X-Amz-Target: AmazonSQS.<Action>`` with a
 JSON body the JSON 1.0 protocol (app/sqs/protocol.py). Authenticate, parse, dispatch, answer in kind.
 
+``GET /?Action=...`` is the Query protocol too, its parameters in the URL, as SQS serves it: every GET is
+a Query request (the JSON protocol is POST only), signed in its Authorization header or in its URL
+(a presigned URL: app/sqs/auth.py). A Query request that sends ``Accept: application/json`` is answered
+in JSON, the body a JSON 1.0 request gets, and so are its errors (``query.wants_json``).
+
+A GET acts as a POST does (SendMessage, DeleteQueue), so it is judged as app/http/middleware/origin.py
+judges every POST before it gets here: one a page of another site made a browser send is refused
+(``_refuse_cross_site``). The middleware itself lets GETs through, as reads.
+
 A request's credentials are checked as far as its headers allow before its body is read (app/sqs/auth.py),
 and the body is read up to MAX_REQUEST_BYTES only and counted before it is parsed (a form's fields, JSON's
 values; query.MAX_FIELDS), large ones in a thread: a stranger's 16 MB body costs the service nothing, and
 no body stalls the requests beside it.
 
-Query requests may also go to a queue's URL (``POST /000000000000/orders``), as the AWS SDK for Java 1.x
-sends them, with the queue taken from the URL when the request does not name one.
+Query requests may also go to a queue's URL (``POST /000000000000/orders``, or GET), as the AWS SDK for Java
+1.x sends them, with the queue taken from the URL when the request does not name one.
 
 Not in the OpenAPI document: SQS clients work from AWS's own service model.
 """
@@ -34,6 +43,7 @@ from app.core.errors import (
     Unavailable,
 )
 from app.http.fastpath.limited import read_body
+from app.http.middleware.origin import HEADERS, cross_origin
 from app.http.problems import status_of
 from app.http.web import disconnected, json_values
 from app.sqs import auth, query
@@ -59,21 +69,25 @@ router = APIRouter()
 PREFIX = "AmazonSQS."
 
 
-@router.post("/", include_in_schema=False)
+@router.api_route("/", methods=["GET", "POST"], include_in_schema=False)
 async def sqs(request: Request) -> Response:
     return await _serve(request, queue_url=None)
 
 
-@router.post("/{account:int}/{queue}", include_in_schema=False)
+@router.api_route("/{account:int}/{queue}", methods=["GET", "POST"], include_in_schema=False)
 async def sqs_at_queue_url(request: Request, account: int, queue: str) -> Response:
     """A Query request sent to the queue's URL, which names the queue (the path's account is jobq's)."""
     return await _serve(request, queue_url=f"{str(request.base_url).rstrip('/')}/{ACCOUNT}/{queue}")
 
 
 async def _serve(request: Request, queue_url: str | None) -> Response:
-    is_query = request.headers.get("content-type", "").startswith(query.FORM)
-    error: Callable[[SqsError], Response] = query.error if is_query else SqsError.response
+    is_get = request.method == "GET"
+    is_query = is_get or request.headers.get("content-type", "").startswith(query.FORM)
+    in_json = not is_query or query.wants_json(request.headers.get("accept", ""))
+    error: Callable[[SqsError], Response] = SqsError.response if in_json else query.error
     try:
+        if is_get:
+            _refuse_cross_site(request)
         # What the headers decide of the credentials first: a stranger's body is not even read.
         signed = auth.before_body(request)
         raw = await _read(request)
@@ -86,12 +100,12 @@ async def _serve(request: Request, queue_url: str | None) -> Response:
         else:
             name = _json_action(request)
         auth.permit(grant, name)
-        body = query.decode(query.ACTIONS[name][0], params) if is_query else _json_body(raw)
+        body = query.request_body(name, params) if is_query else _json_body(raw)
         if queue_url is not None:
             body.setdefault("QueueUrl", queue_url)
         auth.admit(grant, body)
         answer = await ACTIONS[name](_context(request, grant), body)
-        return query.answer(name, answer) if is_query else json_answer(answer)
+        return json_answer(answer) if in_json else query.answer(name, answer)
     except ClientDisconnect:
         return Response(status_code=400)  # gone before its body came: nobody to answer
     except SqsError as exc:
@@ -111,6 +125,27 @@ async def _serve(request: Request, queue_url: str | None) -> Response:
     except Exception:  # a fault of jobq's: logged, and answered in the client's own wire format
         log.exception("SQS request failed")
         return error(SqsError("InternalFailure", "The request failed on the server; see its log.", 500))
+
+
+def _refuse_cross_site(request: Request) -> None:
+    """AccessDenied for a GET a page of another site made a browser send: an image or a link there could
+    otherwise send messages or delete queues of a service that takes unsigned requests. The rule is the
+    one app/http/middleware/origin.py applies to every POST (``cross_origin``, trusted origins included),
+    so a GET is refused exactly when the same request as a POST would be. Only the answer differs: an
+    SQS error in the request's own format, where the middleware answers a problem document."""
+    headers: dict[bytes, bytes] = {}
+    for name, value in request.scope["headers"]:
+        if name in HEADERS:
+            headers.setdefault(name, value)  # of a repeated header, the first, as the middleware reads it
+    trusted = frozenset(origin.encode("latin-1") for origin in request.app.state.settings.trusted_origins)
+    reason = cross_origin(headers, trusted)
+    if reason is not None:
+        raise SqsError(
+            "AccessDenied",
+            f"Cross-origin request refused ({reason}): a page of another site made the browser send it."
+            " Call SQS from a server or a script, or list the page's origin in JOBQ_TRUSTED_ORIGINS.",
+            403,
+        )
 
 
 def _json_action(request: Request) -> str:

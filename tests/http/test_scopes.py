@@ -106,6 +106,8 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/ui/workflows/{id}/retry"): set(),
     ("POST", "/"): SQS,
     ("POST", "/{account:int}/{queue}"): SQS,  # the Query protocol at a queue's URL
+    ("GET", "/"): SQS,  # the Query protocol over GET
+    ("GET", "/{account:int}/{queue}"): SQS,
 }
 ROLE_TOKENS = {f"t-{role}": role for role in ("producer", "worker", "viewer", "admin")}
 PATH_VALUES = {"{id}": "1", "{queue}": "q", "{name}": "ui.js"}

@@ -26,7 +26,8 @@ who can reach it, from any web page they visit:
 Both checks live in one ASGI middleware, outside app/http/fastpath/hot.py's hot routes (which answer before
 FastAPI's routing) and inside the access log, so refusals are counted and logged like any answer. The SQS API
 (``POST /``) and the dashboard's buttons are covered like every other route; the SQS API's queue URLs name the
-request's Host, which is vetted by then."""
+request's Host, which is vetted by then. The SQS API's Query protocol over GET, which can act, is judged by
+the same rule (``cross_origin``) in app/sqs/router.py, since this middleware lets GETs through as reads."""
 
 from __future__ import annotations
 
