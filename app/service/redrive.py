@@ -3,12 +3,15 @@ maxReceiveCount moves into the dead-letter queue its RedrivePolicy names, and a 
 dead letters back.
 
 jobq's own dead letters are dead jobs kept in their queue. For a queue whose RedrivePolicy names another
-queue that exists, every replica moves the queue's dead jobs into that queue each lease-expiry tick (about
-a second: REDRIVE_DEAD), pending there, to be received from it as SQS users do; each move is noted with
-the queue the job came from. A queue with no RedrivePolicy, or whose dead-letter queue does not exist,
-keeps its dead jobs, for jobq's dead-letter API (GET /dead, POST /dead/retry). The move runs under no
-key, whoever received the message: a key limited to queues may name only a dead-letter queue among
-them, which is checked where the policy is set (app/sqs/queues.py), not here.
+queue that exists, the queue's dead jobs move into that queue (REDRIVE_DEAD), pending there, to be
+received from it as SQS users do; each move is noted with the queue the job came from. A receive from the
+queue moves them before it leases (app/service/sqs_messages.py, expire_overdue), so the receive that
+would exceed maxReceiveCount finds the message moved, as in SQS; every replica also moves them each
+lease-expiry tick (about a second), for dead jobs no receive meets (the queue's consumers gone, a nack
+from jobq's API). A queue with no RedrivePolicy, or whose dead-letter queue does not exist, keeps its
+dead jobs, for jobq's dead-letter API (GET /dead, POST /dead/retry). The move runs under no key, whoever
+received the message: a key limited to queues may name only a dead-letter queue among them, which is
+checked where the policy is set (app/sqs/queues.py), not here.
 
 A move task on a dead-letter queue takes its visible messages back to the queues they came from, and
 retries the source queues' dead jobs not yet moved, at once (``move_back``).

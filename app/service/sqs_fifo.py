@@ -50,6 +50,13 @@ def _scope(queue: str, per_group: bool, group: str) -> str:
     return f"sqs-dedup:{queue}/{group}" if per_group else f"sqs-dedup:{queue}"
 
 
+async def forget_deduplication_ids(conn: asyncpg.Connection, queue: str) -> None:
+    """Forget every deduplication id the queue keeps, of its own scope and of each group's (in the
+    caller's transaction): PurgeQueue's, after which SQS takes a message sent again under an id as new."""
+    scopes = {"scope": _scope(queue, False, ""), "group_prefix": _scope(queue, True, "")}
+    await conn.execute(sq.FORGET_DEDUPLICATION_IDS.text, *sq.FORGET_DEDUPLICATION_IDS.args(**scopes))
+
+
 class Deduplicated(Protocol):
     @property
     def body(self) -> str: ...

@@ -1,6 +1,12 @@
 """What SQS's message actions (app/sqs/) keep and read beside jobq's own operations: a message is a job
 (SendMessage enqueues it, ReceiveMessage leases it, DeleteMessage acks it), with its message attributes
-stored in the job's row, and a receipt handle that names the job and its lease token."""
+stored in the job's row, and a receipt handle that names the job and its lease token.
+
+A message whose visibility timeout has run out is visible at once, as in SQS, not when the lease-expiry
+loop next returns its job (every JOBQ_EXPIRE_INTERVAL): a receive expires the leases of its queue that
+have run out before it leases (``expire_overdue``), and GetQueueAttributes counts them as visible
+(``counts``). The expiry is the loop's own, fenced as always: the old receipt handle deletes nothing once
+another receive has taken the message."""
 
 from __future__ import annotations
 
@@ -17,9 +23,11 @@ from app.db.pool import Database
 from app.db.sql import sqs as sq
 from app.service.arguments import NewJobLike
 from app.service.producers import enqueue_batch
+from app.service.redrive import move_dead_letters
 from app.service.rows import Row
 from app.service.runtime import Runtime
 from app.service.sqs_fifo import Keep
+from app.service.upkeep import expire_leases
 
 
 async def insert_messages(
@@ -103,3 +111,41 @@ async def status(db: Database, job_id: int) -> str | None:
     """The job's status; None when there is no such job."""
     async with db.acquire() as conn:
         return await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=None))
+
+
+async def expire_overdue(
+    runtime: Runtime, queue: str, dead_letter_queue: str | None, within: float
+) -> float | None:
+    """Make ready what a receive from `queue` must find before it leases. The queue's leases that have
+    run out are expired now (EXPIRE_LEASES, as the lease-expiry loop runs it), so that their messages are
+    visible to this very receive. The queue's dead jobs (one this expiry took past maxReceiveCount, or
+    one a nack left dead) move into `dead_letter_queue` (None: the queue has none) now (REDRIVE_DEAD), so
+    that the receive that would exceed maxReceiveCount does not return the message but moves it, as SQS
+    does. Returns the seconds until the queue's next lease runs out, when that is within `within`
+    seconds (None otherwise): a long-poll looks again then, since the message is visible from then on.
+
+    Both statements are the expiry loop's own and act on every queue, not on `queue` alone: what they do
+    to other queues is what the loop would do within a second. They run only when `queue` has a lease
+    run out or a dead job to move, which one statement, RECEIVE_DUE, tells first."""
+    args = sq.RECEIVE_DUE.args(queue=queue, dlq=dead_letter_queue, within=within)
+    async with runtime.db.acquire() as conn:
+        due = await conn.fetchrow(sq.RECEIVE_DUE.text, *args)
+    dead = due["dead"]
+    if due["overdue"]:
+        expired = await expire_leases(runtime)
+        dead = dead or (
+            dead_letter_queue is not None
+            and any(row["queue"] == queue and row["status"] == "dead" for row in expired)
+        )
+    if dead:
+        await move_dead_letters(runtime.db)
+    return due["due_in"]
+
+
+async def counts(db: Database, queue: str) -> Row:
+    """The queue's messages as GetQueueAttributes counts them (sq.SQS_COUNTS), under QUEUE_STATS's names:
+    `pending` (visible, a lease that has run out among them), `running` (in flight), `scheduled`
+    (delayed)."""
+    async with db.acquire() as conn:
+        row = await conn.fetchrow(sq.SQS_COUNTS.text, *sq.SQS_COUNTS.args(queue=queue))
+    return dict(row)

@@ -15,6 +15,7 @@ import asyncpg
 from app.db import sql as q
 from app.db.pool import Database
 from app.db.sql import sqs as sq
+from app.service import sqs_fifo
 from app.service.arguments import QueueSettingsLike
 from app.service.operators import configure_queue
 from app.service.rows import Scope
@@ -66,11 +67,16 @@ async def delete_queue(db: Database, name: str) -> bool:
     return gone is not None
 
 
-async def purge_queue(db: Database, name: str) -> bool:
-    """Delete the queue's jobs, unless it was purged in the last minute: then nothing, and False."""
+async def purge_queue(db: Database, name: str, *, fifo: bool) -> bool:
+    """Delete the queue's jobs, and a FIFO queue's deduplication ids, unless it was purged in the last
+    minute: then nothing, and False. The ids go first, in a statement of its own: a message sent between
+    the two statements keeps its id and is purged with the rest, as SQS may purge what is sent during a
+    purge, where the other order would let that message be sent twice."""
     async with db.acquire() as conn, conn.transaction():
         if await conn.fetchval(sq.TAKE_PURGE_TURN.text, *sq.TAKE_PURGE_TURN.args(queue=name)) is None:
             return False
+        if fifo:
+            await sqs_fifo.forget_deduplication_ids(conn, name)
         await conn.execute(q.PURGE_QUEUE.text, *q.PURGE_QUEUE.args(queue=name))
     return True
 

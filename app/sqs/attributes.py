@@ -2,7 +2,8 @@
 
 jobq keeps what it has a column for in its own settings (VisibilityTimeout -> visibility_timeout,
 RedrivePolicy's maxReceiveCount -> max_attempts) and the rest in ``queues.sqs_attributes``, FIFO queues'
-attributes included (a queue is FIFO when it keeps ``FifoQueue`` "true"; app/sqs/fifo.py).
+attributes included (a queue is FIFO when it keeps ``FifoQueue`` "true"; app/sqs/fifo.py). SQS reads a
+boolean attribute in any case ("True", "FALSE"), and jobq keeps it in lower case, as SQS shows it.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ INTEGER = {
     "KmsDataKeyReusePeriodSeconds": (60, 86400, 300),
 }
 # Kept and shown as given; jobq has nothing to do with them.
-OPAQUE = {"Policy", "KmsMasterKeyId", "SqsManagedSseEnabled", "RedriveAllowPolicy"}
+OPAQUE = {"Policy", "KmsMasterKeyId", "RedriveAllowPolicy"}
+# Attributes that are "true" or "false", in any case.
+BOOLEAN = {"FifoQueue", "ContentBasedDeduplication", "SqsManagedSseEnabled"}
 # FIFO queues' attributes: the values each takes, the first what a FIFO queue has unless told otherwise.
-# FifoQueue is given on CreateQueue only; the others only a FIFO queue has (a standard queue knows no
-# such attribute, as in SQS).
+# Only a FIFO queue has them (a standard queue knows no such attribute, as in SQS); FifoQueue cannot
+# change once the queue is made.
 FIFO = {
     "FifoQueue": ("true", "false"),
     "ContentBasedDeduplication": ("false", "true"),
@@ -52,7 +55,7 @@ COMPUTED = {
     "CreatedTimestamp",
     "LastModifiedTimestamp",
 }
-SETTABLE = set(INTEGER) | OPAQUE | set(FIFO) | {"RedrivePolicy"}
+SETTABLE = set(INTEGER) | OPAQUE | BOOLEAN | set(FIFO) | {"RedrivePolicy"}
 
 
 def _unknown(name: str) -> SqsError:
@@ -67,12 +70,46 @@ def is_fifo_name(name: str) -> bool:
     return name.endswith(".fifo")
 
 
+def _boolean(name: str, value: str) -> str:
+    """A boolean attribute's value as jobq keeps it: "true" or "false", given in any case, as SQS reads
+    them; anything else is refused."""
+    lowered = value.lower()
+    if lowered not in ("true", "false"):
+        raise _invalid_value(name, "must be true or false.")
+    return lowered
+
+
+def _fifo_queue(value: str, *, fifo: bool) -> str:
+    """FifoQueue as SQS reads it, on CreateQueue (queues.create_queue has read it and checked the name
+    against it) and SetQueueAttributes alike. A standard queue knows no such attribute, so "false" on one is
+    refused as an unknown attribute; a FIFO queue takes "true" as the no-op it is and refuses anything
+    else, since a queue's type cannot change."""
+    if not fifo:
+        raise _unknown("FifoQueue")
+    if value.lower() != "true":
+        raise _invalid_value("FifoQueue", "Modifying queue type is not supported.")
+    return "true"
+
+
+def _fifo_attribute(name: str, value: str, *, fifo: bool) -> str:
+    """The value to keep of a FIFO queue's attribute, checked as SQS checks it."""
+    if name == "FifoQueue":
+        return _fifo_queue(value, fifo=fifo)
+    if not fifo:
+        raise _unknown(name)
+    if name in BOOLEAN:
+        return _boolean(name, value)
+    if value not in FIFO[name]:
+        raise _invalid_value(name, f"must be one of {', '.join(FIFO[name])}.")
+    return value
+
+
 def check_queue_attributes(
-    attributes: Any, *, fifo: bool, creating: bool, current: dict[str, str] | None = None
+    attributes: Any, *, fifo: bool, current: dict[str, str] | None = None
 ) -> tuple[dict[str, str], dict[str, Any]]:
-    """Validate Attributes of CreateQueue (`creating`) or SetQueueAttributes of a queue that is or will
-    be FIFO (`fifo`) and keeps the attributes `current`: (what to keep in sqs_attributes as given, what
-    to set in jobq's settings)."""
+    """Validate Attributes of CreateQueue or SetQueueAttributes of a queue that is or will be FIFO
+    (`fifo`) and keeps the attributes `current`: (what to keep in sqs_attributes, what to set in jobq's
+    settings)."""
     if attributes is None:
         return {}, {}
     if not isinstance(attributes, dict):
@@ -85,18 +122,9 @@ def check_queue_attributes(
         if not isinstance(value, str):
             raise invalid_parameter(f"Value for attribute {name} must be a string.")
         if name in FIFO:
-            if name == "FifoQueue":
-                # Given on CreateQueue only, and checked against the name there (queues.create_queue).
-                if not creating:
-                    raise _unknown(name)
-                if fifo:
-                    keep[name] = "true"
-                continue
-            if not fifo:
-                raise _unknown(name)
-            if value not in FIFO[name]:
-                raise _invalid_value(name, f"must be one of {', '.join(FIFO[name])}.")
-            keep[name] = value
+            keep[name] = _fifo_attribute(name, value, fifo=fifo)
+        elif name in BOOLEAN:
+            keep[name] = _boolean(name, value)
         elif name in INTEGER:
             low, high, _ = INTEGER[name]
             if not re.fullmatch(r"-?\d{1,12}", value) or not low <= int(value) <= high:
@@ -201,6 +229,8 @@ def queue_attributes(row: Any, stats: dict[str, Any]) -> dict[str, str]:
 
 # Letters (any script's: SQS takes "attr.1øßä"), digits, _, - and .; at most 256.
 _ATTRIBUTE_NAME = re.compile(r"^[\w.-]{1,256}$")
+# Message attribute names SQS keeps for itself, whatever their case.
+_RESERVED_PREFIXES = ("aws.", "amazon.")
 # The characters SQS allows in a message: #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF.
 _INVALID_CHARACTER = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -210,6 +240,27 @@ def check_message_text(text: str, what: str, code: str = "InvalidMessageContents
     InvalidParameterValue, as SQS answers each)."""
     if _INVALID_CHARACTER.search(text):
         raise SqsError(code, f"Invalid characters found in {what}.")
+
+
+def _check_attribute_name(name: str) -> None:
+    """A message attribute's name as SQS takes it: 1 to 256 letters, digits, _, - and ., not starting
+    with SQS's reserved prefixes "AWS." and "Amazon." in any case, and with its periods between other
+    characters only (none first or last, no two in a row); else InvalidParameterValue, as SQS answers."""
+    if not _ATTRIBUTE_NAME.match(name):
+        raise invalid_parameter(
+            f"Message (user) attribute name '{name}' is invalid. A name is 1 to 256 letters, digits, "
+            "underscores, hyphens and periods."
+        )
+    if name.lower().startswith(_RESERVED_PREFIXES):
+        raise invalid_parameter(
+            f"Message (user) attribute name '{name}' is reserved for use by SQS: names can't start with "
+            "'AWS.' or 'Amazon.', in any case."
+        )
+    if name.startswith(".") or name.endswith(".") or ".." in name:
+        raise invalid_parameter(
+            f"Message (user) attribute name '{name}' is invalid. A name can't start or end with a period, "
+            "or have two periods in a row."
+        )
 
 
 def check_message_attributes(attributes: Any) -> dict[str, dict[str, str]]:
@@ -224,13 +275,7 @@ def check_message_attributes(attributes: Any) -> dict[str, dict[str, str]]:
         )
     out: dict[str, dict[str, str]] = {}
     for name, attribute in attributes.items():
-        if (
-            not _ATTRIBUTE_NAME.match(name)
-            or name.startswith((".", "AWS.", "Amazon."))
-            or name.endswith(".")
-            or ".." in name
-        ):
-            raise invalid_parameter(f"Message attribute name '{name}' is invalid.")
+        _check_attribute_name(name)
         if not isinstance(attribute, dict) or not isinstance(attribute.get("DataType"), str):
             raise invalid_parameter(f"The message attribute '{name}' must contain a non-empty data type.")
         data_type = attribute["DataType"]

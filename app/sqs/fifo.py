@@ -29,8 +29,9 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from app.sqs.protocol import invalid_parameter
+from app.sqs.protocol import SqsError, invalid_parameter
 
 # Added to a job id to make its SequenceNumber (twenty digits, as SQS's).
 SEQUENCE_BASE = 10**19
@@ -70,6 +71,15 @@ def sequence_number(job_id: int) -> str:
     return str(SEQUENCE_BASE + job_id)
 
 
+def no_deduplication_id() -> SqsError:
+    """SQS's answer to a FIFO message with no MessageDeduplicationId on a queue without content-based
+    deduplication, a SendMessage's or a whole SendMessageBatch's."""
+    return invalid_parameter(
+        "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId "
+        "provided explicitly"
+    )
+
+
 def deduplication_id(fifo: Fifo, given: str | None, body: str) -> str:
     """The message's deduplication id: the one given, or the SHA-256 of its body with content-based
     deduplication; else InvalidParameterValue, as SQS answers."""
@@ -77,7 +87,16 @@ def deduplication_id(fifo: Fifo, given: str | None, body: str) -> str:
         return check_token(given, "MessageDeduplicationId")
     if fifo.content_based:
         return hashlib.sha256(body.encode()).hexdigest()
-    raise invalid_parameter(
-        "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId "
-        "provided explicitly"
-    )
+    raise no_deduplication_id()
+
+
+def check_batch(entries: list[dict[str, Any]], fifo: Fifo) -> None:
+    """Refuse a FIFO SendMessageBatch whole, as SQS does (an error of the request, not failures of its
+    entries, and nothing sent), when an entry has no MessageGroupId, or no MessageDeduplicationId while
+    the queue has no content-based deduplication. SQS answers a batch's missing group with
+    InvalidParameterValue, where a SendMessage's is MissingParameter."""
+    for entry in entries:
+        if entry.get("MessageGroupId") is None:
+            raise invalid_parameter("The request must contain the parameter MessageGroupId.")
+        if entry.get("MessageDeduplicationId") is None and not fifo.content_based:
+            raise no_deduplication_id()

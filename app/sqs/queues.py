@@ -9,9 +9,10 @@ from typing import Any
 from app import service
 from app.db.sql import sqs as sq
 from app.http.middleware.access_log import note
-from app.service import redrive, sqs_queues
+from app.service import redrive, sqs_messages, sqs_queues
 from app.sqs import auth
 from app.sqs.attributes import (
+    BOOLEAN,
     COMPUTED,
     FIFO,
     NO_REDRIVE_MAX_ATTEMPTS,
@@ -21,6 +22,7 @@ from app.sqs.attributes import (
     queue_attributes,
 )
 from app.sqs.context import Context, kept_attributes, queue_row
+from app.sqs.fifo import fifo_of
 from app.sqs.params import Body, integer, string
 from app.sqs.protocol import (
     FIFO_QUEUE_NAME,
@@ -52,7 +54,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
         raise invalid_parameter(
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
         )
-    keep, settings = check_queue_attributes(given, fifo=fifo, creating=True)
+    keep, settings = check_queue_attributes(given, fifo=fifo)
     _admit_dead_letter_queue(ctx, keep)
     tags = check_tags(body["tags"], "tags") if body.get("tags") is not None else {}
     existing = await sqs_queues.find_queue(ctx.runtime.db, name)
@@ -63,6 +65,8 @@ async def create_queue(ctx: Context, body: Body) -> Body:
             mine = shown.get(attribute)
             if attribute == "FifoQueue":
                 same = (mine or "false") == ("true" if fifo else "false")
+            elif attribute in BOOLEAN:
+                same = mine == value.lower()
             elif attribute == "RedrivePolicy" and value:
                 same = mine is not None and json.loads(mine) == json.loads(keep[attribute])
             else:
@@ -148,8 +152,9 @@ async def delete_queue(ctx: Context, body: Body) -> Body:
 
 async def purge_queue(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
-    await queue_row(ctx, name)
-    if not await sqs_queues.purge_queue(ctx.runtime.db, name):
+    row = await queue_row(ctx, name)
+    fifo = fifo_of(kept_attributes(row)) is not None
+    if not await sqs_queues.purge_queue(ctx.runtime.db, name, fifo=fifo):
         raise SqsError(
             "PurgeQueueInProgress",
             f"Only one PurgeQueue operation on {name} is allowed every {sq.SQS_NAME_HOLD} seconds.",
@@ -165,7 +170,7 @@ async def get_queue_attributes(ctx: Context, body: Body) -> Body:
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
         raise invalid_parameter("AttributeNames must be a list of attribute names.")
     row = await queue_row(ctx, name)
-    stats = await service.queue(ctx.runtime.db, name)
+    stats = await sqs_messages.counts(ctx.runtime.db, name)
     everything = queue_attributes(row, stats)
     for w in wanted:
         # A standard queue has no FIFO attributes: asking for one by name is an error, as in SQS.
@@ -183,7 +188,7 @@ async def set_queue_attributes(ctx: Context, body: Body) -> Body:
     row = await queue_row(ctx, name)
     kept = kept_attributes(row)
     keep, settings = check_queue_attributes(
-        body.get("Attributes"), fifo=kept.get("FifoQueue") == "true", creating=False, current=kept
+        body.get("Attributes"), fifo=kept.get("FifoQueue") == "true", current=kept
     )
     _admit_dead_letter_queue(ctx, keep)
     await sqs_queues.configure(ctx.runtime, name, keep, service.QueueSettings(**settings))

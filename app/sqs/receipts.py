@@ -1,8 +1,12 @@
 """What a receipt handle does, each one of jobq's own operations under the lease token the handle carries:
 DeleteMessage acks, ChangeMessageVisibility extends (or, to 0, nacks for a retry at once), and their
 batches. So jobq's fencing holds: a handle from an earlier receive deletes nothing once the message was
-received again (ReceiptHandleIsInvalid). A handle is valid on the queue whose receive handed it out only,
-as in SQS: the queue its lease token names must be the one the request is for, else
+received again (ReceiptHandleIsInvalid), and changes nothing of its visibility either (MessageNotInflight),
+where SQS lets ChangeMessageVisibility through. The consumer holding the older handle has lost the message
+to the later receive; were it still able to hide the message, or to make it visible at once, it would move
+the other consumer's deadline, and the message would be handed out a third time while the second consumer
+is still at it, or kept from anyone long after both are done. A handle is valid on the queue whose receive
+handed it out only, as in SQS: the queue its lease token names must be the one the request is for, else
 ReceiptHandleIsInvalid.
 """
 
@@ -137,7 +141,8 @@ def _unavailable(handle: str) -> SqsError:
 def _not_in_flight() -> SqsError:
     return SqsError(
         "MessageNotInflight",
-        "The message referred to isn't in flight under this receipt handle.",
+        "The message referred to isn't in flight under this receipt handle: another receive has it, or it"
+        " is visible. Only the handle of the receive that has it changes its visibility.",
         query_code="AWS.SimpleQueueService.MessageNotInflight",
     )
 

@@ -1,6 +1,11 @@
 """ReceiveMessage: jobq's lease, with the same long-poll and wake-ups. Each message comes with a receipt
 handle that carries its job's id and the lease token the receive took (what it does: app/sqs/receipts.py),
-its body as it was sent (app/sqs/sending.py), and the attributes asked for.
+its body as it was sent (app/sqs/sending.py), and the attributes asked for; a receive that got nothing
+answers without Messages, as SQS does.
+
+Visibility follows SQS's clock rather than the lease-expiry loop's: a message is visible again the moment
+its visibility timeout runs out, and the receive that would take it past maxReceiveCount moves it into the
+dead-letter queue instead (``_receive``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from app.http.middleware.access_log import note
 from app.service import sqs_fifo, sqs_messages
 from app.service.rows import Row
 from app.sqs import fifo as fifo_queues
-from app.sqs.attributes import select_message_attributes
+from app.sqs.attributes import dead_letter_queue, select_message_attributes
 from app.sqs.context import Context, kept_attributes, queue_row
 from app.sqs.fifo import fifo_of, sequence_number
 from app.sqs.params import Body, integer, string
@@ -88,6 +93,41 @@ async def _drop_expired(ctx: Context, leased: list[Row], retention: int) -> list
     return [j for j in leased if j["id"] not in gone]
 
 
+async def _receive(
+    ctx: Context,
+    name: str,
+    count: int,
+    timeout: float | None,
+    wait: int,
+    attempt: str | None,
+    kept: dict[str, str],
+) -> list[Row]:
+    """Lease up to `count` messages within `wait` seconds from the queue `name` (its SQS attributes:
+    `kept`), each visible as SQS sees it: a message whose visibility timeout has run out is taken at
+    once, and one past maxReceiveCount moves into the dead-letter queue instead of being returned
+    (sqs_messages.expire_overdue). A long-poll waits in stretches, each ending when the next of the
+    queue's leases runs out, and looks again then: nothing else would wake it before the expiry loop's
+    next round. A stretch that ends early with nothing taken means the client went away or the service
+    is stopping (service.lease returns early for nothing else), and so the receive ends too."""
+    dlq, retention = dead_letter_queue(kept), kept.get("MessageRetentionPeriod")
+    deadline = time.monotonic() + wait
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        due_in = await sqs_messages.expire_overdue(ctx.runtime, name, dlq, left)
+        stretch = left if due_in is None else min(left, due_in)
+        stretch_end = time.monotonic() + stretch
+        taken = await _take(ctx, name, count, timeout, stretch, attempt)
+        leased = taken
+        if taken and retention is not None:
+            # Messages past the queue's MessageRetentionPeriod are deleted, as SQS deletes them, when a
+            # receive meets them (this costs a statement per receive of such a queue only); if that took
+            # every one, the receive goes on, within its wait.
+            leased = await _drop_expired(ctx, taken, int(retention))
+        now = time.monotonic()
+        if leased or now >= deadline or (not taken and now < stretch_end):
+            return leased
+
+
 async def receive_message(ctx: Context, body: Body) -> Body:
     name = name_from_url(body.get("QueueUrl"))
     count = integer(body, "MaxNumberOfMessages", 1, 10, 1)
@@ -107,22 +147,10 @@ async def receive_message(ctx: Context, body: Body) -> Body:
     if visibility is None and kept.get("VisibilityTimeout") == "0":
         visibility = 0
     timeout = float(visibility) if visibility is not None else None
-    retention = kept.get("MessageRetentionPeriod")
-    deadline = time.monotonic() + wait
-    while True:
-        left = max(0.0, deadline - time.monotonic())
-        leased = await _take(ctx, name, count or 1, timeout, left, attempt)
-        if retention is None or not leased:
-            break
-        # Messages past the queue's MessageRetentionPeriod are deleted, as SQS deletes them, when a
-        # receive meets them (this costs a statement per receive of such a queue only); if that took
-        # every one, the receive goes on, within its wait.
-        leased = await _drop_expired(ctx, leased, int(retention))
-        if leased or time.monotonic() >= deadline:
-            break
+    leased = await _receive(ctx, name, count or 1, timeout, wait, attempt, kept)
     note(jobs=len(leased))
     if not leased:
-        return {"Messages": []}
+        return {}  # as SQS answers when nothing was received: no Messages at all, not an empty list
     if visibility == 0:
         # Visible again at once, as in SQS: the leases, already past their deadline, are expired now
         # rather than by the next sweep, each receive counted (and a message out of receives dead). The

@@ -1,5 +1,6 @@
 """StartMessageMoveTask and ListMessageMoveTasks: SQS's dead-letter redrive, on jobq's own dead jobs (what a
-RedrivePolicy does, and the move of dead letters every tick: app/service/redrive.py).
+RedrivePolicy does, and the move of dead letters by the receive that meets them and every tick:
+app/service/redrive.py).
 
 StartMessageMoveTask on a dead-letter queue takes its visible messages back to the queues they came from,
 and retries the source queues' dead jobs not yet moved, at once: it is complete by the time it answers.

@@ -85,11 +85,13 @@ def _outgoing(
         if dedup is not None:
             raise _not_for_this_queue("MessageDeduplicationId", dedup)
     else:
-        # A FIFO message: in a group, deduplicated, and delayed only by the queue's DelaySeconds.
+        # A FIFO message: in a group, deduplicated, and delayed only by the queue's DelaySeconds (a
+        # DelaySeconds of 0 asks for nothing, and SQS takes it).
         if group is None:
             raise missing_parameter("MessageGroupId")
-        if delay is not None:
+        if delay:
             raise _not_for_this_queue("DelaySeconds", delay)
+        delay = None
         dedup = fifo_queues.deduplication_id(fifo, dedup, text)
     return _Outgoing(entry_id, text, delay, attributes, sent, group, dedup, size)
 
@@ -180,6 +182,8 @@ async def send_message_batch(ctx: Context, body: Body) -> Body:
     row = await queue_row(ctx, name)
     limit = _max_message_bytes(ctx, row)
     fifo = fifo_of(kept_attributes(row))
+    if fifo is not None:
+        fifo_queues.check_batch(given, fifo)
     good: list[_Outgoing] = []
     refused = []
     for entry in given:

@@ -56,9 +56,10 @@ async def test_a_fifo_queue_is_one_in_flight_per_group_in_jobqs_settings(sqs, db
     assert error_code_of(refused(sqs.create_queue, QueueName="plain.fifo")) == "InvalidParameterValue"
     assert error_code_of(refused(fifo_queue, sqs, "plain")) == "InvalidParameterValue"
     assert error_code_of(refused(fifo_queue, sqs, "x" * 76 + ".fifo")) == "InvalidParameterValue"
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": "true"})  # a no-op, as in SQS
     assert error_code_of(
-        refused(sqs.set_queue_attributes, QueueUrl=url, Attributes={"FifoQueue": "true"})
-    ) == ("InvalidAttributeName")
+        refused(sqs.set_queue_attributes, QueueUrl=url, Attributes={"FifoQueue": "false"})
+    ) == ("InvalidAttributeValue")
     # A standard queue has no FIFO attribute.
     standard = sqs.create_queue(QueueName="plain")["QueueUrl"]
     for call, kwargs in (
@@ -125,12 +126,12 @@ async def test_what_a_fifo_send_needs_and_what_it_may_not_have(sqs, db):
     assert error_code_of(
         refused(sqs.send_message, QueueUrl=standard, MessageBody="x", MessageDeduplicationId="d")
     ) == ("InvalidParameterValue")
-    # In a batch, each entry on its own.
+    # In a batch, an entry's DelaySeconds fails that entry alone (an entry without a group refuses the
+    # whole batch: tests/sqs/test_validation.py).
     sent = sqs.send_message_batch(
         QueueUrl=url,
         Entries=[
             {"Id": "ok", "MessageBody": "1", "MessageGroupId": "g", "MessageDeduplicationId": "1"},
-            {"Id": "nogroup", "MessageBody": "2", "MessageDeduplicationId": "2"},
             {
                 "Id": "delay",
                 "MessageBody": "3",
@@ -141,10 +142,7 @@ async def test_what_a_fifo_send_needs_and_what_it_may_not_have(sqs, db):
         ],
     )
     assert [s["Id"] for s in sent["Successful"]] == ["ok"]
-    assert {f["Id"]: f["Code"] for f in sent["Failed"]} == {
-        "nogroup": "MissingParameter",
-        "delay": "InvalidParameterValue",
-    }
+    assert {f["Id"]: f["Code"] for f in sent["Failed"]} == {"delay": "InvalidParameterValue"}
     assert await states(db, "strict.fifo")() == {"pending": 1}
     # A batch's messages together are held to SQS's 1 MiB, as one message is.
     big = "x" * (600 * 1024)

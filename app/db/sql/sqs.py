@@ -136,6 +136,45 @@ RECEIVED = Query.define(
     """,
 )
 
+# What a receive must do before it leases, read in one statement (app/service/sqs_messages.py
+# expire_overdue): whether one of the queue's leases has run out (`overdue`: the message is visible to
+# SQS, though the lease-expiry loop has not returned it yet), the seconds until the next one runs out
+# (`due_in`, NULL when none does within :within seconds: a long-poll waits no longer than that), and
+# whether the queue holds dead jobs that its dead-letter queue :dlq (NULL: none) is there to take. Both
+# leases are read through ix_jobs_lease_expiry, which holds running jobs alone, in deadline order: only
+# those that end by now + :within are read, whichever queue holds them, never the queue's whole backlog.
+RECEIVE_DUE = Query.define(
+    "sqs_receive_due",
+    """
+    SELECT EXISTS (SELECT FROM jobq.jobs
+                   WHERE status = 'running' AND lease_expires_at <= now() AND queue = :queue) AS overdue,
+           (SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM jobq.jobs
+            WHERE status = 'running' AND lease_expires_at > now()
+              AND lease_expires_at <= now() + make_interval(secs => :within) AND queue = :queue
+            ORDER BY lease_expires_at
+            LIMIT 1) AS due_in,
+           :dlq::text IS NOT NULL AND :dlq::text <> :queue
+           AND EXISTS (SELECT FROM jobq.queues WHERE name = :dlq::text)
+           AND EXISTS (SELECT FROM jobq.jobs WHERE queue = :queue AND status = 'dead') AS dead
+    """,
+)
+
+# A queue's messages as GetQueueAttributes counts them (ApproximateNumberOfMessages, ...NotVisible,
+# ...Delayed), named as QUEUE_STATS names jobq's own counts: a running job whose lease has run out is
+# visible (`pending`), as it is to a receive, though the lease-expiry loop has not returned it yet. Only
+# the statuses SQS counts are read, none of jobq.jobs_history.
+SQS_COUNTS = Query.define(
+    "sqs_counts",
+    """
+    SELECT count(*) FILTER (WHERE status = 'pending' AND run_at <= now()
+                               OR status = 'running' AND lease_expires_at <= now()) AS pending,
+           count(*) FILTER (WHERE status = 'running' AND lease_expires_at > now()) AS running,
+           count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled
+    FROM jobq.jobs
+    WHERE queue = :queue AND status IN ('pending', 'running')
+    """,
+)
+
 # The queues whose RedrivePolicy names :arn as their dead-letter target.
 DEAD_LETTER_SOURCES = Query.define(
     "sqs_dead_letter_sources",
@@ -241,5 +280,20 @@ PRUNE_RECEIVE_ATTEMPTS = Query.define(
     )
     DELETE FROM jobq.sqs_receive_attempts a USING doomed
     WHERE a.queue = doomed.queue AND a.attempt_id = doomed.attempt_id
+    """,
+)
+
+
+# Forget a FIFO queue's deduplication ids (app/service/sqs_fifo.py keeps them as idempotency keys), those
+# of DeduplicationScope queue (:scope) and of messageGroup (scopes starting with :group_prefix) alike,
+# so that after a purge a message sent again under an id is a new message, as in SQS. starts_with takes
+# no index under a collation other than C, so the messageGroup ids are found by a scan of
+# jobq.idempotency_keys: a purge runs at most once a minute per queue, and the table holds only the keys
+# of the last few minutes (JOBQ_IDEMPOTENCY_TTL, SQS's five minutes).
+FORGET_DEDUPLICATION_IDS = Query.define(
+    "sqs_forget_deduplication_ids",
+    """
+    DELETE FROM jobq.idempotency_keys
+    WHERE scope = :scope OR starts_with(scope, :group_prefix)
     """,
 )
