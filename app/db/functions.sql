@@ -96,9 +96,14 @@ $$;
 -- `passed` over because another claim held their key. Runs under the claims' plan settings (FLOW_PLANS,
 -- app/service/flow.py). Made by 0021; `depends_on` among its columns from 0023, `journal` (a job's steps
 -- and events from jobq.job_journal, for a job that has some) from 0025, which also has a lease end a job's
--- debounce.
+-- debounce. With p_per_key (0027), a key whose jobs run in order (concurrency 1) and has nothing running
+-- gives up to that many jobs, its first ready one and those right after it (`run`, read in order: one the
+-- front passed over, locked elsewhere, ends the run there), held until every one of them has ended.
+-- Of a key's jobs that have begun (several, once a run was handed back), the first enqueued holds it: a
+-- retry's run_at is its retry's, not its place in the key's order.
 CREATE OR REPLACE FUNCTION jobq.lease_flow_front(
-    p_queue text, p_lookahead integer, p_visibility_timeouts double precision[], p_worker_ids text[]
+    p_queue text, p_lookahead integer, p_visibility_timeouts double precision[], p_worker_ids text[],
+    p_per_key integer DEFAULT 1
 ) RETURNS TABLE (
     id bigint, queue text, kind text, key text, payload jsonb, priority integer, attempts integer,
     max_attempts integer, run_at timestamptz, created_at timestamptz, last_error text, lease_token uuid,
@@ -148,7 +153,7 @@ BEGIN
         SELECT id, key, ord, row_number() OVER (PARTITION BY key ORDER BY ord) AS n
         FROM unnest(p_ids::bigint[], p_keys::text[]) WITH ORDINALITY AS u(id, key, ord)
     ), keyed AS (
-        SELECT f.id, f.key, f.ord, k.concurrency, k.rated,
+        SELECT f.id, f.key, f.ord, f.n, k.concurrency, k.rated,
                CASE WHEN f.n = 1 THEN coalesce(
                    k.concurrency - (SELECT count(*) FROM jobq.jobs h
                                     WHERE h.queue = p_queue AND h.key = f.key AND h.status = 'running'),
@@ -158,10 +163,14 @@ BEGIN
                     WHERE h.queue = p_queue AND h.key = f.key
                       AND (h.status = 'pending' AND (h.attempts > 0 OR h.sleep_until IS NOT NULL)
                            OR h.status = 'waiting' AND h.wait_event IS NOT NULL)
-                    ORDER BY priority, run_at, id LIMIT 1),
+                    ORDER BY priority, id LIMIT 1),
                    (SELECT id FROM jobq.jobs h
                     WHERE h.queue = p_queue AND h.key = f.key AND h.status = 'pending' AND h.run_at <= now()
-                    ORDER BY priority, run_at, id LIMIT 1)) END AS first
+                    ORDER BY priority, run_at, id LIMIT 1)) END AS first,
+               CASE WHEN f.n = 1 AND k.concurrency = 1 AND p_per_key > 1 THEN ARRAY(
+                   SELECT id FROM jobq.jobs h
+                   WHERE h.queue = p_queue AND h.key = f.key AND h.status = 'pending' AND h.run_at <= now()
+                   ORDER BY priority, run_at, id LIMIT p_per_key) END AS run
         FROM front f CROSS JOIN q
         LEFT JOIN LATERAL (
             SELECT coalesce(o.concurrency, q.key_concurrency) AS concurrency,
@@ -169,16 +178,17 @@ BEGIN
             FROM (SELECT) one LEFT JOIN jobq.keys o ON o.queue = p_queue AND o.key = f.key
         ) k ON f.key IS NOT NULL
     ), spread AS (
-        SELECT id, key, ord, concurrency, rated,
-               max(room) OVER per_key AS room, max(first) OVER per_key AS first
+        SELECT id, key, ord, n AS front_n, concurrency, rated,
+               max(room) OVER per_key AS room, max(first) OVER per_key AS first, max(run) OVER per_key AS run
         FROM keyed WINDOW per_key AS (PARTITION BY key)
     ), ready AS (
         SELECT id, row_number() OVER (ORDER BY ord) AS slot FROM (
-            SELECT id, key, ord, room, row_number() OVER (PARTITION BY key ORDER BY ord) AS n
+            SELECT id, key, ord, room, concurrency, row_number() OVER (PARTITION BY key ORDER BY ord) AS n
             FROM spread
-            WHERE key IS NULL OR (NOT rated AND (concurrency IS DISTINCT FROM 1 OR first = id))
+            WHERE key IS NULL OR (NOT rated AND (concurrency IS DISTINCT FROM 1 OR first = id
+                                                 OR (run[1] = first AND run[front_n] = id)))
         ) c
-        WHERE key IS NULL OR n <= room
+        WHERE key IS NULL OR n <= CASE WHEN concurrency = 1 AND room > 0 THEN p_per_key ELSE room END
         ORDER BY ord
         LIMIT cardinality(p_worker_ids::text[])
     )

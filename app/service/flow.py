@@ -92,7 +92,12 @@ BUSY_ROUNDS = 3
 
 
 async def lease_flow(
-    runtime: Runtime, queue: str, flow: QueueFlow, timeouts: list[float | None], workers: list[str | None]
+    runtime: Runtime,
+    queue: str,
+    flow: QueueFlow,
+    timeouts: list[float | None],
+    workers: list[str | None],
+    per_key: int = 1,
 ) -> FlowClaim:
     """Claim up to one job per slot of a queue under flow control: from the front of the queue when it
     has neither `fair` nor a rate (see _claim_front), then, for the slots left, by a walk of its keys
@@ -102,10 +107,13 @@ async def lease_flow(
     a moment (claims from other replicas are not waited for: a long-poll looks again after BUSY_RETRY).
     When it comes back short with every key it walked to locked, those keys were full: it walks on from
     where it stopped, so that keys with room beyond a stretch of full keys are found by the same call,
-    not at the next wake-up."""
+    not at the next wake-up.
+
+    `per_key` (every slot one caller's): up to that many jobs of a key whose jobs run in order, from the
+    front (see LEASE_FLOW_FRONT); a walk takes one of such a key, as without it."""
     claim = FlowClaim([], [], None, False)
-    if not (flow.fair or flow.rated) and runtime.flow.front_open(queue):
-        claim, others = await _claim_front(runtime, queue, timeouts, workers)
+    if not (flow.fair or flow.rated) and (per_key > 1 or runtime.flow.front_open(queue)):
+        claim, others = await _claim_front(runtime, queue, timeouts, workers, per_key)
         if not claim.short:
             return claim
         if others:
@@ -198,7 +206,7 @@ async def _claim(
 
 
 async def _claim_front(
-    runtime: Runtime, queue: str, timeouts: list[float | None], workers: list[str | None]
+    runtime: Runtime, queue: str, timeouts: list[float | None], workers: list[str | None], per_key: int = 1
 ) -> tuple[FlowClaim, list[asyncio.Event]]:
     """A claim from the front of a queue under key concurrency alone: LEASE_FLOW_FRONT, one call (see
     app/db/sql/claim.py); and the replica's claims of the queue under way beside it. It comes back
@@ -218,7 +226,11 @@ async def _claim_front(
             rows = await conn.fetch(
                 q.LEASE_FLOW_FRONT.text,
                 *q.LEASE_FLOW_FRONT.args(
-                    queue=queue, lookahead=lookahead, visibility_timeouts=timeouts, worker_ids=workers
+                    queue=queue,
+                    lookahead=lookahead,
+                    visibility_timeouts=timeouts,
+                    worker_ids=workers,
+                    per_key=per_key,
                 ),
             )
     finally:

@@ -31,6 +31,7 @@ class LeaseCall:
     max_jobs: int
     visibility_timeout: float | None
     worker_id: str | None
+    per_key: int = 1
 
 
 async def lease(
@@ -42,6 +43,7 @@ async def lease(
     wait: float,
     worker_id: str | None,
     disconnected: Callable[[], Awaitable[object]] | None = None,
+    per_key: int = 1,
 ) -> list[Row]:
     """Lease up to max_jobs ready jobs of the queue; with `wait`, long-poll until some are leased or
     `wait` seconds pass. No connection is held while waiting.
@@ -52,8 +54,12 @@ async def lease(
     client that left meanwhile. Once the service is shutting down, nothing is leased. At most
     `max_waiters` long-polls wait at once (app/service/wakeups.py); past that a long-poll is refused with
     Unavailable (503, Retry-After) before any work, while short leases (`wait` 0) go on.
+
+    `per_key` > 1: up to that many consecutive jobs of a key whose jobs run in order (key_concurrency 1)
+    in this one lease, the key held until all of them end (SQS's FIFO receives). Such a call claims alone,
+    never sharing a statement, so that a key's jobs go to one caller.
     """
-    call = LeaseCall(max_jobs, visibility_timeout, worker_id)
+    call = LeaseCall(max_jobs, visibility_timeout, worker_id, min(per_key, max_jobs))
     wakeups = runtime.wakeups
     if wakeups.closing:
         return []
@@ -98,8 +104,15 @@ async def _long_poll(
 
 def _lease_now(runtime: Runtime, queue: str, call: LeaseCall) -> Awaitable[list[Row]]:
     """The jobs one LEASE statement leases for `call`, a statement it may share with other calls of the
-    queue (LEASES)."""
+    queue (LEASES), unless it takes several jobs of a key (`per_key`)."""
+    if call.per_key > 1:
+        return _lease_alone(runtime, queue, call)
     return runtime.coalescing.submit(LEASES, call, queue)
+
+
+async def _lease_alone(runtime: Runtime, queue: str, call: LeaseCall) -> list[Row]:
+    (leased,) = await _lease_shared(runtime, queue, [call])
+    return leased
 
 
 async def _lease_shared(runtime: Runtime, queue: str, calls: list[LeaseCall]) -> list[list[Row]]:
@@ -113,7 +126,8 @@ async def _lease_shared(runtime: Runtime, queue: str, calls: list[LeaseCall]) ->
     flow = await queue_flow(runtime, queue)
     started, began = time.perf_counter(), time.time_ns()
     if flow.flow:
-        claim = await lease_flow(runtime, queue, flow, timeouts, workers)
+        per_key = calls[0].per_key if len(calls) == 1 else 1
+        claim = await lease_flow(runtime, queue, flow, timeouts, workers, per_key)
         rows, slots = claim.rows, claim.slots
         if len(rows) < len(workers):
             _wake_later(runtime.wakeups, queue, claim)

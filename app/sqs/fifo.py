@@ -3,12 +3,13 @@
 A FIFO queue (a `.fifo` name created with ``FifoQueue`` "true") is a jobq queue whose ``key_concurrency`` is
 1, set through the queue's own settings when it is created (sql.CONFIGURE_FLOW, SET_FLOW), and whose
 messages carry their ``MessageGroupId`` as the job's key. So the claim itself (sql.LEASE_FLOW) gives
-SQS's guarantees, across every replica: a group's messages are received one at a time, in the order
-they were sent (priority, run_at, id: the order of their ids, since a FIFO message has no delay of its
-own), and a message that was received and not deleted (its visibility ran out, or was set to 0) holds its
-group until it is received again; once it is dead (maxReceiveCount receives), the group goes on without
-it. Its attributes (ContentBasedDeduplication, DeduplicationScope, FifoThroughputLimit) are kept with the
-queue's other SQS attributes (app/sqs/attributes.py).
+SQS's guarantees, across every replica: a group's messages are received in the order they were sent
+(priority, run_at, id: the order of their ids, since a FIFO message has no delay of its own), one
+receive's worth at a time (up to MaxNumberOfMessages of a group in one receive, `per_key` of the lease,
+the group held until each has ended), and a message that was received and not deleted (its visibility
+ran out, or was set to 0) holds its group until it is received again; once it is dead (maxReceiveCount
+receives), the group goes on without it. Its attributes (ContentBasedDeduplication, DeduplicationScope,
+FifoThroughputLimit) are kept with the queue's other SQS attributes (app/sqs/attributes.py).
 
 Deduplication. A FIFO message's ``MessageDeduplicationId`` (or, with ContentBasedDeduplication, the hex
 SHA-256 of its body) makes a send carried out once per five minutes (within its group, with

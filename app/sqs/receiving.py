@@ -59,7 +59,13 @@ def _millis(value: Any) -> str:
 
 
 async def _take(
-    ctx: Context, name: str, count: int, timeout: float | None, wait: float, attempt: str | None
+    ctx: Context,
+    name: str,
+    count: int,
+    timeout: float | None,
+    wait: float,
+    attempt: str | None,
+    per_group: int,
 ) -> list[Row]:
     """Lease up to `count` messages for a receive; with a ReceiveRequestAttemptId (FIFO queues), what
     that attempt received before, if still in flight."""
@@ -75,6 +81,7 @@ async def _take(
             wait=wait,
             worker_id="sqs",
             disconnected=ctx.disconnected,
+            per_key=per_group,
         )
         if attempt is not None:
             if not leased:
@@ -110,13 +117,16 @@ async def _receive(
     next round. A stretch that ends early with nothing taken means the client went away or the service
     is stopping (service.lease returns early for nothing else), and so the receive ends too."""
     dlq, retention = dead_letter_queue(kept), kept.get("MessageRetentionPeriod")
+    # A FIFO receive takes several messages of one group, in order, as SQS hands them out; the group is
+    # held until all of them are deleted or visible again.
+    per_group = count if fifo_of(kept) is not None else 1
     deadline = time.monotonic() + wait
     while True:
         left = max(0.0, deadline - time.monotonic())
         due_in = await sqs_messages.expire_overdue(ctx.runtime, name, dlq, left)
         stretch = left if due_in is None else min(left, due_in)
         stretch_end = time.monotonic() + stretch
-        taken = await _take(ctx, name, count, timeout, stretch, attempt)
+        taken = await _take(ctx, name, count, timeout, stretch, attempt, per_group)
         leased = taken
         if taken and retention is not None:
             # Messages past the queue's MessageRetentionPeriod are deleted, as SQS deletes them, when a

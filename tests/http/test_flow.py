@@ -610,3 +610,30 @@ async def test_a_claim_that_fails_rolls_back_and_frees_its_keys(database_url, db
         claim = await flow.lease_flow(runtime, "q", settings, [30.0, 30.0], [None, None])
     assert sorted(r["key"] for r in claim.rows) == ["a", "b"]
     assert await db.fetchval("SELECT count(*) FROM jobq.jobs WHERE status = 'running'") == 2
+
+
+async def test_per_key_leases_a_keys_next_jobs_in_order_and_holds_it_until_all_end(a, b):
+    """`per_key`: several consecutive jobs of an in-order key in one lease (as an SQS FIFO receive takes
+    several of a group); the key stays held until the last of them has ended."""
+    await configure(a, key_concurrency=1)
+    ids = await enqueue(a, [{"key": "k", "payload": i} for i in range(5)] + [{"key": "other"}])
+    jobs = await lease(a, 4, per_key=3)
+    assert [j["id"] for j in jobs] == ids[:3] + ids[5:]  # the key's first three, in order, and the other
+    assert await lease(b, 5, per_key=5) == []
+    for job in jobs[:2]:
+        assert (await ack(a, job)).status_code == 200
+    assert await lease(b, 5, per_key=5) == []  # the third still runs
+    assert (await ack(a, jobs[2])).status_code == 200
+    assert [j["id"] for j in await lease(b, 5, per_key=5)] == ids[3:5]
+
+
+async def test_per_key_does_not_run_past_a_job_waiting_for_its_retry(a):
+    await configure(a, key_concurrency=1)
+    ids = await enqueue(a, [{"key": "k", "payload": i} for i in range(4)])
+    jobs = await lease(a, 2, per_key=2)
+    assert [j["id"] for j in jobs] == ids[:2]
+    r = await a.post("/nack", json={"id": ids[0], "lease_token": jobs[0]["lease_token"], "retry_after": 0})
+    assert r.status_code == 200, r.text
+    assert (await ack(a, jobs[1])).status_code == 200
+    # The retry comes first and alone, though its run_at is now later than the key's next jobs'.
+    assert [j["id"] for j in await lease(a, 3, per_key=3)] == ids[:1]

@@ -91,7 +91,7 @@ def lease_flow(walk: q.Query, claim: q.Query) -> Run:
 
 
 LEASE_FLOW_FRONT = statement(
-    q.LEASE_FLOW_FRONT, queue=QUEUE, lookahead=10, visibility_timeouts=[30.0], worker_ids=["w"]
+    q.LEASE_FLOW_FRONT, queue=QUEUE, lookahead=10, visibility_timeouts=[30.0], worker_ids=["w"], per_key=1
 )
 FLOW = "UPDATE jobq.queues SET flow = true, key_concurrency = 1"
 REDRIVE = '{"deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq", "maxReceiveCount": 1}'

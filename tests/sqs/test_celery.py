@@ -85,11 +85,15 @@ async def test_celery_tasks_through_jobq(start_service, database_url, db):
 
 async def test_celery_on_a_fifo_queue_runs_each_group_in_order(start_service, database_url, db):
     """kombu's SQS transport on a FIFO queue (``tasks.fifo``: it creates it with FifoQueue, sends each task
-    with a MessageGroupId and a MessageDeduplicationId): a worker of four threads runs each group's steps
-    one at a time, in the order they were sent, while the groups go side by side."""
+    with a MessageGroupId and a MessageDeduplicationId): two workers of one thread each run each group's
+    steps one at a time, in the order they were sent, while the groups go side by side. (A receive hands
+    out several messages of a group, as SQS does, so a worker of several threads would run them side by
+    side: on SQS as on jobq, a FIFO queue's Celery workers run one task at a time.)"""
     service = start_service(tokens={"bearer-admin": "admin"}, aws_credentials=CREDENTIALS)
     await db.execute("CREATE TABLE celery_results (seq bigserial, task text, attempt int, outcome text)")
-    worker = start_worker(service, database_url, "--pool=threads", "-c", "4", queue="tasks.fifo")
+    workers = [
+        start_worker(service, database_url, "--pool=threads", "-c", "1", queue="tasks.fifo") for _ in range(2)
+    ]
     groups, steps = ("acct-1", "acct-2"), 6
     try:
         from tests import celery_app
@@ -120,7 +124,8 @@ async def test_celery_on_a_fifo_queue_runs_each_group_in_order(start_service, da
         kept = await db.fetchval("SELECT sqs_attributes FROM jobq.queues WHERE name = 'celery-tasks.fifo'")
         assert json.loads(kept)["FifoQueue"] == "true"
     finally:
-        stop(worker)
+        for worker in workers:
+            stop(worker)
 
 
 def start_worker(service, database_url: str, *pool: str, queue: str | None = None) -> subprocess.Popen:

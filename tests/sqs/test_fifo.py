@@ -281,10 +281,10 @@ async def test_sequence_numbers_increase_and_come_back_on_receive(sqs, db):
     assert all(len(n) == 20 for n in numbers)
     assert [int(n) for n in numbers] == sorted({int(n) for n in numbers})
     received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
-    by_group = {m["Attributes"]["MessageGroupId"]: m for m in received["Messages"]}
-    assert set(by_group) == {"g", "h"}  # one of each group: the first
-    assert by_group["g"]["Attributes"]["SequenceNumber"] == numbers[0]
-    assert by_group["h"]["Attributes"]["SequenceNumber"] == numbers[3]
+    by_group: dict[str, list[str]] = {}
+    for m in received["Messages"]:
+        by_group.setdefault(m["Attributes"]["MessageGroupId"], []).append(m["Attributes"]["SequenceNumber"])
+    assert by_group == {"g": numbers[:3], "h": numbers[3:]}  # each group's, in order
     # A standard queue has none.
     plain = sqs.create_queue(QueueName="plain")["QueueUrl"]
     assert "SequenceNumber" not in sqs.send_message(QueueUrl=plain, MessageBody="x")
@@ -294,7 +294,9 @@ async def test_sequence_numbers_increase_and_come_back_on_receive(sqs, db):
 
 async def test_order_per_group_with_concurrent_receivers(sqs, service, db):
     """Four receivers at once, three groups: every group's messages are processed one at a time and in
-    order, also when a receiver gives a message back (visibility 0) instead of deleting it."""
+    order, also when a receiver gives a message back (visibility 0) instead of deleting it. A receive may
+    hand out several messages of a group, in order; a receiver that gives one back gives back the group's
+    later ones of that receive too, as an SQS FIFO consumer does to keep the order."""
     url = fifo_queue(sqs, "ledger.fifo", ContentBasedDeduplication="true")
     groups, per_group = ["a", "b", "c"], 15
     for n in range(per_group):
@@ -314,8 +316,14 @@ async def test_order_per_group_with_concurrent_receivers(sqs, service, db):
             messages = client.receive_message(
                 QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageSystemAttributeNames=["All"]
             ).get("Messages", [])
+            failed: set[str] = set()  # groups of this receive given back: their later messages go back too
             for message in messages:
                 group, n = message["Body"].split(":")
+                if group in failed:
+                    client.change_message_visibility(
+                        QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                    )
+                    continue
                 with lock:
                     if group in in_flight:
                         problems.append(f"two of group {group} in flight")
@@ -332,6 +340,7 @@ async def test_order_per_group_with_concurrent_receivers(sqs, service, db):
                     else:
                         done[group].append(int(n))
                 if fail:
+                    failed.add(group)
                     client.change_message_visibility(
                         QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
                     )
@@ -342,17 +351,19 @@ async def test_order_per_group_with_concurrent_receivers(sqs, service, db):
     assert problems == []
     assert done == {g: list(range(per_group)) for g in groups}
     assert await states(db, "ledger.fifo")() == {"completed": len(groups) * per_group}
-    retried = await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE attempts = 2")
-    assert retried == len(given_back) == len(groups) * len(range(1, per_group, 4))
+    assert len(given_back) == len(groups) * len(range(1, per_group, 4))
+    retried = await db.fetchval("SELECT count(*) FROM jobq.all_jobs WHERE attempts >= 2")
+    assert retried >= len(given_back)  # and the later messages given back with them
 
 
 async def test_receive_request_attempt_id_gets_the_same_messages_again(sqs, service, db):
     url = fifo_queue(sqs, "attempts.fifo", ContentBasedDeduplication="true")
-    for g in ("a", "b", "c"):
-        sqs.send_message(QueueUrl=url, MessageBody=f"{g}1", MessageGroupId=g)
-        sqs.send_message(QueueUrl=url, MessageBody=f"{g}2", MessageGroupId=g)
+    for n in (1, 2):
+        for g in ("a", "b", "c"):
+            sqs.send_message(QueueUrl=url, MessageBody=f"{g}{n}", MessageGroupId=g)
+    # Three slots: the first of each group, in the order they were sent.
     first = sqs.receive_message(
-        QueueUrl=url, MaxNumberOfMessages=10, ReceiveRequestAttemptId="r1", VisibilityTimeout=20
+        QueueUrl=url, MaxNumberOfMessages=3, ReceiveRequestAttemptId="r1", VisibilityTimeout=20
     )
     handles = {m["Body"]: m["ReceiptHandle"] for m in first["Messages"]}
     assert sorted(handles) == ["a1", "b1", "c1"]
@@ -455,7 +466,7 @@ async def test_fifo_dead_letters_keep_their_group(sqs, db):
             await asyncio.to_thread(
                 sqs.receive_message,
                 QueueUrl=url,
-                MaxNumberOfMessages=10,
+                MaxNumberOfMessages=1,
                 VisibilityTimeout=1,
                 WaitTimeSeconds=10,
                 MessageSystemAttributeNames=["All"],
@@ -472,3 +483,27 @@ async def test_fifo_dead_letters_keep_their_group(sqs, db):
     sqs.start_message_move_task(SourceArn=dlq_arn)
     (message,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
     assert (message["Body"], message["Attributes"]["MessageGroupId"]) == ("poison", "g1")
+
+
+async def test_a_receive_takes_several_messages_of_a_group_in_order_and_holds_it(sqs, service, db):
+    """As SQS hands them out: up to MaxNumberOfMessages of one group, in order, in one receive; while any
+    of them is in flight, no other receive gets that group's messages."""
+    url = fifo_queue(sqs, "batch.fifo", ContentBasedDeduplication="true")
+    sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": str(n), "MessageBody": f"a:{n}", "MessageGroupId": "a"} for n in range(6)],
+    )
+    sqs.send_message(QueueUrl=url, MessageBody="b:0", MessageGroupId="b")
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=4)["Messages"]
+    assert [m["Body"] for m in got] == ["a:0", "a:1", "a:2", "a:3"]
+    other = sqs_client(service.url)
+    assert [m["Body"] for m in other.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]] == [
+        "b:0"
+    ]
+    assert "Messages" not in other.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+    for message in got[:3]:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    assert "Messages" not in other.receive_message(QueueUrl=url)  # a:3 still in flight holds the group
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[3]["ReceiptHandle"])
+    rest = other.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in rest] == ["a:4", "a:5"]

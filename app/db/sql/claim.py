@@ -250,7 +250,7 @@ def _lease_flow(rated: bool) -> str:
                CASE WHEN k.concurrency = 1 THEN (
                    SELECT id FROM jobq.jobs h
                    WHERE h.queue = :queue AND h.key = k.key AND {KEY_HOLDER}
-                   ORDER BY priority, run_at, id LIMIT 1) END AS retry
+                   ORDER BY priority, id LIMIT 1) END AS retry
         FROM k CROSS JOIN wanted
     ), candidates AS (
         SELECT j.id, j.priority, j.run_at, r.turn, 1::bigint AS round
@@ -329,5 +329,5 @@ LEASE_FLOW_RATED = Query.define("lease_flow_rated", _lease_flow(rated=True))
 # `passed` over because another claim held their key.
 LEASE_FLOW_FRONT = Query.define(
     "lease_flow_front",
-    "SELECT * FROM jobq.lease_flow_front(:queue, :lookahead, :visibility_timeouts, :worker_ids)",
+    "SELECT * FROM jobq.lease_flow_front(:queue, :lookahead, :visibility_timeouts, :worker_ids, :per_key)",
 )

@@ -52,6 +52,7 @@ async def lease(body: LeaseRequest, runtime: RuntimeDep, request: Request, calle
         wait=body.wait,
         worker_id=body.worker_id,
         disconnected=disconnected(request),
+        per_key=body.per_key,
     )
     note(jobs=len(leased))
     return JSONBody({"jobs": leased})

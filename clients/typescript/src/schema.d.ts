@@ -2158,6 +2158,12 @@ export interface components {
              * @description Names the worker (at most 128 characters; the Python runner sends host:pid): kept on the jobs it leases, named in an expired lease's last_error, listed by GET /workers. Null: unnamed.
              */
             worker_id?: string | null;
+            /**
+             * Per Key
+             * @description Of a key whose jobs run in order (key_concurrency 1) and has none running, up to this many jobs in this lease: its next one and those right after it, in order; the key stays held until every one of them has ended. As an SQS FIFO receive takes several messages of one group. A worker that takes several owns their order: if the first fails, ack or release the others as it sees fit. Taken from the front of the queue; not in fair or rated queues. 1-1000, at most max_jobs.
+             * @default 1
+             */
+            per_key?: number;
         };
         /**
          * LeaseResponse
