@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -246,6 +247,14 @@ DO $$ BEGIN
     END IF;
 END $$
 """
+
+
+def revision_module(revision: str) -> ModuleType:
+    """An earlier revision's module, as Alembic loaded it: a downgrade puts back the function bodies it
+    defined rather than copying them again."""
+    from alembic import op
+
+    return op.get_context().script.get_revision(revision).module
 
 
 def build_index(name: str, definition: str, *, unique: bool = False, table: str = "jobs") -> None:

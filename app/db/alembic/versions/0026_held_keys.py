@@ -19,12 +19,9 @@ Revises: 0025
 Create Date: 2027-07-20
 """
 
-import importlib.util
-from pathlib import Path
-
 from alembic import op
 
-from app.db.migrations import build_index
+from app.db.migrations import build_index, revision_module
 
 revision = "0026"
 down_revision = "0025"
@@ -251,15 +248,6 @@ def _rebuild(held: str) -> None:
         op.execute(f"ALTER INDEX {SCHEMA}.{NAME}_next RENAME TO {NAME}")
 
 
-def _revision_0025():
-    """Revision 0025's module, whose function bodies a downgrade puts back."""
-    path = Path(__file__).with_name("0025_durable.py")
-    spec = importlib.util.spec_from_file_location("jobq_revision_0025", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def upgrade() -> None:
     for function in (LEASE_FLOW_FRONT, AWAIT_EVENT, SEND_EVENT):
         op.execute(function)
@@ -267,7 +255,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    previous = _revision_0025()
+    previous = revision_module("0025")
     for function in (previous.LEASE_FLOW_FRONT, previous.AWAIT_EVENT, previous.SEND_EVENT):
         op.execute(function)
     _rebuild(OLD_HELD)

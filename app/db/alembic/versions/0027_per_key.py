@@ -12,10 +12,9 @@ Revises: 0026
 Create Date: 2027-08-03
 """
 
-import importlib.util
-from pathlib import Path
-
 from alembic import op
+
+from app.db.migrations import revision_module
 
 revision = "0027"
 down_revision = "0026"
@@ -145,15 +144,6 @@ $$;
 """
 
 
-def _revision_0026():
-    """Revision 0026's module, whose function body a downgrade puts back."""
-    path = Path(__file__).with_name("0026_held_keys.py")
-    spec = importlib.util.spec_from_file_location("jobq_revision_0026", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def upgrade() -> None:
     op.execute(f"DROP FUNCTION IF EXISTS {OLD_SIGNATURE}")
     op.execute(LEASE_FLOW_FRONT)
@@ -161,4 +151,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute(f"DROP FUNCTION IF EXISTS {NEW_SIGNATURE}")
-    op.execute(_revision_0026().LEASE_FLOW_FRONT)
+    op.execute(revision_module("0026").LEASE_FLOW_FRONT)
