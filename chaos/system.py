@@ -30,7 +30,8 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 T = TypeVar("T")
 
 
-def _ephemeral_start() -> int:
+def ephemeral_start() -> int:
+    """The first port of the range the kernel draws a connection's own port from."""
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -41,15 +42,21 @@ def free_port() -> int:
     """A port on this machine that nothing listens on, below the range the kernel draws a connection's own
     port from: one found free there could be taken by an outgoing connection before its server bound it
     (a cluster's nodes open dozens of connections while the next node starts)."""
-    top = min(_ephemeral_start(), 32768)
+    top = min(ephemeral_start(), 32768)
     while True:
         port = random.randrange(max(1024, top - 12000), top)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if port_free(port):
             return port
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:`port` now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 async def until(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+
+from chaos.system import ephemeral_start, port_free
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBQ = [sys.executable, "-m", "jobq"]
@@ -25,19 +26,12 @@ def jobq_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _ephemeral_start() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 # Ports for servers the tests start, below the range the kernel draws a connection's own port from: a
 # port found free there (bind to port 0) could be taken by any outgoing connection before the server
 # bound it, and the cluster of test_failover makes dozens in the seconds before its last node starts.
 # Each port is handed out once per process, so two asked for in a row always differ; under pytest-xdist
 # each worker process has ports of its own (one in every N), so no two workers hand out the same one.
-_TOP = min(_ephemeral_start(), 32768)
+_TOP = min(ephemeral_start(), 32768)
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 _BELOW = range(max(1024, _TOP - 12000) + _WORKER, _TOP, _WORKERS)
@@ -48,11 +42,7 @@ def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on, outside the kernel's ephemeral range."""
     while _PORTS:
         port = _PORTS.pop()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if port_free(port):
             return port
     raise RuntimeError("every port below the ephemeral range was handed out or taken")
 
