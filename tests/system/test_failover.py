@@ -10,7 +10,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -73,6 +73,16 @@ async def cluster() -> AsyncIterator[AutoFailoverCluster]:
             await asyncio.to_thread(made.down)
 
 
+# The service's settings for a database that fails over: connections in session mode, short waits for a
+# connection and a statement (503 soon, not requests piling up), long-polls looking again every second.
+HA_SETTINGS = {
+    "database_pool_mode": "session",
+    "pool_acquire_timeout": 1.0,
+    "statement_timeout": 5.0,
+    "wakeup_safety_interval": 1.0,
+}
+
+
 @dataclass
 class Ledger:
     """What the producers and workers were told, each answer with its time."""
@@ -121,6 +131,42 @@ class Ledger:
                 if r.status_code == 200:
                     self.acked.append((job["id"], worker))
 
+    def serving_after(self, moment: float) -> Callable[[], float | None]:
+        """A predicate: when the first enqueue answered 201 after `moment` was answered."""
+        return lambda: next((t for t, s in self.enqueue_times if t > moment and s == 201), None)
+
+    async def drain(self, dsn: str, tasks: list) -> dict[int, str]:
+        """Producers stopped, the workers drain what is left (jobs held by leases lost with the old primary
+        come back as their leases expire) and stop; every job's status, also those whose enqueue was
+        answered 503 after its commit (a 503 without `nothing_done` may follow one): workers lease and ack
+        those too."""
+        self.producing.clear()
+        db = await asyncpg.connect(dsn)
+        try:
+            await until(
+                lambda: db.fetchval("SELECT count(*) = 0 FROM jobq.all_jobs WHERE status <> 'completed'"),
+                timeout=60,
+            )
+            self.working.clear()
+            await asyncio.gather(*tasks)
+            rows = await db.fetch("SELECT id, status FROM jobq.all_jobs WHERE queue = 'ha'")
+        finally:
+            await db.close()
+        return {row["id"]: row["status"] for row in rows}
+
+    def check(self, statuses: dict[int, str]) -> None:
+        """What a failover may not break, from the ledger and the jobs' statuses: no 500 (503 with
+        Retry-After in the gap), every enqueue answered 201 exists, every ack answered 200 stays
+        completed, no job acked under two leases, none lost."""
+        assert self.problems == []
+        assert set(self.statuses) <= {200, 201, 409, 503}, self.statuses
+        assert self.statuses[503] > 0, "a gap was seen"
+        assert set(self.enqueued) <= set(statuses), "every enqueue answered 201 exists"
+        assert {statuses.get(job) for job, _ in self.acked} == {"completed"}
+        acked = Counter(job for job, _ in self.acked)
+        assert max(acked.values()) == 1, "no job acked under two leases"
+        assert set(statuses.values()) == {"completed"}, "none lost"
+
     def answer(self, response: httpx.Response) -> None:
         self.statuses[response.status_code] += 1
         if response.status_code >= 500 and (
@@ -137,14 +183,7 @@ async def test_failover_loses_no_acknowledged_enqueue_or_ack(cluster, start_serv
     under two leases, none is lost; the service answers 503 with Retry-After in the gap, never 500, and
     serves again within 10 s of the promotion."""
     await asyncio.to_thread(migrations.upgrade, cluster.dsn)
-    service = start_service(
-        database_url=cluster.dsn,
-        listen_url=cluster.dsn,
-        database_pool_mode="session",
-        pool_acquire_timeout=1.0,
-        statement_timeout=5.0,
-        wakeup_safety_interval=1.0,
-    )
+    service = start_service(database_url=cluster.dsn, listen_url=cluster.dsn, **HA_SETTINGS)
     ledger = Ledger()
     async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
         r = await client.patch("/queues/ha", json={"visibility_timeout": 5})
@@ -157,39 +196,12 @@ async def test_failover_loses_no_acknowledged_enqueue_or_ack(cluster, start_serv
         cluster.lose("node1")
         promoted = await until(lambda: cluster.reached({"node2": "wait_primary"}), timeout=90, every=0.1)
         promoted_at = time.monotonic()
-        serving = await until(
-            lambda: next((t for t, s in ledger.enqueue_times if t > promoted_at and s == 201), None),
-            timeout=30,
-            every=0.05,
-        )
+        serving = await until(ledger.serving_after(promoted_at), timeout=30, every=0.05)
         await asyncio.sleep(3)  # more load on the new primary
-        ledger.producing.clear()
-        # The workers drain what is left (jobs held by leases lost with the old primary come back as their
-        # leases expire).
-        db = await asyncpg.connect(cluster.dsn)
-        try:
-            await until(
-                lambda: db.fetchval("SELECT count(*) = 0 FROM jobq.all_jobs WHERE status <> 'completed'"),
-                timeout=60,
-            )
-            ledger.working.clear()
-            await asyncio.gather(*tasks)
-            # Every job, also those whose enqueue was answered 503 after its commit (a 503 without
-            # `nothing_done` may follow one): workers lease and ack those too.
-            rows = await db.fetch("SELECT id, status FROM jobq.all_jobs WHERE queue = 'ha'")
-        finally:
-            await db.close()
-    statuses = {row["id"]: row["status"] for row in rows}
+        statuses = await ledger.drain(cluster.dsn, tasks)
     assert promoted
     assert before[0] > 0 and before[1] > 0, "load ran before the failover"
-    assert ledger.problems == []
-    assert set(ledger.statuses) <= {200, 201, 409, 503}, ledger.statuses
-    assert ledger.statuses[503] > 0, "the gap was seen"
-    assert set(ledger.enqueued) <= set(statuses), "every enqueue answered 201 exists"
-    assert {statuses.get(job) for job, _ in ledger.acked} == {"completed"}
-    acked = Counter(job for job, _ in ledger.acked)
-    assert max(acked.values()) == 1, "no job acked under two leases"
-    assert set(statuses.values()) == {"completed"}, "none lost"
+    ledger.check(statuses)
     assert serving - promoted_at <= 10
     print(
         f"failover: promoted {promoted_at - lost_at:.1f} s after the primary was lost, serving enqueues "
