@@ -78,7 +78,7 @@ async def list_events(
         str | None, Query(min_length=1, max_length=256, description="Only events of this name.")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before_id: Annotated[int | None, Query(ge=1)] = None,
+    before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,
 ) -> JSONBody:
     """The events kept, newest first, page by page (`before_id` from the last page's `next_before_id`)."""
     return JSONBody(await durable.list_events(db, name, limit, before_id, caller.like))
