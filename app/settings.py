@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlsplit
@@ -101,16 +102,31 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("aws_regions")
+    @classmethod
+    def _aws_regions(cls, value: list[str]) -> list[str]:
+        for region in value:
+            if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", region):
+                raise ValueError(
+                    f"JOBQ_AWS_REGIONS: {region!r} is not a region: lowercase letters, digits and hyphens,"
+                    ' as in ["us-east-1", "eu-west-1"]'
+                )
+        if len(set(value)) != len(value):
+            raise ValueError("JOBQ_AWS_REGIONS lists a region twice")
+        return value
+
     @field_validator("aws_credentials", mode="before")
     @classmethod
     def _aws_credentials(cls, value: Any) -> Any:
         return parse_access(value, setting="JOBQ_AWS_CREDENTIALS", model=AwsCredential, secret_keys=False)
 
-    # Regions a signature's credential scope may name, as a JSON list (default ["us-east-1"]): an SQS
-    # endpoint serves one region and refuses signatures made for another, so a request signed for one
-    # deployment cannot be replayed against another that shares its keys. us-east-1 is what jobq's ARNs
-    # say and what SDKs, kombu and the examples default to.
-    aws_regions: list[str] = ["us-east-1"]
+    # The SQS API's regions, as a JSON list (default ["us-east-1"], what SDKs, kombu and the examples default
+    # to): each has queues of its own, as on AWS, and the first is the default one, whose queues are jobq's
+    # queues of the same name; a queue of another is jobq's `<region>:<name>` (app/sqs/regions.py). A
+    # service with keys refuses a signature for a region not listed, so a request signed for one
+    # deployment cannot be replayed against another that shares its keys; one without keys reads such a
+    # region as the first.
+    aws_regions: list[str] = Field(default=["us-east-1"], min_length=1)
     # `jobq serve` refuses to listen on a non-loopback address without tokens unless this is set
     # (or --insecure is given). Default off.
     allow_insecure: bool = False

@@ -27,10 +27,10 @@ from app.service.operators import retry_dead
 BATCH = 1000  # jobs per redrive statement
 
 
-async def dead_letter_sources(db: Database, arn: str) -> list[str]:
-    """The queues whose RedrivePolicy names the queue of `arn` as their dead-letter queue."""
+async def dead_letter_sources(db: Database, dlq: str) -> list[str]:
+    """The queues whose RedrivePolicy names the queue `dlq` as their dead-letter queue."""
     async with db.acquire() as conn:
-        rows = await conn.fetch(sq.DEAD_LETTER_SOURCES.text, *sq.DEAD_LETTER_SOURCES.args(arn=arn))
+        rows = await conn.fetch(sq.DEAD_LETTER_SOURCES.text, *sq.DEAD_LETTER_SOURCES.args(dlq=dlq))
     return [r["name"] for r in rows]
 
 

@@ -1,7 +1,8 @@
-"""SQS queues in jobq's tables (the SQS API's side: app/sqs/queues.py and app/sqs/tags.py): a queue is jobq's
-queue of the same name, with the SQS attributes jobq has no setting for kept as given beside it
-(`sqs_attributes`), and its tags (`sqs_tags`). A queue deleted through SQS is noted, so that its name is
-held for a minute, as SQS holds it; so is the time of its last purge, which SQS allows once a minute."""
+"""SQS queues in jobq's tables (the SQS API's side: app/sqs/queues.py and app/sqs/tags.py): a queue is a jobq
+queue (of the same name in the default region: app/sqs/regions.py), with the SQS attributes jobq has no
+setting for kept as given beside it (`sqs_attributes`), and its tags (`sqs_tags`). A queue deleted through
+SQS is noted, so that its name is held for a minute, as SQS holds it; so is the time of its last purge,
+which SQS allows once a minute."""
 
 from __future__ import annotations
 
@@ -47,12 +48,14 @@ async def configure(runtime: Runtime, name: str, keep: dict[str, str], settings:
         )
 
 
-async def list_queues(db: Database, prefix: str, after: str, limit: int, scope: Scope) -> list[str]:
-    """The names of up to `limit` queues starting with `prefix`, after `after`, in name order."""
+async def list_queues(
+    db: Database, prefix: str, after: str, limit: int, scope: Scope, others: list[str]
+) -> list[str]:
+    """The names of up to `limit` queues starting with `prefix` and with none of `others`, after `after`,
+    in name order."""
+    args = sq.LIST_QUEUES.args(prefix=prefix, after=after, limit=limit, scope=scope, others=others)
     async with db.acquire() as conn:
-        rows = await conn.fetch(
-            sq.LIST_QUEUES.text, *sq.LIST_QUEUES.args(prefix=prefix, after=after, limit=limit, scope=scope)
-        )
+        rows = await conn.fetch(sq.LIST_QUEUES.text, *args)
     return [r["name"] for r in rows]
 
 

@@ -15,7 +15,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from app.sqs.protocol import SqsError, invalid_parameter, name_from_arn, queue_arn
+from app.sqs.protocol import SqsError, invalid_parameter
+from app.sqs.regions import arn_parts
 
 # A queue created through SQS without a RedrivePolicy keeps its messages however often they are
 # received (SQS has no limit there); jobq needs a number, so it takes the API's largest.
@@ -157,7 +158,7 @@ def check_queue_attributes(
                 raise _invalid_value(name, f"maxReceiveCount must be from 1 to {MAX_RECEIVE_COUNT}.")
             # As SQS: a FIFO queue's dead-letter queue is a FIFO queue, a standard queue's a standard one
             # (a queue made through SQS is FIFO exactly when its name ends in .fifo).
-            if is_fifo_name(name_from_arn(target, "deadLetterTargetArn")) != fifo:
+            if is_fifo_name(arn_parts(target, "deadLetterTargetArn")[1]) != fifo:
                 raise _invalid_value(
                     name,
                     "the dead-letter queue of a FIFO queue must also be a FIFO queue, and the dead-letter "
@@ -180,26 +181,30 @@ def check_queue_attributes(
     return keep, settings
 
 
-def dead_letter_queue(keep: dict[str, str]) -> str | None:
-    """The queue a RedrivePolicy that ``check_queue_attributes`` passed names as its dead-letter queue
-    (None: no policy given, or the policy removed), read as REDRIVE_DEAD reads it: the ARN's last part."""
-    policy = keep.get("RedrivePolicy")
-    if not policy:
-        return None
-    return name_from_arn(json.loads(policy)["deadLetterTargetArn"], "deadLetterTargetArn")
+# The key of a kept RedrivePolicy that notes the jobq queue its deadLetterTargetArn names in the source
+# queue's region (app/sqs/queues.py), for the moves (app/db/sql/dead.py): kept inside the policy, so that a
+# policy replaced by a replica that does not note it can never be read with another's queue. Not shown.
+DEAD_LETTER_QUEUE = "jobqQueue"
+
+
+def shown_policy(kept: str) -> dict[str, Any]:
+    """A kept RedrivePolicy as SQS shows it."""
+    policy = json.loads(kept)
+    policy.pop(DEAD_LETTER_QUEUE, None)
+    return policy
 
 
 def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def queue_attributes(row: Any, stats: dict[str, Any]) -> dict[str, str]:
-    """Every attribute of a queue, as GetQueueAttributes shows them (strings)."""
+def queue_attributes(row: Any, arn: str, stats: dict[str, Any]) -> dict[str, str]:
+    """Every attribute of the queue of `arn`, as GetQueueAttributes shows them (strings)."""
     kept = row["sqs_attributes"]
     if isinstance(kept, str):
         kept = json.loads(kept)
     out = {
-        "QueueArn": queue_arn(row["name"]),
+        "QueueArn": arn,
         "VisibilityTimeout": _seconds(row["visibility_timeout"]),
         "ApproximateNumberOfMessages": str(stats["pending"]),
         "ApproximateNumberOfMessagesNotVisible": str(stats["running"]),
@@ -217,7 +222,7 @@ def queue_attributes(row: Any, stats: dict[str, Any]) -> dict[str, str]:
         if name == "RedrivePolicy":
             if value:
                 # maxReceiveCount is the queue's max_attempts now, also if jobq's API changed it since.
-                policy = json.loads(value)
+                policy = shown_policy(value)
                 policy["maxReceiveCount"] = row["max_attempts"]
                 out[name] = json.dumps(policy, separators=(",", ":"))
         else:

@@ -22,7 +22,8 @@ as another within its 15 minutes:
   ``content-type`` whenever the request carries them, as botocore and the JavaScript SDK do: an action
   left out of the signature could be swapped for another.
 - The credential scope must name the service ``sqs``, a region of ``JOBQ_AWS_REGIONS`` and the date of
-  ``X-Amz-Date``.
+  ``X-Amz-Date``. The region is the one the request acts in (app/sqs/regions.py): a signature for one
+  region cannot reach another's queues.
 
 A GET (the Query protocol with its parameters in the URL) may carry its signature in its URL instead of
 an Authorization header, as a presigned URL does (AWS's query-string authentication):
@@ -58,13 +59,15 @@ import hmac
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import Request
 
 from app.core.access import Grant, Role
 from app.settings import AwsCredential
-from app.sqs.protocol import SqsError, name_from_arn, name_from_url
+from app.sqs.context import Context
+from app.sqs.protocol import SqsError
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW = 15 * 60  # seconds between the signing time and now, either way
@@ -110,6 +113,7 @@ _AUTHORIZATION = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=(?P<credential>[^,\s]+),\s*SignedHeaders=(?P<signed>[^,\s]+),"
     r"\s*Signature=(?P<signature>[0-9a-f]{64})$"
 )
+_CREDENTIAL = re.compile(r"Credential=([^,\s]+)")
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
 _SIGNED_HEADERS = re.compile(r"[a-z0-9-]+(?:;[a-z0-9-]+)*")
 _EXPIRES = re.compile(r"[0-9]{1,6}")
@@ -179,13 +183,17 @@ class Signed:
     presigned: bool = False  # signed in the URL (X-Amz-Signature), not in an Authorization header
 
 
+def checks_signatures(state: Any) -> bool:
+    """Whether the service (its app's `state`) requires signed requests: it has keys or tokens."""
+    return bool(state.tokens or state.settings.aws_credentials)
+
+
 def before_body(request: Request) -> Signed | None:
     """Everything about a request's credentials that its headers and URL decide, checked before a byte of
     its body is read: the Authorization header's form (or a presigned URL's parameters), the access key,
     the credential scope (service, region, date) and the signing time. Only the signature itself needs
     the body, whose hash it covers (``verify``). None when signatures are not required."""
-    settings = request.app.state.settings
-    if not request.app.state.tokens and not settings.aws_credentials:
+    if not checks_signatures(request.app.state):
         return None
     if request.method == "GET" and any(name in request.query_params for name in _QUERY_AUTH):
         if "authorization" in request.headers:
@@ -304,6 +312,18 @@ def _signing_time(amz_date: str, scope_date: str) -> datetime:
     return when
 
 
+def signing_region(request: Request, signed: Signed | None) -> str | None:
+    """The region a request is signed for (app/sqs/regions.py): its checked credential scope's, or on a
+    service that checks no signatures, the one its Authorization header's or URL's Credential names, read
+    and not checked; None for an unsigned request."""
+    if signed is not None:
+        return signed.scope_parts[1]
+    given = _CREDENTIAL.search(request.headers.get("authorization", ""))
+    credential = given[1] if given else request.query_params.get("X-Amz-Credential", "")
+    parts = credential.split("/")
+    return parts[2] if len(parts) == 5 and parts[2] else None
+
+
 def _scope_text(scope: tuple[str, str, str]) -> str:
     return "/".join((*scope, "aws4_request"))
 
@@ -356,15 +376,16 @@ def _sha256(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def _named_queues(body: dict) -> list[str]:
-    """The queues a request names: by QueueUrl, QueueName, SourceArn or DestinationArn. One that is
-    malformed is left to the action, which refuses it with the same error it always gives."""
+def _named_queues(body: dict, ctx: Context) -> list[str]:
+    """The queues a request names, in its region: by QueueUrl, QueueName, SourceArn or DestinationArn.
+    One that is malformed, or of another region, is left to the action, which refuses it with the same
+    error it always gives."""
     names = []
     for field, name_of in (
-        ("QueueUrl", name_from_url),
-        ("QueueName", lambda value: value),
-        ("SourceArn", lambda value: name_from_arn(value, "SourceArn")),
-        ("DestinationArn", lambda value: name_from_arn(value, "DestinationArn")),
+        ("QueueUrl", ctx.of_url),
+        ("QueueName", ctx.named),
+        ("SourceArn", lambda value: ctx.of_arn(value, "SourceArn")),
+        ("DestinationArn", lambda value: ctx.of_arn(value, "DestinationArn")),
     ):
         value = body.get(field)
         if isinstance(value, str) and value:
@@ -375,15 +396,15 @@ def _named_queues(body: dict) -> list[str]:
     return names
 
 
-def admit(grant: Grant, body: dict) -> None:
+def admit(ctx: Context, body: dict) -> None:
     """AccessDenied unless every queue the request names is among the key's queues. The queues that
     an action finds by itself (a move task's source queues, a ListQueues page) or reads from inside
     an attribute (a RedrivePolicy's deadLetterTargetArn, once the action has parsed it) are the
     action's to check or filter, with ``Context.grant`` (app/sqs/context.py) and ``admit_queue``."""
-    if grant.queues is None:
+    if ctx.grant.queues is None:
         return
-    for name in _named_queues(body):
-        admit_queue(grant, name)
+    for name in _named_queues(body, ctx):
+        admit_queue(ctx.grant, name)
 
 
 def admit_queue(grant: Grant, name: str) -> None:

@@ -1,4 +1,4 @@
-"""The wire format of SQS in the AWS JSON 1.0 protocol: errors, digests, receipt handles, queue URLs.
+"""The wire format of SQS in the AWS JSON 1.0 protocol: errors, digests, message ids, receipt handles.
 
 Requests are ``POST /`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON body; answers are JSON
 (``application/x-amz-json-1.0``). Errors are ``{"__type": "com.amazonaws.sqs#<Code>", "message"}`` with
@@ -17,12 +17,11 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from app.core.limits import MAX_JOB_ID, QUEUE_NAME_PATTERN
+from app.core.limits import MAX_JOB_ID
 from app.core.tokens import parse_token
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
-ACCOUNT = "000000000000"  # every queue URL and ARN names this account; jobq has one namespace
-REGION = "us-east-1"  # what ARNs say; the SigV4 check takes whatever region the client signed for
+ACCOUNT = "000000000000"  # every queue URL and ARN names this account (regions: app/sqs/regions.py)
 
 # Queue names SQS accepts: 1-80 of A-Z a-z 0-9 - _ (jobq's own names may also hold . and :).
 SQS_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
@@ -146,30 +145,3 @@ def parse_receipt_handle(handle: Any) -> tuple[int, str]:
     if not 1 <= number <= MAX_JOB_ID:
         raise receipt_handle_invalid()
     return number, token
-
-
-# --- queue URLs and ARNs ---------------------------------------------------------------------------
-
-
-def queue_url(base: str, name: str) -> str:
-    return f"{base.rstrip('/')}/{ACCOUNT}/{name}"
-
-
-def queue_arn(name: str) -> str:
-    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
-
-
-def name_from_url(url: Any) -> str:
-    """The queue a QueueUrl names: its last path segment (any host, so URLs survive a proxy)."""
-    if not isinstance(url, str) or not url:
-        raise missing_parameter("QueueUrl")
-    name = url.rstrip("/").rsplit("/", 1)[-1]
-    if not re.fullmatch(QUEUE_NAME_PATTERN, name):
-        raise invalid_parameter(f"Value {url} for parameter QueueUrl is invalid. Reason: not a queue URL.")
-    return name
-
-
-def name_from_arn(arn: Any, parameter: str) -> str:
-    if not isinstance(arn, str) or not arn.startswith("arn:") or arn.count(":") < 5:
-        raise invalid_parameter(f"Value {arn} for parameter {parameter} is invalid. Reason: not a queue ARN.")
-    return arn.rsplit(":", 1)[-1]

@@ -1,5 +1,6 @@
-"""The SQS queue actions: a queue is jobq's queue of the same name, its settings jobq's where jobq has
-them (app/sqs/attributes.py) and kept as given where not (app/service/sqs_queues.py)."""
+"""The SQS queue actions: a queue is a jobq queue (of the same name in the default region:
+app/sqs/regions.py), its settings jobq's where jobq has them (app/sqs/attributes.py) and kept as given
+where not (app/service/sqs_queues.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from app.sqs import auth
 from app.sqs.attributes import (
     BOOLEAN,
     COMPUTED,
+    DEAD_LETTER_QUEUE,
     FIFO,
     NO_REDRIVE_MAX_ATTEMPTS,
     SETTABLE,
     check_queue_attributes,
-    dead_letter_queue,
     queue_attributes,
+    shown_policy,
 )
 from app.sqs.context import Context, kept_attributes, queue_row
 from app.sqs.fifo import fifo_of
@@ -30,37 +32,35 @@ from app.sqs.protocol import (
     SqsError,
     invalid_parameter,
     missing_parameter,
-    name_from_url,
-    queue_arn,
     queue_does_not_exist,
-    queue_url,
 )
 from app.sqs.tags import check_tags
 
 
 async def create_queue(ctx: Context, body: Body) -> Body:
-    name = string(body, "QueueName")
-    assert name is not None
+    sqs_name = string(body, "QueueName")
+    assert sqs_name is not None
     given = body.get("Attributes")
     fifo = _fifo_asked(given)
     if fifo:
-        if not FIFO_QUEUE_NAME.match(name):
+        if not FIFO_QUEUE_NAME.match(sqs_name):
             raise invalid_parameter(
                 "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
                 "underscores, must end with .fifo suffix and be 1 to 80 in length."
             )
-    elif not SQS_QUEUE_NAME.match(name):
+    elif not SQS_QUEUE_NAME.match(sqs_name):
         # A .fifo name without FifoQueue=true is refused as SQS refuses it.
         raise invalid_parameter(
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
         )
     keep, settings = check_queue_attributes(given, fifo=fifo)
-    _admit_dead_letter_queue(ctx, keep)
+    _note_dead_letter_queue(ctx, keep)
     tags = check_tags(body["tags"], "tags") if body.get("tags") is not None else {}
+    name = ctx.named(sqs_name)
     existing = await sqs_queues.find_queue(ctx.runtime.db, name)
     if existing is not None:
         # Creating an existing queue is fine when it asks for nothing different.
-        shown = queue_attributes(existing, {"pending": 0, "running": 0, "scheduled": 0})
+        shown = queue_attributes(existing, ctx.arn(name), {"pending": 0, "running": 0, "scheduled": 0})
         for attribute, value in (given or {}).items():
             mine = shown.get(attribute)
             if attribute == "FifoQueue":
@@ -68,7 +68,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
             elif attribute in BOOLEAN:
                 same = mine == value.lower()
             elif attribute == "RedrivePolicy" and value:
-                same = mine is not None and json.loads(mine) == json.loads(keep[attribute])
+                same = mine is not None and json.loads(mine) == shown_policy(keep[attribute])
             else:
                 same = mine == value
             if not same:
@@ -78,7 +78,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
                     f"{attribute}",
                     query_code="QueueAlreadyExists",
                 )
-        return {"QueueUrl": queue_url(ctx.base_url, name)}
+        return {"QueueUrl": ctx.url(name)}
     if await sqs_queues.deleted_recently(ctx.runtime.db, name):
         raise SqsError(
             "QueueDeletedRecently",
@@ -95,7 +95,7 @@ async def create_queue(ctx: Context, body: Body) -> Body:
     await sqs_queues.configure(ctx.runtime, name, keep, service.QueueSettings(**settings))
     if tags:  # an existing queue keeps its own, as in SQS
         await sqs_queues.set_tags(ctx.runtime.db, name, tags)
-    return {"QueueUrl": queue_url(ctx.base_url, name)}
+    return {"QueueUrl": ctx.url(name)}
 
 
 def _fifo_asked(attributes: Any) -> bool:
@@ -111,39 +111,48 @@ def _fifo_asked(attributes: Any) -> bool:
     return value.lower() == "true"
 
 
-def _admit_dead_letter_queue(ctx: Context, keep: dict[str, str]) -> None:
-    """AccessDenied, nothing changed, when a RedrivePolicy names a dead-letter queue outside the key's
-    queues (scoped admins' too). The move into it runs inside jobq, under no key, whoever received the
-    message: so the check is here, where the policy is set, and a policy set by a key that may use its
-    dead-letter queue stays in force for every key that receives from the queue. RedriveAllowPolicy's
-    sourceQueueArns and Policy name queues too, but jobq keeps them without effect: they reach no
-    queue, and are not checked."""
-    target = dead_letter_queue(keep)
-    if target is not None:
-        auth.admit_queue(ctx.grant, target)
+def _note_dead_letter_queue(ctx: Context, keep: dict[str, str]) -> None:
+    """Note in the RedrivePolicy that `keep` sets the jobq queue its ARN names (app/sqs/attributes.py
+    DEAD_LETTER_QUEUE), which must be in the request's region, as in SQS; AccessDenied, nothing changed,
+    when that queue is outside the key's queues (scoped admins' too). The move into it runs inside jobq,
+    under no key, whoever received the message: so the check is here, where the policy is set, and a
+    policy set by a key that may use its dead-letter queue stays in force for every key that receives
+    from the queue. RedriveAllowPolicy's sourceQueueArns and Policy name queues too, but jobq keeps them
+    without effect: they reach no queue, and are not checked."""
+    policy = keep.get("RedrivePolicy")
+    if not policy:
+        return
+    given = json.loads(policy)
+    target = ctx.of_arn(given["deadLetterTargetArn"], "deadLetterTargetArn")
+    auth.admit_queue(ctx.grant, target)
+    keep["RedrivePolicy"] = json.dumps({**given, DEAD_LETTER_QUEUE: target})
 
 
 async def get_queue_url(ctx: Context, body: Body) -> Body:
-    name = string(body, "QueueName")
-    assert name is not None
+    given = string(body, "QueueName")
+    assert given is not None
+    name = ctx.named(given)
     await queue_row(ctx, name)
-    return {"QueueUrl": queue_url(ctx.base_url, name)}
+    return {"QueueUrl": ctx.url(name)}
 
 
 async def list_queues(ctx: Context, body: Body) -> Body:
     prefix = string(body, "QueueNamePrefix", required=False) or ""
     limit = integer(body, "MaxResults", 1, 1000, None)
     after = string(body, "NextToken", required=False) or ""
-    names = await sqs_queues.list_queues(ctx.runtime.db, prefix, after, (limit or 1000) + 1, ctx.grant.like)
+    within, others = ctx.regions.prefix(ctx.region)
+    names = await sqs_queues.list_queues(
+        ctx.runtime.db, within + prefix, after, (limit or 1000) + 1, ctx.grant.like, others
+    )
     # No match: no QueueUrls at all, as SQS answers (not an empty list).
-    out: Body = {"QueueUrls": [queue_url(ctx.base_url, n) for n in names[: limit or 1000]]} if names else {}
+    out: Body = {"QueueUrls": [ctx.url(n) for n in names[: limit or 1000]]} if names else {}
     if limit is not None and len(names) > limit:
         out["NextToken"] = names[limit - 1]
     return out
 
 
 async def delete_queue(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     note(queue=name)
     if not await sqs_queues.delete_queue(ctx.runtime.db, name):
         raise queue_does_not_exist(name)
@@ -151,7 +160,7 @@ async def delete_queue(ctx: Context, body: Body) -> Body:
 
 
 async def purge_queue(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     row = await queue_row(ctx, name)
     fifo = fifo_of(kept_attributes(row)) is not None
     if not await sqs_queues.purge_queue(ctx.runtime.db, name, fifo=fifo):
@@ -165,13 +174,13 @@ async def purge_queue(ctx: Context, body: Body) -> Body:
 
 
 async def get_queue_attributes(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     wanted = body.get("AttributeNames") or []
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
         raise invalid_parameter("AttributeNames must be a list of attribute names.")
     row = await queue_row(ctx, name)
     stats = await sqs_messages.counts(ctx.runtime.db, name)
-    everything = queue_attributes(row, stats)
+    everything = queue_attributes(row, ctx.arn(name), stats)
     for w in wanted:
         # A standard queue has no FIFO attributes: asking for one by name is an error, as in SQS.
         if (w not in COMPUTED and w not in SETTABLE) or (w in FIFO and w not in everything):
@@ -182,7 +191,7 @@ async def get_queue_attributes(ctx: Context, body: Body) -> Body:
 
 
 async def set_queue_attributes(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     if body.get("Attributes") is None:
         raise missing_parameter("Attributes")
     row = await queue_row(ctx, name)
@@ -190,14 +199,14 @@ async def set_queue_attributes(ctx: Context, body: Body) -> Body:
     keep, settings = check_queue_attributes(
         body.get("Attributes"), fifo=kept.get("FifoQueue") == "true", current=kept
     )
-    _admit_dead_letter_queue(ctx, keep)
+    _note_dead_letter_queue(ctx, keep)
     await sqs_queues.configure(ctx.runtime, name, keep, service.QueueSettings(**settings))
     return {}
 
 
 async def list_dead_letter_source_queues(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     await queue_row(ctx, name)
-    sources = await redrive.dead_letter_sources(ctx.runtime.db, queue_arn(name))
+    sources = await redrive.dead_letter_sources(ctx.runtime.db, name)
     names = [source for source in sources if ctx.grant.admits(source)]
-    return {"queueUrls": [queue_url(ctx.base_url, name) for name in names]}
+    return {"queueUrls": [ctx.url(name) for name in names]}

@@ -27,7 +27,6 @@ from app.sqs.protocol import (
     SqsError,
     invalid_parameter,
     missing_parameter,
-    name_from_url,
     parse_receipt_handle,
     receipt_handle_invalid,
 )
@@ -76,7 +75,7 @@ def _stale(handle: str) -> SqsError:
 
 
 async def delete_message(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     note(queue=name)
     job_id, token, bare = _handle(body.get("ReceiptHandle"), name)
     if bare and await _elsewhere(ctx, name, [job_id]):
@@ -89,7 +88,7 @@ async def delete_message(ctx: Context, body: Body) -> Body:
 
 
 async def delete_message_batch(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     note(queue=name)
     given = entries(body, "Entries")
     items: list[tuple[str, service.JobLease]] = []
@@ -181,14 +180,14 @@ async def _change_visibility(ctx: Context, queue: str, handle: Any, timeout: Any
 
 
 async def change_message_visibility(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     note(queue=name)
     await _change_visibility(ctx, name, body.get("ReceiptHandle"), body.get("VisibilityTimeout"))
     return {}
 
 
 async def change_message_visibility_batch(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     note(queue=name)
     successful, refused = [], []
     for entry in entries(body, "Entries"):

@@ -21,7 +21,7 @@ from app.http.middleware.access_log import note
 from app.service import sqs_fifo, sqs_messages
 from app.service.rows import Row
 from app.sqs import fifo as fifo_queues
-from app.sqs.attributes import dead_letter_queue, select_message_attributes
+from app.sqs.attributes import select_message_attributes
 from app.sqs.context import Context, kept_attributes, queue_row
 from app.sqs.fifo import fifo_of, sequence_number
 from app.sqs.params import Body, integer, string
@@ -30,7 +30,6 @@ from app.sqs.protocol import (
     md5_of_attributes,
     md5_of_body,
     message_id,
-    name_from_url,
     receipt_handle,
 )
 from app.sqs.trace_context import TRACE_HEADER, trace_header
@@ -108,15 +107,17 @@ async def _receive(
     wait: int,
     attempt: str | None,
     kept: dict[str, str],
+    dlq: str | None,
 ) -> list[Row]:
     """Lease up to `count` messages within `wait` seconds from the queue `name` (its SQS attributes:
-    `kept`), each visible as SQS sees it: a message whose visibility timeout has run out is taken at
-    once, and one past maxReceiveCount moves into the dead-letter queue instead of being returned
-    (sqs_messages.expire_overdue). A long-poll waits in stretches, each ending when the next of the
-    queue's leases runs out, and looks again then: nothing else would wake it before the expiry loop's
-    next round. A stretch that ends early with nothing taken means the client went away or the service
-    is stopping (service.lease returns early for nothing else), and so the receive ends too."""
-    dlq, retention = dead_letter_queue(kept), kept.get("MessageRetentionPeriod")
+    `kept`, its dead-letter queue: `dlq`), each visible as SQS sees it: a message whose visibility
+    timeout has run out is taken at once, and one past maxReceiveCount moves into the dead-letter queue
+    instead of being returned (sqs_messages.expire_overdue). A long-poll waits in stretches, each ending
+    when the next of the queue's leases runs out, and looks again then: nothing else would wake it before
+    the expiry loop's next round. A stretch that ends early with nothing taken means the client went away
+    or the service is stopping (service.lease returns early for nothing else), and so the receive ends
+    too."""
+    retention = kept.get("MessageRetentionPeriod")
     # A FIFO receive takes several messages of one group, in order, as SQS hands them out; the group is
     # held until all of them are deleted or visible again.
     per_group = count if fifo_of(kept) is not None else 1
@@ -139,7 +140,7 @@ async def _receive(
 
 
 async def receive_message(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     count = integer(body, "MaxNumberOfMessages", 1, 10, 1)
     visibility = integer(body, "VisibilityTimeout", 0, 43200, None)
     wait = integer(body, "WaitTimeSeconds", 0, 20, None)
@@ -157,7 +158,7 @@ async def receive_message(ctx: Context, body: Body) -> Body:
     if visibility is None and kept.get("VisibilityTimeout") == "0":
         visibility = 0
     timeout = float(visibility) if visibility is not None else None
-    leased = await _receive(ctx, name, count or 1, timeout, wait, attempt, kept)
+    leased = await _receive(ctx, name, count or 1, timeout, wait, attempt, kept, row["dead_letter_queue"])
     note(jobs=len(leased))
     if not leased:
         return {}  # as SQS answers when nothing was received: no Messages at all, not an empty list

@@ -16,27 +16,27 @@ from app.service import redrive
 from app.sqs import auth
 from app.sqs.context import Context, MoveTask, queue_row
 from app.sqs.params import Body, integer, string
-from app.sqs.protocol import SqsError, name_from_arn
+from app.sqs.protocol import SqsError
 
 
-async def _redrive_sources(ctx: Context, source_arn: str) -> list[str]:
-    """The queues whose dead jobs a move task from `source_arn` moves back: those whose RedrivePolicy
-    names it as their dead-letter queue, or else the queue the ARN names itself (its own dead jobs)."""
-    sources = await redrive.dead_letter_sources(ctx.runtime.db, source_arn)
+async def _redrive_sources(ctx: Context, dlq: str) -> list[str]:
+    """The queues whose dead jobs a move task from the queue `dlq` moves back: those whose RedrivePolicy
+    names it as their dead-letter queue, or else `dlq` itself (its own dead jobs)."""
+    sources = await redrive.dead_letter_sources(ctx.runtime.db, dlq)
     if sources:
         return sources
-    name = name_from_arn(source_arn, "SourceArn")
-    await queue_row(ctx, name)
-    return [name]
+    await queue_row(ctx, dlq)
+    return [dlq]
 
 
 async def start_message_move_task(ctx: Context, body: Body) -> Body:
     source_arn = string(body, "SourceArn")
     assert source_arn is not None
     destination_arn = string(body, "DestinationArn", required=False)
-    sources = await _redrive_sources(ctx, source_arn)
+    dlq = ctx.of_arn(source_arn, "SourceArn")
+    sources = await _redrive_sources(ctx, dlq)
     if destination_arn is not None:
-        destination = name_from_arn(destination_arn, "DestinationArn")
+        destination = ctx.of_arn(destination_arn, "DestinationArn")
         if destination not in sources:
             raise SqsError(
                 "UnsupportedOperation",
@@ -48,17 +48,17 @@ async def start_message_move_task(ctx: Context, body: Body) -> Body:
     for source in sources:  # a dead-letter queue's sources may lie outside the key's queues
         if not ctx.grant.admits(source):
             raise auth.denied_queue(ctx.grant, source)
-    moved = await redrive.move_back(ctx.runtime.db, name_from_arn(source_arn, "SourceArn"), sources)
-    task = MoveTask(str(uuid.uuid4()), source_arn, destination_arn, moved, int(time.time() * 1000))
+    moved = await redrive.move_back(ctx.runtime.db, dlq, sources)
+    task = MoveTask(str(uuid.uuid4()), dlq, source_arn, destination_arn, moved, int(time.time() * 1000))
     ctx.move_tasks.append(task)
     del ctx.move_tasks[:-100]  # the latest hundred are remembered
     return {"TaskHandle": task.handle}
 
 
 async def list_message_move_tasks(ctx: Context, body: Body) -> Body:
-    source_arn = string(body, "SourceArn")
+    dlq = ctx.of_arn(string(body, "SourceArn"), "SourceArn")
     limit = integer(body, "MaxResults", 1, 10, 1)
-    tasks = [t for t in reversed(ctx.move_tasks) if t.source_arn == source_arn][: limit or 1]
+    tasks = [t for t in reversed(ctx.move_tasks) if t.queue == dlq][: limit or 1]
     results = []
     for task in tasks:
         result: Body = {

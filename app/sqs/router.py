@@ -51,6 +51,7 @@ from app.sqs.actions import ACTIONS
 from app.sqs.attributes import MAX_MESSAGE_BYTES
 from app.sqs.context import Context
 from app.sqs.protocol import ACCOUNT, SqsError, json_answer
+from app.sqs.regions import Regions, arn_parts, url_parts
 
 log = logging.getLogger("jobq.sqs")
 T = TypeVar("T")
@@ -80,6 +81,13 @@ async def sqs_at_queue_url(request: Request, account: int, queue: str) -> Respon
     return await _serve(request, queue_url=f"{str(request.base_url).rstrip('/')}/{ACCOUNT}/{queue}")
 
 
+@router.api_route("/queue/{region}/{account:int}/{queue}", methods=["GET", "POST"], include_in_schema=False)
+async def sqs_at_regional_queue_url(request: Request, region: str, account: int, queue: str) -> Response:
+    """The same, at the URL of a queue of a region other than the default one (app/sqs/regions.py)."""
+    base = str(request.base_url).rstrip("/")
+    return await _serve(request, queue_url=f"{base}/queue/{region}/{ACCOUNT}/{queue}")
+
+
 async def _serve(request: Request, queue_url: str | None) -> Response:
     is_get = request.method == "GET"
     is_query = is_get or request.headers.get("content-type", "").startswith(query.FORM)
@@ -103,8 +111,9 @@ async def _serve(request: Request, queue_url: str | None) -> Response:
         body = query.request_body(name, params) if is_query else _json_body(raw)
         if queue_url is not None:
             body.setdefault("QueueUrl", queue_url)
-        auth.admit(grant, body)
-        answer = await ACTIONS[name](_context(request, grant), body)
+        ctx = _context(request, grant, auth.signing_region(request, signed), body)
+        auth.admit(ctx, body)
+        answer = await ACTIONS[name](ctx, body)
         return json_answer(answer) if in_json else query.answer(name, answer)
     except ClientDisconnect:
         return Response(status_code=400)  # gone before its body came: nobody to answer
@@ -200,10 +209,15 @@ def _query_action(params: list[tuple[str, str]]) -> str:
     return name
 
 
-def _context(request: Request, grant: Grant) -> Context:
+def _context(request: Request, grant: Grant, signed_for: str | None, body: dict[str, Any]) -> Context:
+    """What the action is given: among it the region the request acts in (app/sqs/regions.py), the one it
+    is signed for, else the one the queue URL or source ARN it names says."""
     state = request.app.state
     if not hasattr(state, "sqs_move_tasks"):
         state.sqs_move_tasks = []
+    if not hasattr(state, "sqs_regions"):
+        state.sqs_regions = Regions(tuple(state.settings.aws_regions), strict=auth.checks_signatures(state))
+    regions: Regions = state.sqs_regions
     return Context(
         runtime=state.runtime,
         base_url=str(request.base_url),
@@ -211,4 +225,19 @@ def _context(request: Request, grant: Grant) -> Context:
         move_tasks=state.sqs_move_tasks,
         grant=grant,
         trace_header=request.headers.get("x-amzn-trace-id"),
+        regions=regions,
+        region=regions.of_request(signed_for, _named_region(body)),
     )
+
+
+def _named_region(body: dict[str, Any]) -> str | None:
+    """The region a request's QueueUrl, else its SourceArn, names (None: neither names one); a malformed
+    one is left to the action."""
+    try:
+        if isinstance(body.get("QueueUrl"), str):
+            return url_parts(body["QueueUrl"])[0]
+        if isinstance(body.get("SourceArn"), str):
+            return arn_parts(body["SourceArn"], "SourceArn")[0]
+    except SqsError:
+        pass
+    return None

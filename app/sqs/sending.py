@@ -30,7 +30,6 @@ from app.sqs.protocol import (
     md5_of_body,
     message_id,
     missing_parameter,
-    name_from_url,
 )
 from app.sqs.trace_context import SentTrace, sent_trace
 
@@ -167,7 +166,7 @@ async def _send(ctx: Context, name: str, row: asyncpg.Record, messages: list[_Ou
 
 
 async def send_message(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     row = await queue_row(ctx, name)
     message = _outgoing(
         body, _max_message_bytes(ctx, row), fifo_of(kept_attributes(row)), trace=ctx.trace_header
@@ -177,7 +176,7 @@ async def send_message(ctx: Context, body: Body) -> Body:
 
 
 async def send_message_batch(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     given = entries(body, "Entries")
     row = await queue_row(ctx, name)
     limit = _max_message_bytes(ctx, row)

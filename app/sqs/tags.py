@@ -25,8 +25,6 @@ from app.sqs.params import Body, string
 from app.sqs.protocol import (
     invalid_parameter,
     missing_parameter,
-    name_from_url,
-    queue_arn,
     queue_does_not_exist,
 )
 
@@ -70,7 +68,7 @@ def check_tags(tags: Any, parameter: str = "Tags") -> dict[str, str]:
 
 
 async def tag_queue(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     if body.get("Tags") is None:
         raise missing_parameter("Tags")
     added = check_tags(body["Tags"])
@@ -83,7 +81,7 @@ async def tag_queue(ctx: Context, body: Body) -> Body:
 
 
 async def untag_queue(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     keys = body.get("TagKeys")
     if keys is None:
         raise missing_parameter("TagKeys")
@@ -95,7 +93,7 @@ async def untag_queue(ctx: Context, body: Body) -> Body:
 
 
 async def list_queue_tags(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     note(queue=name)
     tags = await sqs_queues.queue_tags(ctx.runtime.db, name)
     if tags is None:
@@ -104,7 +102,7 @@ async def list_queue_tags(ctx: Context, body: Body) -> Body:
 
 
 async def add_permission(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     label = _label(body)
     accounts = _names(body, "AWSAccountIds")
     for account in accounts:
@@ -120,7 +118,7 @@ async def add_permission(ctx: Context, body: Body) -> Body:
                 f" queue may be granted: {', '.join(sorted(GRANTABLE))}."
             )
     async with _queue_meta(ctx, name) as meta:
-        policy = _policy(meta, name)
+        policy = _policy(meta, ctx.arn(name))
         if any(statement.get("Sid") == label for statement in policy["Statement"]):
             raise invalid_parameter(f"Value {label} for parameter Label is invalid. Reason: Already exists.")
         principals = [f"arn:aws:iam::{account}:root" for account in accounts]
@@ -131,7 +129,7 @@ async def add_permission(ctx: Context, body: Body) -> Body:
                 "Effect": "Allow",
                 "Principal": {"AWS": principals[0] if len(principals) == 1 else principals},
                 "Action": granted[0] if len(granted) == 1 else granted,
-                "Resource": queue_arn(name),
+                "Resource": ctx.arn(name),
             }
         )
         await _set_policy(meta, policy)
@@ -139,10 +137,10 @@ async def add_permission(ctx: Context, body: Body) -> Body:
 
 
 async def remove_permission(ctx: Context, body: Body) -> Body:
-    name = name_from_url(body.get("QueueUrl"))
+    name = ctx.of_url(body.get("QueueUrl"))
     label = _label(body)
     async with _queue_meta(ctx, name) as meta:
-        policy = _policy(meta, name)
+        policy = _policy(meta, ctx.arn(name))
         kept = [statement for statement in policy["Statement"] if statement.get("Sid") != label]
         if len(kept) == len(policy["Statement"]):
             raise invalid_parameter(
@@ -172,15 +170,15 @@ def _names(body: Body, parameter: str) -> list[str]:
     return names
 
 
-def _policy(meta: QueueMeta, name: str) -> dict[str, Any]:
-    """The queue's access policy (its Policy attribute), or the empty one SQS starts from."""
+def _policy(meta: QueueMeta, arn: str) -> dict[str, Any]:
+    """The queue's access policy (its Policy attribute), or the empty one SQS starts from (the queue's
+    `arn`)."""
     kept = meta.attributes.get("Policy")
     try:
         policy = json.loads(kept) if kept else None
     except ValueError:
         policy = None
     if not isinstance(policy, dict) or not isinstance(policy.get("Statement"), list):
-        arn = queue_arn(name)
         policy = {"Version": "2012-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": []}
     return policy
 

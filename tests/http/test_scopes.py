@@ -108,6 +108,8 @@ DECISIONS: dict[tuple[str, str], set[str] | str] = {
     ("POST", "/{account:int}/{queue}"): SQS,  # the Query protocol at a queue's URL
     ("GET", "/"): SQS,  # the Query protocol over GET
     ("GET", "/{account:int}/{queue}"): SQS,
+    ("POST", "/queue/{region}/{account:int}/{queue}"): SQS,  # a queue's URL in another region than the first
+    ("GET", "/queue/{region}/{account:int}/{queue}"): SQS,
 }
 ROLE_TOKENS = {f"t-{role}": role for role in ("producer", "worker", "viewer", "admin")}
 PATH_VALUES = {"{id}": "1", "{queue}": "q", "{name}": "ui.js"}

@@ -296,7 +296,7 @@ async def test_a_scoped_key_cannot_touch_other_queues(scoped, db):
         assert code_and_status(key.get_queue_attributes, QueueUrl=native) == ("AccessDenied", 403)
         assert code_and_status(key.get_queue_url, QueueName="native") == ("AccessDenied", 403)
         assert code_and_status(key.create_queue, QueueName="other") == ("AccessDenied", 403)
-        arn = "arn:aws:sqs:us-east-1:000000000000:native"
+        arn = "arn:aws:sqs:eu-west-1:000000000000:native"
         assert code_and_status(key.list_message_move_tasks, SourceArn=arn)[0] == "AccessDenied"
     # The queue and its message are still there.
     assert await db.fetchval("SELECT count(*) FROM jobq.queues WHERE name = 'native'") == 1

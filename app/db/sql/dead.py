@@ -4,7 +4,7 @@ back (StartMessageMoveTask).
 
 from __future__ import annotations
 
-from app.db.sql.fragments import JOB, LOCKED, NOTIFIED, _in_scope, _notify, _queues_made
+from app.db.sql.fragments import JOB, LOCKED, NOTIFIED, _in_scope, _notify, _queues_made, dead_letter_target
 from app.db.sql.query import Query
 
 # Dead jobs newest first, a page at a time (keyset on id: stable while jobs die meanwhile).
@@ -79,22 +79,20 @@ PURGE_DEAD_JOBS = Query.define(
     WHERE id = ANY(:ids::bigint[]) AND status = 'dead' AND {_in_scope("queue")} RETURNING id""",
 )
 
-# SQS redrive: the dead jobs of each queue whose RedrivePolicy names another queue that exists (its
-# deadLetterTargetArn's last field, SQS names holding no colon) move into that queue, pending and
-# receivable there as SQS moves a message past its maxReceiveCount into the dead-letter queue; each move is
-# noted in sqs_dead_letters, so StartMessageMoveTask can take the message back to where it came from. A
-# moved job starts over in its new queue: attempts 0, that queue's max_attempts, no dedup_key (the
-# dead-letter queue deduplicates nothing of the source's); its key, payload, message attributes and
-# last_error stay. Jobs enter the target as an enqueue does, under its queue lock (the queue row made again
-# if a DeleteQueue just took it). A bounded batch, SKIP LOCKED: every replica may run it.
+# SQS redrive: the dead jobs of each queue whose RedrivePolicy names another queue that exists
+# (dead_letter_target in fragments.py) move into that queue, pending and receivable there as SQS moves a
+# message past its maxReceiveCount into the dead-letter queue; each move is noted in sqs_dead_letters, so
+# StartMessageMoveTask can take the message back to where it came from. A moved job starts over in its new
+# queue: attempts 0, that queue's max_attempts, no dedup_key (the dead-letter queue deduplicates nothing of
+# the source's); its key, payload, message attributes and last_error stay. Jobs enter the target as an
+# enqueue does, under its queue lock (the queue row made again if a DeleteQueue just took it). A bounded
+# batch, SKIP LOCKED: every replica may run it.
 REDRIVE_DEAD = Query.define(
     "redrive_dead",
     f"""
     WITH policies AS (
-        SELECT name AS source,
-               substring((sqs_attributes ->> 'RedrivePolicy')::jsonb ->> 'deadLetterTargetArn'
-                         FROM '^(?:[^:]*:){{5}}([^:]+)$') AS target
-        FROM jobq.queues
+        SELECT name AS source, {dead_letter_target("q")} AS target
+        FROM jobq.queues q
         WHERE coalesce(sqs_attributes ->> 'RedrivePolicy', '') <> ''
     ), doomed AS (
         SELECT j.id, p.source, p.target AS queue

@@ -104,6 +104,20 @@ _MOVED = _to_history(
     where=f"m.completed_at + {RETAINED} > now()",
 )
 
+
+# The queue a queue's SQS RedrivePolicy moves its dead letters into (`q`: the queue's jobq.queues row): the
+# jobq queue noted in the policy when it was set (`jobqQueue`: app/sqs/attributes.py DEAD_LETTER_QUEUE; a
+# queue of another region than the default one is named `<region>:<name>`, app/sqs/regions.py), or for a
+# policy set before regions, or by a replica older than them, the deadLetterTargetArn's last field, as
+# those replicas read it. NULL for a queue without a policy.
+def dead_letter_target(q: str) -> str:
+    policy = f"(nullif({q}.sqs_attributes ->> 'RedrivePolicy', ''))::jsonb"
+    return (
+        f"coalesce({policy} ->> 'jobqQueue',"
+        f" substring({policy} ->> 'deadLetterTargetArn' FROM '^(?:[^:]*:){{5}}([^:]+)$'))"
+    )
+
+
 # Wake-ups: every statement that makes jobs ready (or schedules them) sends one NOTIFY per queue it touched,
 # not one per job: {"queue", "n": jobs made ready, "run_at": the earliest run_at, epoch seconds}. PostgreSQL
 # delivers it at commit, to every replica's listener (app/service/wakeups.py), which wakes up to n waiting

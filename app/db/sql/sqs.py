@@ -8,26 +8,29 @@ re-export these: ``from app.db.sql import sqs as sq``.
 
 from __future__ import annotations
 
-from app.db.sql.fragments import LEASED_JOB
+from app.db.sql.fragments import LEASED_JOB, dead_letter_target
 from app.db.sql.query import Query
 
-# A queue as SQS shows it: jobq's settings, the attributes SQS set, and when it was made and changed.
+# A queue as SQS shows it: jobq's settings, the attributes SQS set, when it was made and changed, and the
+# queue its RedrivePolicy moves dead letters into (NULL: none).
 QUEUE = Query.define(
     "sqs_queue",
-    """
-    SELECT name, visibility_timeout, max_attempts, coalesce(sqs_attributes, '{}') AS sqs_attributes,
-           created_at, updated_at
-    FROM jobq.queues WHERE name = :queue
+    f"""
+    SELECT name, visibility_timeout, max_attempts, coalesce(sqs_attributes, '{{}}') AS sqs_attributes,
+           created_at, updated_at, {dead_letter_target("q")} AS dead_letter_queue
+    FROM jobq.queues q WHERE name = :queue
     """,
 )
 
-# Queue names in order, from just after :after, for ListQueues' pages; only those matching the key's
-# queue patterns (:scope, LIKE patterns as _in_scope in fragments.py takes them; NULL for every queue).
+# Queue names in order, from just after :after, for ListQueues' pages: those starting with :prefix and with
+# none of :others (a region's queues: app/sqs/regions.py), matching the key's queue patterns (:scope, LIKE
+# patterns as _in_scope in fragments.py takes them; NULL for every queue).
 LIST_QUEUES = Query.define(
     "sqs_list_queues",
     """
     SELECT name FROM jobq.queues
     WHERE starts_with(name, :prefix) AND name > :after
+      AND NOT EXISTS (SELECT FROM unnest(:others::text[]) AS o(prefix) WHERE starts_with(name, o.prefix))
       AND (:scope::text[] IS NULL OR name LIKE ANY(:scope::text[]))
     ORDER BY name
     LIMIT :limit
@@ -175,12 +178,12 @@ SQS_COUNTS = Query.define(
     """,
 )
 
-# The queues whose RedrivePolicy names :arn as their dead-letter target.
+# The queues whose RedrivePolicy names the queue :dlq as their dead-letter queue.
 DEAD_LETTER_SOURCES = Query.define(
     "sqs_dead_letter_sources",
-    """
-    SELECT name FROM jobq.queues
-    WHERE (sqs_attributes ->> 'RedrivePolicy')::jsonb ->> 'deadLetterTargetArn' = :arn
+    f"""
+    SELECT name FROM jobq.queues q
+    WHERE {dead_letter_target("q")} = :dlq
     ORDER BY name
     """,
 )
