@@ -352,6 +352,22 @@ async def test_events_are_listed_newest_first_and_pruned_after_their_retention(s
         await until(lambda: _no_events(db), timeout=10)
 
 
+async def test_a_name_with_u0000_is_refused_as_the_schema_says(http, db):
+    """PostgreSQL's text and jsonb cannot hold U+0000: a step, event or filter name with one is refused
+    by its schema, with the field named, before it reaches the database."""
+    job = await _leased(http)
+    for method, path, kwargs in (
+        ("GET", "/events", {"params": {"name": "a\x00b"}}),
+        ("POST", "/events", {"json": {"name": "a\x00b"}}),
+        ("POST", f"/jobs/{job['id']}/steps", {"json": {"lease_token": job["lease_token"], "name": "a\x00"}}),
+    ):
+        refused = await http.request(method, path, **kwargs)
+        assert refused.status_code == 422, (path, refused.text)
+        assert refused.json()["code"] == "validation_error" and "name" in refused.text, refused.text
+    assert await db.fetchval("SELECT count(*) FROM jobq.events") == 0
+    assert (await http.get(f"/jobs/{job['id']}")).json()["steps"] in (None, {})
+
+
 async def _no_events(db):
     return await db.fetchval("SELECT count(*) FROM jobq.events") == 0
 

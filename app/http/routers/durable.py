@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from app.core.access import Role
-from app.core.limits import MAX_JOB_ID
+from app.core.limits import MAX_JOB_ID, NO_NUL
 from app.http.auth import Caller, Reader, Worker, allow
 from app.http.deps import DB, RuntimeDep, answers
 from app.http.fastpath.route import JobqRoute
@@ -27,6 +27,7 @@ from app.http.schemas import (
     StepRecorded,
     StepRequest,
 )
+from app.http.schemas.durable import MAX_EVENT_NAME
 from app.http.web import JSONBody
 from app.service import durable
 
@@ -75,7 +76,10 @@ async def list_events(
     db: DB,
     caller: Caller,
     name: Annotated[
-        str | None, Query(min_length=1, max_length=256, description="Only events of this name.")
+        str | None,
+        Query(
+            min_length=1, max_length=MAX_EVENT_NAME, pattern=NO_NUL, description="Only events of this name."
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=MAX_JOB_ID)] = None,

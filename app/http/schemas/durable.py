@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.limits import NO_NUL
 from app.core.states import JobStatus
 from app.http.schemas.common import Body, LeaseToken, Number
 
@@ -21,8 +22,11 @@ MAX_EVENT_NAME = 256
 _TOKEN = "3f2b8c1e-5a4d-4e7b-9c0a-1d2e3f4a5b6c.orders"
 
 ParkSeconds = Annotated[float, Field(ge=0, le=MAX_PARK, allow_inf_nan=False), Number]
-StepName = Annotated[str, Field(min_length=1, max_length=MAX_STEP_NAME, examples=["charge"])]
-EventName = Annotated[str, Field(min_length=1, max_length=MAX_EVENT_NAME, examples=["paid:7"])]
+# Neither may hold U+0000, which PostgreSQL's text and jsonb cannot: refused as the schema says.
+StepName = Annotated[str, Field(min_length=1, max_length=MAX_STEP_NAME, pattern=NO_NUL, examples=["charge"])]
+EventName = Annotated[
+    str, Field(min_length=1, max_length=MAX_EVENT_NAME, pattern=NO_NUL, examples=["paid:7"])
+]
 
 
 class StepRequest(Body):
