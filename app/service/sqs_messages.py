@@ -29,6 +29,8 @@ from app.service.runtime import Runtime
 from app.service.sqs_fifo import Keep
 from app.service.upkeep import expire_leases
 
+MAX_WAIT = 20  # seconds: the longest WaitTimeSeconds of a receive, SQS's
+
 
 async def insert_messages(
     runtime: Runtime,
@@ -113,8 +115,17 @@ async def status(db: Database, job_id: int) -> str | None:
         return await conn.fetchval(q.JOB_STATUS.text, *q.JOB_STATUS.args(id=job_id, scope=None))
 
 
+async def receiving_queue(db: Database, name: str) -> asyncpg.Record | None:
+    """The queue as SQS shows it (sq.QUEUE) and what a receive from it must do first (`overdue`, `due_in`
+    within MAX_WAIT seconds, `dead`: sq.RECEIVE_DUE), read in one statement; None when there is none."""
+    async with db.acquire() as conn:
+        return await conn.fetchrow(
+            sq.RECEIVING_QUEUE.text, *sq.RECEIVING_QUEUE.args(queue=name, within=float(MAX_WAIT))
+        )
+
+
 async def expire_overdue(
-    runtime: Runtime, queue: str, dead_letter_queue: str | None, within: float
+    runtime: Runtime, queue: str, dead_letter_queue: str | None, within: float, due: Any = None
 ) -> float | None:
     """Make ready what a receive from `queue` must find before it leases. The queue's leases that have
     run out are expired now (EXPIRE_LEASES, as the lease-expiry loop runs it), so that their messages are
@@ -126,10 +137,12 @@ async def expire_overdue(
 
     Both statements are the expiry loop's own and act on every queue, not on `queue` alone: what they do
     to other queues is what the loop would do within a second. They run only when `queue` has a lease
-    run out or a dead job to move, which one statement, RECEIVE_DUE, tells first."""
-    args = sq.RECEIVE_DUE.args(queue=queue, dlq=dead_letter_queue, within=within)
-    async with runtime.db.acquire() as conn:
-        due = await conn.fetchrow(sq.RECEIVE_DUE.text, *args)
+    run out or a dead job to move, which one statement, RECEIVE_DUE, tells first, unless the caller read
+    it already (`due`, with the queue: ``receiving_queue``)."""
+    if due is None:
+        args = sq.RECEIVE_DUE.args(queue=queue, dlq=dead_letter_queue, within=within)
+        async with runtime.db.acquire() as conn:
+            due = await conn.fetchrow(sq.RECEIVE_DUE.text, *args)
     dead = due["dead"]
     if due["overdue"]:
         expired = await expire_leases(runtime)

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from app.core.access import OPEN, Grant
+from app.db.pool import Database
 from app.http.middleware.access_log import note
 from app.service import sqs_queues
 from app.service.runtime import Runtime
@@ -78,11 +79,15 @@ class Context:
         return self.regions.arn(queue)
 
 
-async def queue_row(ctx: Context, name: str) -> asyncpg.Record:
-    """The queue as SQS shows it (app/service/sqs_queues.py find_queue); QueueDoesNotExist without one.
-    Names it in the access log."""
+async def queue_row(
+    ctx: Context,
+    name: str,
+    find: Callable[[Database, str], Awaitable[asyncpg.Record | None]] = sqs_queues.find_queue,
+) -> asyncpg.Record:
+    """The queue as SQS shows it (app/service/sqs_queues.py find_queue, or `find`, which reads more);
+    QueueDoesNotExist without one. Names it in the access log."""
     note(queue=name)
-    row = await sqs_queues.find_queue(ctx.runtime.db, name)
+    row = await find(ctx.runtime.db, name)
     if row is None:
         raise queue_does_not_exist(name)
     return row

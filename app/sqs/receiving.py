@@ -107,24 +107,25 @@ async def _receive(
     wait: int,
     attempt: str | None,
     kept: dict[str, str],
-    dlq: str | None,
+    row: Any,
 ) -> list[Row]:
     """Lease up to `count` messages within `wait` seconds from the queue `name` (its SQS attributes:
-    `kept`, its dead-letter queue: `dlq`), each visible as SQS sees it: a message whose visibility
-    timeout has run out is taken at once, and one past maxReceiveCount moves into the dead-letter queue
-    instead of being returned (sqs_messages.expire_overdue). A long-poll waits in stretches, each ending
-    when the next of the queue's leases runs out, and looks again then: nothing else would wake it before
-    the expiry loop's next round. A stretch that ends early with nothing taken means the client went away
-    or the service is stopping (service.lease returns early for nothing else), and so the receive ends
-    too."""
-    retention = kept.get("MessageRetentionPeriod")
+    `kept`; its row, with what the receive must do first: `row`), each visible as SQS sees it: a message
+    whose visibility timeout has run out is taken at once, and one past maxReceiveCount moves into the
+    dead-letter queue instead of being returned (sqs_messages.expire_overdue). A long-poll waits in
+    stretches, each ending when the next of the queue's leases runs out, and looks again then: nothing
+    else would wake it before the expiry loop's next round. A stretch that ends early with nothing taken
+    means the client went away or the service is stopping (service.lease returns early for nothing
+    else), and so the receive ends too."""
+    dlq, due, retention = row["dead_letter_queue"], row, kept.get("MessageRetentionPeriod")
     # A FIFO receive takes several messages of one group, in order, as SQS hands them out; the group is
     # held until all of them are deleted or visible again.
     per_group = count if fifo_of(kept) is not None else 1
     deadline = time.monotonic() + wait
     while True:
         left = max(0.0, deadline - time.monotonic())
-        due_in = await sqs_messages.expire_overdue(ctx.runtime, name, dlq, left)
+        due_in = await sqs_messages.expire_overdue(ctx.runtime, name, dlq, left, due)
+        due = None  # read again when it looks again
         stretch = left if due_in is None else min(left, due_in)
         stretch_end = time.monotonic() + stretch
         taken = await _take(ctx, name, count, timeout, stretch, attempt, per_group)
@@ -143,12 +144,12 @@ async def receive_message(ctx: Context, body: Body) -> Body:
     name = ctx.of_url(body.get("QueueUrl"))
     count = integer(body, "MaxNumberOfMessages", 1, 10, 1)
     visibility = integer(body, "VisibilityTimeout", 0, 43200, None)
-    wait = integer(body, "WaitTimeSeconds", 0, 20, None)
+    wait = integer(body, "WaitTimeSeconds", 0, sqs_messages.MAX_WAIT, None)
     attempt = string(body, "ReceiveRequestAttemptId", required=False)
     if attempt is not None:
         fifo_queues.check_token(attempt, "ReceiveRequestAttemptId")
     system = _system_names(body)
-    row = await queue_row(ctx, name)
+    row = await queue_row(ctx, name, sqs_messages.receiving_queue)
     kept = kept_attributes(row)
     fifo = fifo_of(kept)
     if fifo is None:
@@ -158,7 +159,7 @@ async def receive_message(ctx: Context, body: Body) -> Body:
     if visibility is None and kept.get("VisibilityTimeout") == "0":
         visibility = 0
     timeout = float(visibility) if visibility is not None else None
-    leased = await _receive(ctx, name, count or 1, timeout, wait, attempt, kept, row["dead_letter_queue"])
+    leased = await _receive(ctx, name, count or 1, timeout, wait, attempt, kept, row)
     note(jobs=len(leased))
     if not leased:
         return {}  # as SQS answers when nothing was received: no Messages at all, not an empty list

@@ -13,14 +13,11 @@ from app.db.sql.query import Query
 
 # A queue as SQS shows it: jobq's settings, the attributes SQS set, when it was made and changed, and the
 # queue its RedrivePolicy moves dead letters into (NULL: none).
-QUEUE = Query.define(
-    "sqs_queue",
-    f"""
+_QUEUE = f"""
     SELECT name, visibility_timeout, max_attempts, coalesce(sqs_attributes, '{{}}') AS sqs_attributes,
            created_at, updated_at, {dead_letter_target("q")} AS dead_letter_queue
-    FROM jobq.queues q WHERE name = :queue
-    """,
-)
+    FROM jobq.queues q WHERE name = :queue"""
+QUEUE = Query.define("sqs_queue", _QUEUE)
 
 # Queue names in order, from just after :after, for ListQueues' pages: those starting with :prefix and with
 # none of :others (a region's queues: app/sqs/regions.py), matching the key's queue patterns (:scope, LIKE
@@ -139,26 +136,39 @@ RECEIVED = Query.define(
     """,
 )
 
-# What a receive must do before it leases, read in one statement (app/service/sqs_messages.py
-# expire_overdue): whether one of the queue's leases has run out (`overdue`: the message is visible to
-# SQS, though the lease-expiry loop has not returned it yet), the seconds until the next one runs out
-# (`due_in`, NULL when none does within :within seconds: a long-poll waits no longer than that), and
-# whether the queue holds dead jobs that its dead-letter queue :dlq (NULL: none) is there to take. Both
-# leases are read through ix_jobs_lease_expiry, which holds running jobs alone, in deadline order: only
-# those that end by now + :within are read, whichever queue holds them, never the queue's whole backlog.
-RECEIVE_DUE = Query.define(
-    "sqs_receive_due",
-    """
-    SELECT EXISTS (SELECT FROM jobq.jobs
-                   WHERE status = 'running' AND lease_expires_at <= now() AND queue = :queue) AS overdue,
-           (SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM jobq.jobs
-            WHERE status = 'running' AND lease_expires_at > now()
-              AND lease_expires_at <= now() + make_interval(secs => :within) AND queue = :queue
-            ORDER BY lease_expires_at
-            LIMIT 1) AS due_in,
-           :dlq::text IS NOT NULL AND :dlq::text <> :queue
-           AND EXISTS (SELECT FROM jobq.queues WHERE name = :dlq::text)
-           AND EXISTS (SELECT FROM jobq.jobs WHERE queue = :queue AND status = 'dead') AS dead
+
+# What a receive must do before it leases (app/service/sqs_messages.py expire_overdue): whether one of the
+# queue's leases has run out (`overdue`: the message is visible to SQS, though the lease-expiry loop has
+# not returned it yet), the seconds until the next one runs out (`due_in`, NULL when none does within
+# :within seconds: a long-poll waits no longer than that), and whether the queue holds dead jobs that its
+# dead-letter queue `dlq` (NULL: none) is there to take. Both leases are read through ix_jobs_lease_expiry,
+# which holds running jobs alone, in deadline order: only those that end by now + :within are read,
+# whichever queue holds them, never the queue's whole backlog.
+def _receive_due(dlq: str) -> str:
+    return f"""
+    EXISTS (SELECT FROM jobq.jobs
+            WHERE status = 'running' AND lease_expires_at <= now() AND queue = :queue) AS overdue,
+    (SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM jobq.jobs
+     WHERE status = 'running' AND lease_expires_at > now()
+       AND lease_expires_at <= now() + make_interval(secs => :within) AND queue = :queue
+     ORDER BY lease_expires_at
+     LIMIT 1) AS due_in,
+    {dlq} IS NOT NULL AND {dlq} <> :queue
+    AND EXISTS (SELECT FROM jobq.queues WHERE name = {dlq})
+    AND EXISTS (SELECT FROM jobq.jobs WHERE queue = :queue AND status = 'dead') AS dead"""
+
+
+# What a receive's long-poll reads again each time it looks (:dlq: the queue's dead-letter queue).
+RECEIVE_DUE = Query.define("sqs_receive_due", f"SELECT {_receive_due(':dlq::text')}")
+
+# The queue as QUEUE reads it and what a receive must do before it leases, in one statement: a receive's
+# first look at the queue costs no round trip of its own.
+RECEIVING_QUEUE = Query.define(
+    "sqs_receiving_queue",
+    f"""
+    WITH q AS ({_QUEUE})
+    SELECT q.*, {_receive_due("q.dead_letter_queue")}
+    FROM q
     """,
 )
 
