@@ -106,10 +106,12 @@ class Settings(BaseSettings):
     @classmethod
     def _aws_regions(cls, value: list[str]) -> list[str]:
         for region in value:
-            if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", region):
+            # At most 47 characters: a queue of a region is named `<region>:<name>` in jobq, and an SQS
+            # name takes up to 80 of a queue name's 128.
+            if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", region) or len(region) > 47:
                 raise ValueError(
-                    f"JOBQ_AWS_REGIONS: {region!r} is not a region: lowercase letters, digits and hyphens,"
-                    ' as in ["us-east-1", "eu-west-1"]'
+                    f"JOBQ_AWS_REGIONS: {region!r} is not a region: up to 47 lowercase letters, digits and"
+                    ' hyphens, as in ["us-east-1", "eu-west-1"]'
                 )
         if len(set(value)) != len(value):
             raise ValueError("JOBQ_AWS_REGIONS lists a region twice")

@@ -67,6 +67,17 @@ def test_a_bad_role_in_tokens_is_one_line(tmp_path):
     assert bad_port.stderr.splitlines() == [told_in_one_line(bad_port, "JOBQ_PORT", "integer")]
 
 
+def test_bad_sqs_regions_are_one_line(tmp_path):
+    none, bad, twice = side_by_side(
+        lambda: serve(tmp_path, JOBQ_AWS_REGIONS="[]"),
+        lambda: serve(tmp_path, JOBQ_AWS_REGIONS='["us-east-1", "EU West"]'),
+        lambda: serve(tmp_path, JOBQ_AWS_REGIONS='["eu-west-1", "eu-west-1"]'),
+    )
+    told_in_one_line(none, "JOBQ_AWS_REGIONS", "at least 1")
+    told_in_one_line(bad, "JOBQ_AWS_REGIONS", "'EU West' is not a region")
+    told_in_one_line(twice, "JOBQ_AWS_REGIONS", "twice")
+
+
 def test_a_missing_database_is_one_line(tmp_path, server_dsn):
     missing = with_database(server_dsn, "jobq_test_no_such_database")
     migrating, pooling, migrate, two_workers, debug = side_by_side(
