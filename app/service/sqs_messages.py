@@ -128,24 +128,25 @@ async def expire_overdue(
     runtime: Runtime, queue: str, dead_letter_queue: str | None, within: float, due: Any = None
 ) -> float | None:
     """Make ready what a receive from `queue` must find before it leases. The queue's leases that have
-    run out are expired now (EXPIRE_LEASES, as the lease-expiry loop runs it), so that their messages are
-    visible to this very receive. The queue's dead jobs (one this expiry took past maxReceiveCount, or
-    one a nack left dead) move into `dead_letter_queue` (None: the queue has none) now (REDRIVE_DEAD), so
-    that the receive that would exceed maxReceiveCount does not return the message but moves it, as SQS
-    does. Returns the seconds until the queue's next lease runs out, when that is within `within`
-    seconds (None otherwise): a long-poll looks again then, since the message is visible from then on.
+    run out are expired now (EXPIRE_LEASES, as the lease-expiry loop runs it, on `queue` alone), so that
+    their messages are visible to this very receive. The queue's dead jobs (one this expiry took past
+    maxReceiveCount, or one a nack left dead) move into `dead_letter_queue` (None: the queue has none)
+    now (REDRIVE_DEAD), so that the receive that would exceed maxReceiveCount does not return the message
+    but moves it, as SQS does. Returns the seconds until the queue's next lease runs out, when that is
+    within `within` seconds (None otherwise): a long-poll looks again then, since the message is visible
+    from then on.
 
-    Both statements are the expiry loop's own and act on every queue, not on `queue` alone: what they do
-    to other queues is what the loop would do within a second. They run only when `queue` has a lease
-    run out or a dead job to move, which one statement, RECEIVE_DUE, tells first, unless the caller read
-    it already (`due`, with the queue: ``receiving_queue``)."""
+    The move is the loop's own and acts on every queue with dead jobs to move, not on `queue` alone: what
+    it does to other queues is what the loop would do within a second. Both run only when `queue` has a
+    lease run out or a dead job to move, which one statement, RECEIVE_DUE, tells first, unless the caller
+    read it already (`due`, with the queue: ``receiving_queue``)."""
     if due is None:
         args = sq.RECEIVE_DUE.args(queue=queue, dlq=dead_letter_queue, within=within)
         async with runtime.db.acquire() as conn:
             due = await conn.fetchrow(sq.RECEIVE_DUE.text, *args)
     dead = due["dead"]
     if due["overdue"]:
-        expired = await expire_leases(runtime)
+        expired = await expire_leases(runtime, queue)
         dead = dead or (
             dead_letter_queue is not None
             and any(row["queue"] == queue and row["status"] == "dead" for row in expired)

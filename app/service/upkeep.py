@@ -16,13 +16,14 @@ from app.telemetry.metrics import DatabaseHealth
 EXPIRE_BATCH = 1000  # leases per EXPIRE_LEASES statement
 
 
-async def expire_leases(runtime: Runtime) -> list[Row]:
-    """Return every expired lease to pending (or dead); the jobs changed."""
+async def expire_leases(runtime: Runtime, queue: str | None = None) -> list[Row]:
+    """Return every expired lease (of `queue` only, when given) to pending (or dead); the jobs changed."""
     changed: list[Row] = []
     started = time.time_ns()
     async with runtime.db.acquire() as conn:
         while True:
-            rows = await conn.fetch(q.EXPIRE_LEASES.text, *q.EXPIRE_LEASES.args(batch=EXPIRE_BATCH))
+            args = q.EXPIRE_LEASES.args(batch=EXPIRE_BATCH, queue=queue)
+            rows = await conn.fetch(q.EXPIRE_LEASES.text, *args)
             changed.extend(dict(r) for r in rows)
             if len(rows) < EXPIRE_BATCH:
                 break

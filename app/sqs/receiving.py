@@ -167,7 +167,7 @@ async def receive_message(ctx: Context, body: Body) -> Body:
         # Visible again at once, as in SQS: the leases, already past their deadline, are expired now
         # rather than by the next sweep, each receive counted (and a message out of receives dead). The
         # receipt handle still deletes the message until another receive takes it.
-        await service.expire_leases(ctx.runtime)
+        await service.expire_leases(ctx.runtime, name)
     extras = await sqs_messages.received(ctx.runtime.db, [j["id"] for j in leased])
     everything = "All" in system
     messages = []

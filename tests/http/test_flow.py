@@ -198,7 +198,7 @@ async def test_an_ack_frees_the_slot_once_and_a_late_ack_frees_nothing(a, db):
     assert await lease(a, 5) == []
     # The lease expires: the job is back, first in line (its retry holds the key), leased again.
     await asyncio.sleep(0.3)
-    await db.fetch(q.EXPIRE_LEASES.text, *q.EXPIRE_LEASES.args(batch=10))
+    await db.fetch(q.EXPIRE_LEASES.text, *q.EXPIRE_LEASES.args(batch=10, queue=None))
     (again,) = await lease(a, 5)
     assert again["id"] == first and again["attempts"] == 2
     # The late ack of the expired lease changes nothing (the job was leased again): the key stays held.

@@ -121,3 +121,19 @@ async def test_counts_see_a_message_visible_once_its_visibility_timeout_runs_out
         "ApproximateNumberOfMessages": "1",
         "ApproximateNumberOfMessagesNotVisible": "0",
     }
+
+
+async def test_a_receive_expires_its_own_queues_leases_only(start_service, db):
+    """What a receive makes visible is its queue's: another queue's overdue lease is the loop's to end,
+    so a receive never does other queues' work, in batches, before answering."""
+    sqs = sqs_client(start_service(expire_interval=LOOP_INTERVAL).url)
+    mine, other = (sqs.create_queue(QueueName=name)["QueueUrl"] for name in ("mine", "other"))
+    for url in (mine, other):
+        sqs.send_message(QueueUrl=url, MessageBody="held")
+        sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)
+    time.sleep(PAST_ONE_SECOND)
+    assert len(sqs.receive_message(QueueUrl=mine)["Messages"]) == 1
+    assert await states(db, "mine")() == {"running": 1}
+    still = "SELECT count(*) FROM jobq.jobs WHERE queue = 'other' AND status = 'running' AND attempts = 1"
+    assert await db.fetchval(still) == 1  # overdue, not yet expired: no attempt counted on it
+    assert len(sqs.receive_message(QueueUrl=other)["Messages"]) == 1

@@ -143,13 +143,14 @@ REVIVE_LEASE = Query.define(
 
 # Lease expiry: running jobs past their deadline count a failed attempt and become leasable again at once
 # (pending, keeping their place in line), or dead when out of attempts. SKIP LOCKED and the status check
-# make it safe in every replica at once; the token stays so the late holder may still ack.
+# make it safe in every replica at once; the token stays so the late holder may still ack. The queue :queue
+# only (an SQS receive's, which must see its own queue's messages visible), or every queue (NULL: the loop).
 EXPIRE_LEASES = Query.define(
     "expire_leases",
     f"""
     WITH expired AS (
         SELECT id FROM jobq.jobs
-        WHERE status = 'running' AND lease_expires_at <= now()
+        WHERE status = 'running' AND lease_expires_at <= now() AND (:queue::text IS NULL OR queue = :queue)
         ORDER BY lease_expires_at
         LIMIT :batch
         FOR UPDATE SKIP LOCKED
