@@ -15,6 +15,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from app.db.sql.fragments import DEAD_LETTER_KEY
 from app.sqs.protocol import SqsError, invalid_parameter
 from app.sqs.regions import arn_parts
 
@@ -181,16 +182,10 @@ def check_queue_attributes(
     return keep, settings
 
 
-# The key of a kept RedrivePolicy that notes the jobq queue its deadLetterTargetArn names in the source
-# queue's region (app/sqs/queues.py), for the moves (app/db/sql/dead.py): kept inside the policy, so that a
-# policy replaced by a replica that does not note it can never be read with another's queue. Not shown.
-DEAD_LETTER_QUEUE = "jobqQueue"
-
-
 def shown_policy(kept: str) -> dict[str, Any]:
     """A kept RedrivePolicy as SQS shows it."""
     policy = json.loads(kept)
-    policy.pop(DEAD_LETTER_QUEUE, None)
+    policy.pop(DEAD_LETTER_KEY, None)
     return policy
 
 

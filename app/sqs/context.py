@@ -14,7 +14,7 @@ from app.db.pool import Database
 from app.http.middleware.access_log import note
 from app.service import sqs_queues
 from app.service.runtime import Runtime
-from app.sqs.protocol import SqsError, invalid_parameter, queue_does_not_exist
+from app.sqs.protocol import invalid_parameter, queue_does_not_exist
 from app.sqs.regions import Regions, arn_parts, url_parts
 
 
@@ -51,12 +51,8 @@ class Context:
         """The jobq queue a QueueUrl names; QueueDoesNotExist for one of another region, as SQS answers."""
         region, name = url_parts(url)
         if region is not None and self.regions.served_as(region) != self.region:
-            raise SqsError(
-                "QueueDoesNotExist",
-                f"The specified queue {name} does not exist in {self.region}: its URL names region {region},"
-                f" so sign requests for it for {region}.",
-                query_code="AWS.SimpleQueueService.NonExistentQueue",
-            )
+            why = f" in {self.region}: its URL names region {region}, so sign requests for it for {region}"
+            raise queue_does_not_exist(name, why)
         return self.named(name)
 
     def of_arn(self, arn: Any, parameter: str) -> str:

@@ -53,10 +53,11 @@ class SqsError(Exception):
         )
 
 
-def queue_does_not_exist(name: str) -> SqsError:
+def queue_does_not_exist(name: str, where: str = "") -> SqsError:
+    """SQS's error for a queue that is not there; `where` ends the sentence (" in eu-west-1: ...")."""
     return SqsError(
         "QueueDoesNotExist",
-        f"The specified queue {name} does not exist.",
+        f"The specified queue {name} does not exist{where}.",
         query_code="AWS.SimpleQueueService.NonExistentQueue",
     )
 

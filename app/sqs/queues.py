@@ -9,13 +9,13 @@ from typing import Any
 
 from app import service
 from app.db.sql import sqs as sq
+from app.db.sql.fragments import DEAD_LETTER_KEY
 from app.http.middleware.access_log import note
 from app.service import redrive, sqs_messages, sqs_queues
 from app.sqs import auth
 from app.sqs.attributes import (
     BOOLEAN,
     COMPUTED,
-    DEAD_LETTER_QUEUE,
     FIFO,
     NO_REDRIVE_MAX_ATTEMPTS,
     SETTABLE,
@@ -112,8 +112,8 @@ def _fifo_asked(attributes: Any) -> bool:
 
 
 def _note_dead_letter_queue(ctx: Context, keep: dict[str, str]) -> None:
-    """Note in the RedrivePolicy that `keep` sets the jobq queue its ARN names (app/sqs/attributes.py
-    DEAD_LETTER_QUEUE), which must be in the request's region, as in SQS; AccessDenied, nothing changed,
+    """Note in the RedrivePolicy that `keep` sets the jobq queue its ARN names (app/db/sql/fragments.py
+    DEAD_LETTER_KEY), which must be in the request's region, as in SQS; AccessDenied, nothing changed,
     when that queue is outside the key's queues (scoped admins' too). The move into it runs inside jobq,
     under no key, whoever received the message: so the check is here, where the policy is set, and a
     policy set by a key that may use its dead-letter queue stays in force for every key that receives
@@ -125,7 +125,7 @@ def _note_dead_letter_queue(ctx: Context, keep: dict[str, str]) -> None:
     given = json.loads(policy)
     target = ctx.of_arn(given["deadLetterTargetArn"], "deadLetterTargetArn")
     auth.admit_queue(ctx.grant, target)
-    keep["RedrivePolicy"] = json.dumps({**given, DEAD_LETTER_QUEUE: target})
+    keep["RedrivePolicy"] = json.dumps({**given, DEAD_LETTER_KEY: target})
 
 
 async def get_queue_url(ctx: Context, body: Body) -> Body:

@@ -105,15 +105,22 @@ _MOVED = _to_history(
 )
 
 
+# The key of a kept SQS RedrivePolicy that notes the jobq queue its deadLetterTargetArn names in the source
+# queue's region (a queue of another region than the default one is named `<region>:<name>`:
+# app/sqs/regions.py), set with the policy (app/sqs/queues.py) and never shown (app/sqs/attributes.py). Kept
+# inside the policy, so that a policy replaced by a replica that does not note it can never be read with
+# another's queue.
+DEAD_LETTER_KEY = "jobqQueue"
+
+
 # The queue a queue's SQS RedrivePolicy moves its dead letters into (`q`: the queue's jobq.queues row): the
-# jobq queue noted in the policy when it was set (`jobqQueue`: app/sqs/attributes.py DEAD_LETTER_QUEUE; a
-# queue of another region than the default one is named `<region>:<name>`, app/sqs/regions.py), or for a
-# policy set before regions, or by a replica older than them, the deadLetterTargetArn's last field, as
-# those replicas read it. NULL for a queue without a policy.
+# jobq queue noted in the policy when it was set (DEAD_LETTER_KEY), or for a policy set before regions, or
+# by a replica older than them, the deadLetterTargetArn's last field, as those replicas read it. NULL for a
+# queue without a policy.
 def dead_letter_target(q: str) -> str:
     policy = f"(nullif({q}.sqs_attributes ->> 'RedrivePolicy', ''))::jsonb"
     return (
-        f"coalesce({policy} ->> 'jobqQueue',"
+        f"coalesce({policy} ->> '{DEAD_LETTER_KEY}',"
         f" substring({policy} ->> 'deadLetterTargetArn' FROM '^(?:[^:]*:){{5}}([^:]+)$'))"
     )
 
