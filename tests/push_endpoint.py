@@ -62,7 +62,9 @@ class Endpoint:
     async def start(self) -> Endpoint:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        # Stopped, it cancels the handlers still answering (a deliberately slow one, which the service
+        # gave up on long ago) after a moment, rather than wait out the 60 s aiohttp gives them.
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
